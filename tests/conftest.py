@@ -1,0 +1,12 @@
+"""Shared test setup: import the flat top-level modules from the repository root."""
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# CI has 2 cores; small tensors run fastest without oversubscription.
+torch.set_num_threads(min(2, torch.get_num_threads()))
