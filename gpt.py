@@ -1,0 +1,335 @@
+"""GPT-2 style transformer: the attention baseline the paper compares SPEN against.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556) reports C4 perplexity 260 for SPEN against
+33 for GPT-2 small. This file is that reference model: a GPT-2 small clone (nanoGPT layout)
+that trains from scratch through `train.py --model gpt` (the same-budget baseline of
+`ablate.py`) and loads the real OpenAI weights, so `train.py --eval_only --init_from gpt2
+--eval_data c4` measures GPT-2 with our own evaluation code. It is not part of the paper's
+method; it is the control that has learned, input-dependent selection (softmax attention).
+
+Shape glossary
+    B batch, T time (tokens), C width n_embd, H heads, D = C / H head width,
+    V vocabulary, P tokens already in the KV cache, L layers.
+
+Code name -> meaning
+    transformer.wte   token embedding, tied to lm_head (the output projection)
+    transformer.wpe   learned absolute position embedding (GPT-2; SPEN has none)
+    h[i].attn         causal multi-head softmax attention (F.scaled_dot_product_attention)
+    h[i].mlp          GELU (tanh approximation, GPT-2's "gelu_new") MLP with 4C hidden units
+    state             KV cache: {'kv': [(k, v) per layer, each (B, H, P, D)], 'pos': P}
+
+Same contract as spen.py (see CONTRACT.md): forward, hidden_states, init_state/step,
+generate, num_params, flops_per_token, estimate_mfu, configure_optimizers, Block(cfg).
+
+Departures / choices
+    - vocab_size defaults to 50304 (50257 padded to a multiple of 64, faster matmuls) when
+      training from scratch. `from_hf` keeps the checkpoint's own vocabulary (50257 for GPT-2):
+      padding would add rows whose logits (0) take probability mass unless masked, and the
+      point of loading is exact equality with Hugging Face.
+    - LayerNorm eps is PyTorch's 1e-5, which is also GPT-2's; `from_hf` refuses other values
+      and other activations rather than silently computing something different.
+    - Position limit: the learned position table has block_size rows, so `step` raises past
+      block_size tokens; `generate` then re-reads the last block_size tokens (nanoGPT's crop).
+
+Run
+    python -m pytest tests/test_gpt.py      # ~10 s on 2 CPU cores: HF logits, KV cache, causality
+    python -c "import gpt; m = gpt.GPT.from_pretrained('gpt2')"   # needs network to HF hub
+"""
+
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024  # maximum sequence length (rows of the position table)
+    vocab_size: int = 50304  # GPT-2's 50257 BPE tokens padded to a multiple of 64
+    n_layer: int = 12  # L, number of transformer blocks
+    n_head: int = 12  # H, attention heads per block
+    n_embd: int = 768  # C, residual-stream width
+    dropout: float = 0.0  # dropout on embeddings, attention weights and residual branches
+    bias: bool = True  # biases in Linear and LayerNorm, as in GPT-2
+
+
+class CausalSelfAttention(nn.Module):
+    """softmax(Q K^T / sqrt(D) + causal mask) V over H heads, then an output projection."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        if cfg.n_embd % cfg.n_head != 0:
+            raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, kv=None):
+        """x (B, T, C) -> y (B, T, C). With a cache kv = (k, v) of P past tokens (or None for an
+        empty one), also return the extended cache; the T new queries see all P + T keys causally."""
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # each (B, T, C)
+        q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        use_cache = kv is not None
+        P = 0
+        if use_cache and kv[0] is not None:
+            P = kv[0].size(2)
+            k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, H, P+T, D)
+        p = self.dropout if self.training else 0.0
+        if P == 0:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
+        else:
+            # query i sits at absolute position P + i and may see keys 0..P + i
+            mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        y = self.resid_dropout(self.c_proj(y))
+        return (y, (k, v)) if use_cache else y
+
+
+class MLP(nn.Module):
+    """x -> W2 gelu_tanh(W1 x + b1) + b2, hidden width 4C (GPT-2)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln_1 x), then + mlp(ln_2 x). (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, kv=None):
+        """Without kv: (B, T, C) -> (B, T, C). With kv (a layer's cache or None): -> (x, kv)."""
+        if kv is None:
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+        a, kv = self.attn(self.ln_1(x), kv)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), kv
+
+
+class GPT(nn.Module):
+    """Token + position embedding -> L blocks -> final LayerNorm -> tied output projection."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+            ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied embeddings (GPT-2)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """GPT-2 initialisation, all of it here:
+        - Linear weights and both embeddings: N(0, 0.02), GPT-2's choice for width 768.
+        - The two residual-branch output projections (attn.c_proj, mlp.c_proj):
+          N(0, 0.02 / sqrt(2 L)), so the residual stream's variance stays O(1) after the 2 L
+          additions (GPT-2 paper, section 2.3).
+        - Biases 0; LayerNorm weight 1, bias 0 (identity at start).
+        """
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.config.n_layer))
+            elif p.dim() >= 2:  # Linear weights, wte (= lm_head), wpe
+                nn.init.normal_(p, mean=0.0, std=0.02)
+            elif ".ln_" in name or name.startswith("transformer.ln_f"):
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            else:  # Linear biases
+                nn.init.zeros_(p)
+
+    # ---- forward passes -------------------------------------------------------------------
+
+    def _embed(self, idx, pos0=0):
+        """idx (B, T) int64 -> token + position embedding (B, T, C), positions pos0 .. pos0+T-1."""
+        T = idx.size(1)
+        if pos0 + T > self.config.block_size:
+            raise ValueError(f"sequence of {pos0 + T} tokens exceeds block_size {self.config.block_size}; "
+                             f"crop the input or build the model with a larger block_size")
+        pos = torch.arange(pos0, pos0 + T, dtype=torch.long, device=idx.device)  # (T,)
+        return self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+
+    def hidden_states(self, idx):
+        """idx (B, T) -> list of L + 1 tensors (B, T, C): the embedding output, then the residual
+        stream after each block (before the final LayerNorm)."""
+        x = self._embed(idx)
+        out = [x]
+        for block in self.transformer.h:
+            x = block(x)
+            out.append(x)
+        return out
+
+    def forward(self, idx, targets=None):
+        """idx (B, T) -> logits (B, T, V); loss = mean next-token cross-entropy if targets (B, T)
+        is given (targets == -1 are ignored), else None."""
+        x = self._embed(idx)
+        for block in self.transformer.h:
+            x = block(x)  # (B, T, C)
+        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def init_state(self, batch_size, device=None):
+        """An empty KV cache. batch_size is fixed by the first step; kept for the shared contract."""
+        return {"kv": [None] * self.config.n_layer, "pos": 0}
+
+    def extend(self, idx, state):
+        """Feed T new tokens idx (B, T) after the P cached ones -> (logits (B, T, V), state).
+        One call with the whole prompt is the "prefill"; step() is the T = 1 case."""
+        x = self._embed(idx, pos0=state["pos"])
+        kvs = []
+        for block, kv in zip(self.transformer.h, state["kv"]):
+            x, kv = block(x, kv if kv is not None else (None, None))
+            kvs.append(kv)
+        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        return logits, {"kv": kvs, "pos": state["pos"] + idx.size(1)}
+
+    def step(self, token, state):
+        """token (B,) int64 -> (logits (B, V) for the next token, new state). Memory grows with
+        the number of tokens seen (the KV cache); SPEN's linear state does not."""
+        logits, state = self.extend(token.view(-1, 1), state)
+        return logits[:, -1, :], state  # (B, V)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        """Sample max_new_tokens tokens after idx (B, T) -> (B, T + max_new_tokens), using the KV
+        cache. When the cache reaches block_size it is rebuilt from the last block_size tokens.
+        temperature 0 means greedy; `generator` (torch.Generator) makes sampling reproducible."""
+        state = None
+        for _ in range(max_new_tokens):
+            if state is None:
+                ctx = idx[:, -self.config.block_size:]
+                logits, state = self.extend(ctx, self.init_state(idx.size(0), idx.device))
+                logits = logits[:, -1, :]  # (B, V)
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits = logits.masked_fill(logits < v[:, [-1]], -float("inf"))
+                probs = F.softmax(logits, dim=-1)
+                nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat((idx, nxt), dim=1)
+            if state["pos"] < self.config.block_size:
+                logits, state = self.step(nxt.view(-1), state)
+            else:
+                state = None  # cache full: re-read the cropped context next iteration
+        return idx
+
+    # ---- accounting -----------------------------------------------------------------------
+
+    def num_params(self, non_embedding=False):
+        """Parameter count (tied wte/lm_head counted once). non_embedding drops the position
+        table and the token table (nanoGPT's convention drops only wpe; we drop both so the
+        number compares with SPEN's, which has no position table)."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel() + self.transformer.wte.weight.numel()
+        return n
+
+    def flops_per_token(self, T):
+        """Training FLOPs per token (forward + backward) at context T (PaLM appendix B):
+        6 N for the matmuls (N includes the tied output projection, excludes the position table)
+        plus 12 L C T for attention scores and the weighted sum (QK^T and AV, x3 for backward)."""
+        cfg = self.config
+        N = self.num_params() - self.transformer.wpe.weight.numel()
+        return 6 * N + 12 * cfg.n_layer * cfg.n_embd * T
+
+    def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops=None):
+        """Model FLOPs utilisation: fwdbwd_per_iter sequences of block_size tokens per iteration
+        taking dt seconds, over peak_flops (default 989e12: H200 dense bf16)."""
+        T = self.config.block_size
+        flops = self.flops_per_token(T) * T * fwdbwd_per_iter
+        return flops / dt / (peak_flops or 989e12)
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay on matrices and embeddings (dim >= 2), none on biases and
+        LayerNorm parameters. Every parameter is in exactly one group (asserted)."""
+        params = {n: p for n, p in self.named_parameters() if p.requires_grad}
+        decay = [p for p in params.values() if p.dim() >= 2]
+        no_decay = [p for p in params.values() if p.dim() < 2]
+        seen = [id(p) for p in decay + no_decay]
+        assert len(seen) == len(set(seen)) == len(params), "a parameter is in zero or two optimizer groups"
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
+
+    # ---- loading Hugging Face GPT-2 -------------------------------------------------------
+
+    @classmethod
+    def from_hf(cls, hf_model):
+        """Build a GPT from a transformers GPT2LMHeadModel (any size, random or pretrained).
+        HF stores c_attn/c_proj/c_fc as Conv1D with weight (in, out); nn.Linear wants (out, in),
+        so those four matrices are transposed. The vocabulary stays the checkpoint's (50257)."""
+        hc = hf_model.config
+        act = getattr(hc, "activation_function", "gelu_new")
+        problems = []
+        if act not in ("gelu_new", "gelu_pytorch_tanh"):
+            problems.append(f"activation_function={act!r} (need gelu_new)")
+        if getattr(hc, "n_inner", None) not in (None, 4 * hc.n_embd):
+            problems.append(f"n_inner={hc.n_inner} (need None or 4*n_embd)")
+        if abs(getattr(hc, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+            problems.append(f"layer_norm_epsilon={hc.layer_norm_epsilon} (need 1e-5)")
+        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            if getattr(hc, flag, False):
+                problems.append(f"{flag}=True (unsupported)")
+        if not getattr(hc, "scale_attn_weights", True):
+            problems.append("scale_attn_weights=False (unsupported)")
+        if problems:
+            raise ValueError("from_hf: this GPT2 config differs from GPT-2: " + "; ".join(problems))
+        cfg = GPTConfig(block_size=hc.n_positions, vocab_size=hc.vocab_size, n_layer=hc.n_layer,
+                        n_head=hc.n_head, n_embd=hc.n_embd, dropout=0.0, bias=True)
+        model = cls(cfg)
+        sd_hf = hf_model.state_dict()
+        sd = model.state_dict()
+        transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+        with torch.no_grad():
+            for k, p in sd.items():
+                if k not in sd_hf:
+                    raise ValueError(f"from_hf: key {k} missing from the Hugging Face state dict")
+                w = sd_hf[k].t() if k.endswith(transposed) else sd_hf[k]
+                if w.shape != p.shape:
+                    raise ValueError(f"from_hf: shape mismatch for {k}: ours {tuple(p.shape)}, HF {tuple(w.shape)}")
+                p.copy_(w)
+        return model
+
+    @classmethod
+    def from_pretrained(cls, name="gpt2"):
+        """Download OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl') through
+        transformers and convert it with from_hf. Needs network access to the Hugging Face hub."""
+        names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+        if name not in names:
+            raise ValueError(f"from_pretrained: unknown model {name!r}; choose one of {names}")
+        try:
+            from transformers import GPT2LMHeadModel
+            hf = GPT2LMHeadModel.from_pretrained(name)
+        except Exception as e:  # offline, missing package, hub error: one clear line
+            raise RuntimeError(f"could not load {name!r} from the Hugging Face hub ({type(e).__name__}); "
+                               f"this needs network access and `pip install transformers`, or build a "
+                               f"GPT2LMHeadModel yourself and call GPT.from_hf(model)") from None
+        return cls.from_hf(hf)
