@@ -189,6 +189,15 @@ def _text_pieces(text, min_chars=16384):
 FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
+def _import_datasets():
+    """`datasets`, imported only when text must be read (never on a cache hit)."""
+    try:
+        import datasets
+    except ImportError as e:
+        raise DataUnavailable("reading this dataset needs the `datasets` package: pip install datasets") from e
+    return datasets
+
+
 def _list_files(path):
     """Sorted data files under PATH (a file or a folder, searched recursively)."""
     path = os.path.abspath(os.path.expanduser(path))
@@ -208,7 +217,7 @@ def _list_files(path):
 def _file_documents(files):
     """Documents from local files through `datasets` (streaming: no Arrow copy is made).
     Files are read in sorted order, grouped by builder (text, then json, then parquet)."""
-    import datasets
+    datasets = _import_datasets()
     for builder in ("text", "json", "parquet"):
         group = [f for f in files if FILE_BUILDERS[os.path.splitext(f)[1].lower()] == builder]
         if not group:
@@ -252,7 +261,7 @@ def _unavailable(name, folder, reason):
 
 def _hub_documents(name, folder, hf_split):
     """Texts of one hub split, streamed; network failures become DataUnavailable."""
-    import datasets
+    datasets = _import_datasets()
     try:
         ds = datasets.load_dataset(**HUB[name]["kwargs"], split=hf_split, streaming=True)
         if name == "wikitext103":
@@ -319,7 +328,7 @@ def _read_meta(folder):
     done = {}
     for split, info in meta.get("splits", {}).items():
         path = os.path.join(folder, f"{split}.bin")
-        if os.path.isfile(path) and os.path.getsize(path) == 2 * info["tokens"]:
+        if os.path.isfile(path) and os.path.getsize(path) == 2 * info.get("tokens", -1):
             done[split] = info
     meta["splits"] = done
     return meta
@@ -438,7 +447,8 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     old = {} if (meta is None or carve) else meta["splits"]
     import tiktoken
     new = dict(
-        dataset=name, source=HUB.get(name, {}).get("kwargs", name if files is None else files),
+        dataset=name, source=HUB.get(name, {}).get("kwargs", name),
+        files=None if files is None else len(files),
         max_tokens=max_tokens, dtype="uint16", tokenizer="gpt2", eot=EOT,
         layout="every document followed by EOT",
         val_rule=(f"document i in val iff i % {VAL_EVERY} == 0" if carve else "hub split"),

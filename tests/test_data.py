@@ -147,8 +147,9 @@ def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
                                          "<|endoftext|>= B = \n beta<|endoftext|>")
 
 
-def test_get_batch_is_pure_and_shifted():
-    tokens = np.arange(1000, dtype=np.uint16)
+def test_get_batch_is_pure_and_shifted(tmp_path):
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")  # as load_split returns
     x, y = data.get_batch(tokens, 4, 16, step=3, seed=1)
     assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == torch.int64
     assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
