@@ -358,7 +358,7 @@ def _tokenize(docs, route, caps, folder, num_proc, progress, stop_split):
                desc=os.path.basename(folder))
     try:
         index, size, full = 0, 16, False
-        docs = iter(docs)
+        docs = (d for d in docs if d and d.strip())  # empty rows would be lone EOTs
         while not full:
             # batches grow 16, 32, ... 1024 documents: a small max_tokens reads few documents
             batch = [d for _, d in zip(range(size), docs)]
@@ -417,6 +417,10 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         if reason:
             raise _unavailable(name, folder, reason)
     os.makedirs(folder, exist_ok=True)
+    if carve or force:  # rebuilding every split: first withdraw the old meta's word for them
+        meta = None
+        if os.path.exists(os.path.join(folder, "meta.json")):
+            os.remove(os.path.join(folder, "meta.json"))
     progress = sys.stderr.isatty() if progress is None else progress
     num_proc = num_proc or os.cpu_count() or 1
     t0 = time.time()
@@ -428,10 +432,8 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
             docs = _file_documents(files)
         else:
             docs = _hub_documents(name, folder, "train")
-        val_max = HUB.get(name, {}).get("val_max")
-        caps = {"train": max_tokens,
-                "val": min(v for v in (max_tokens, val_max, float("inf")) if v is not None)}
-        caps["val"] = None if caps["val"] == float("inf") else int(caps["val"])
+        val_caps = [c for c in (max_tokens, HUB.get(name, {}).get("val_max")) if c is not None]
+        caps = {"train": max_tokens, "val": min(val_caps) if val_caps else None}
         done = _tokenize(docs, lambda i: "val" if i % VAL_EVERY == 0 else "train", caps,
                          folder, num_proc, progress, stop_split="train")
     else:
@@ -444,7 +446,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
             raise DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
                                   f"({info['documents']} documents); give it more text")
     seconds = time.time() - t0
-    old = {} if (meta is None or carve) else meta["splits"]
+    old = {} if meta is None else meta["splits"]
     import tiktoken
     new = dict(
         dataset=name, source=HUB.get(name, {}).get("kwargs", name),
