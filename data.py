@@ -7,7 +7,8 @@ offline sources so everything runs without the Hugging Face Hub.
 
 Sources (`name`):
   builtin       offline: Python's pydoc_data.topics + standard-library docstrings (read
-                with `ast`, never imported); ~2 MB of English text, ~0.5M tokens.
+                with `ast`, never imported); 673 documents, 2.35M characters, 0.69M
+                tokens on Python 3.11.7 (train 644,787, val 47,018).
   fineweb-edu   HuggingFaceFW/fineweb-edu, config sample-10BT, split train, streamed.
   c4            allenai/c4 en validation (the 8 validation shards named as data_files,
                 streamed); only a 'val' split: it is an evaluation set here.
@@ -40,7 +41,9 @@ Departures / choices (the paper is silent): no shuffling at tokenization; random
 (nanoGPT style) rather than epochs; our carved validation slices above; wikitext 'val' =
 test split. max_tokens truncates the last document of a split.
 
-Run:  python data.py --dataset builtin     # ~0.5M tokens in a few seconds on 2 CPU cores
+Run:  python data.py --dataset builtin     # 5-20 s once on 2 CPU cores (mostly the ast pass), prints
+          train       644,787 tokens        605 documents -> .cache/data/builtin-py3.11/train.bin
+          val          47,018 tokens         68 documents -> .cache/data/builtin-py3.11/val.bin
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
 Hub unreachable and no cache: one line naming the dataset, the cache path and remedies,
 exit status 1.
