@@ -43,6 +43,8 @@ Choices where the paper is silent (each also flagged where it happens):
     based reader of the traces; the values hold no u_t, so x̂_t cannot copy it). There is no
     output projection: W_mix follows linearly. So the three predictors have equal parameter
     counts up to S*C per block, and the ablation changes only how the traces are read.
+    linear_attn runs a chunked O(T)-memory form (fast path) checked against the quadratic
+    masked definition `linear_attention_ref`, forward and backward; step() is its recurrence.
  5. Sparse FFN: no biases, ReLU, keep the k largest of F units per token, exactly k (ties by
     torch.topk); gradient flows only through the kept units. It runs dense (mask after the
     first matmul); a sparse kernel would save most of W_2's FLOPs, not W_1's.
@@ -57,7 +59,8 @@ Parameter counts (measured by `python spen.py`; paper: ~130M):
     linear 130,684,416 | linear_attn / softmax_attn 130,712,064 | selective (+linear) 137,789,952
 
 Run `python spen.py` (prints parameter counts of every variant, < 10 s on a 2-core CPU,
-built on the meta device) and `python -m pytest tests/test_spen.py` (~20 s on 2 cores).
+built on the meta device) and `python -m pytest tests/test_spen.py` (31 tests, 3-17 s on 2
+shared cores).
 """
 
 import inspect
@@ -203,25 +206,51 @@ class _TraceAttention(nn.Module):
     def forward(self, u, hp):
         B, T, S, C = hp.shape
         q, k, v = self.qkv(u, hp)  # q (B, H, T, D), k, v (B, H, T*S, D)
-        mask = torch.ones(T, T, dtype=torch.bool, device=u.device).tril()  # (T, T) j <= t
-        mask = mask.repeat_interleave(S, dim=1)  # (T, T*S): slot j*S + s visible iff j <= t
-        y = self.attend(q, k, v, mask)  # (B, H, T, D)
+        y = self.attend(q, k, v)  # (B, H, T, D), causal over slots
         return y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
 
 
+def slot_mask(T, S, device=None):
+    """(T, T*S) bool: query t sees slot j*S + s iff j <= t (the trace state h_{j-1}, all past)."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril().repeat_interleave(S, dim=1)
+
+
+def elu1(x):
+    """phi(x) = elu(x) + 1 > 0, the linear-attention feature map (Katharopoulos et al. 2020)."""
+    return F.elu(x) + 1
+
+
+def linear_attention_ref(q, k, v, eps=1e-6):
+    """Reference (quadratic, masked) causal linear attention over trace slots:
+    y_t = sum_{j<=t,s} (phi(q_t).phi(k_js)) v_js / sum_{j<=t,s} phi(q_t).phi(k_js).
+    q (B, H, T, D), k, v (B, H, T*S, D) -> y (B, H, T, D). Memory O(T^2 S)."""
+    T = q.shape[2]
+    w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // T, q.device)  # (B, H, T, T*S)
+    return (w @ v) / (w.sum(-1, keepdim=True) + eps)
+
+
 class LinearAttnPredictor(_TraceAttention):
-    """Causal linear attention over the trace slots, phi(x) = elu(x) + 1 (Katharopoulos 2020):
-    x̂_t = sum_{j<=t,s} (phi(q_t).phi(k_js)) v_js / sum_{j<=t,s} phi(q_t).phi(k_js).
-    forward uses the quadratic masked form (readable; T x T*S memory like softmax); step keeps
-    the O(1) running sums sum phi(k) v^T and sum phi(k)."""
+    """Causal linear attention over the trace slots, phi = elu + 1 (`linear_attention_ref`).
+    forward is the chunked form (fast path, O(T) memory): inside a chunk of L positions the
+    masked quadratic form; across chunks the running sums sum phi(k) v^T (D x D) and sum phi(k)
+    of all earlier chunks (an exclusive cumsum over chunks). step keeps those sums: O(1) state."""
 
-    @staticmethod
-    def phi(x):
-        return F.elu(x) + 1
+    chunk = 64  # L: positions per chunk; any L >= 1 gives the same result
 
-    def attend(self, q, k, v, mask):
-        w = (self.phi(q) @ self.phi(k).transpose(-1, -2)) * mask  # (B, H, T, T*S), >= 0
-        return (w @ v) / (w.sum(-1, keepdim=True) + 1e-6)  # (B, H, T, D)
+    def attend(self, q, k, v, eps=1e-6):
+        B, H, T, D = q.shape
+        S, L = k.shape[2] // T, self.chunk
+        pad = (-T) % L  # zero-padded queries/slots come after every real query: never visible
+        fq = elu1(F.pad(q, (0, 0, 0, pad))).view(B, H, -1, L, D)  # (B, H, N, L, D)
+        fk = elu1(F.pad(k, (0, 0, 0, pad * S))).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
+        v = F.pad(v, (0, 0, 0, pad * S)).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
+        w = (fq @ fk.transpose(-1, -2)) * slot_mask(L, S, q.device)  # (B, H, N, L, L*S) in-chunk
+        kv = fk.transpose(-1, -2) @ v  # (B, H, N, D, D) each chunk's sum phi(k) v^T
+        kv = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, -1))  # shift by one chunk: earlier chunks only
+        ks = F.pad(fk.sum(3).cumsum(2), (0, 0, 1, -1))  # (B, H, N, D) sum phi(k), earlier chunks
+        num = w @ v + fq @ kv  # (B, H, N, L, D)
+        den = w.sum(-1) + (fq * ks.unsqueeze(3)).sum(-1)  # (B, H, N, L)
+        return (num / (den.unsqueeze(-1) + eps)).view(B, H, -1, D)[:, :, :T]  # (B, H, T, D)
 
     def init_state(self, batch_size, device):
         H, D = self.n_head, self.q.in_features // self.n_head
@@ -230,10 +259,10 @@ class LinearAttnPredictor(_TraceAttention):
 
     def step(self, u_t, hp_t, state):
         q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
-        fk = self.phi(k)
+        fk = elu1(k)
         kv = state["kv"] + fk.transpose(-1, -2) @ v  # (B, H, D, D)
         ksum = state["ksum"] + fk.sum(2)  # (B, H, D)
-        fq = self.phi(q)  # (B, H, 1, D)
+        fq = elu1(q)  # (B, H, 1, D)
         y = (fq @ kv) / ((fq * ksum[:, :, None]).sum(-1, keepdim=True) + 1e-6)  # (B, H, 1, D)
         return y.reshape(u_t.shape), dict(kv=kv, ksum=ksum)  # (B, C)
 
@@ -242,7 +271,9 @@ class SoftmaxAttnPredictor(_TraceAttention):
     """Causal softmax attention over the trace slots (F.scaled_dot_product_attention):
     x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v."""
 
-    def attend(self, q, k, v, mask):
+    def attend(self, q, k, v):
+        T = q.shape[2]
+        mask = slot_mask(T, k.shape[2] // T, q.device)  # (T, T*S)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
 
     def init_state(self, batch_size, device):

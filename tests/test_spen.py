@@ -4,7 +4,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from spen import SPEN, Block, SparseFFN, SPENConfig, shift_right
+from spen import SPEN, Block, LinearAttnPredictor, SparseFFN, SPENConfig, linear_attention_ref, shift_right
 
 VARIANTS = [(p, c) for p in ("linear", "linear_attn", "softmax_attn") for c in ("ema", "selective")]
 
@@ -80,19 +80,34 @@ def test_step_reproduces_forward(predictor, context):
         assert sum(sizes) == sum(t.numel() for s in model.init_state(3) for t in [s["h"], *(s["pred"] or {}).values()])
 
 
+@pytest.mark.parametrize("T,chunk", [(1, 4), (13, 4), (16, 4), (20, 64)])
+def test_chunked_linear_attention_equals_reference(T, chunk):
+    pred = LinearAttnPredictor(tiny(predictor="linear_attn"))
+    pred.chunk = chunk
+    g = torch.Generator().manual_seed(T)
+    q = torch.randn(2, 4, T, 8, generator=g, requires_grad=True)
+    k = torch.randn(2, 4, T * 3, 8, generator=g, requires_grad=True)
+    v = torch.randn(2, 4, T * 3, 8, generator=g, requires_grad=True)
+    fast, ref = pred.attend(q, k, v), linear_attention_ref(q, k, v)
+    assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
+    w = torch.randn(fast.shape, generator=g)
+    for a, b in zip(torch.autograd.grad((fast * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
 def test_tiny_model_overfits_tiny_batch():
     torch.manual_seed(0)
-    model = SPEN(tiny(n_embd=48, ffn_hidden=96, ffn_topk=16))
+    model = SPEN(tiny())
     idx = torch.randint(0, 64, (4, 17), generator=torch.Generator().manual_seed(3))
     x, y = idx[:, :-1], idx[:, 1:]
-    opt = model.configure_optimizers(0.0, 1e-2, (0.9, 0.95), "cpu")
+    opt = model.configure_optimizers(0.0, 2e-2, (0.9, 0.95), "cpu")
     first = model(x, y)[1].item()
-    for _ in range(150):
+    for _ in range(60):  # ~0.4 s on one core; reaches ~0.001
         loss = model(x, y)[1]
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert first > 4.0 and loss.item() < 0.5, (first, loss.item())
+    assert first > 4.0 and loss.item() < 0.1, (first, loss.item())
 
 
 def test_hidden_states_and_head():
