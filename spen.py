@@ -469,14 +469,18 @@ class SPEN(nn.Module):
     def flops_per_token(self, T):
         """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T.
         Matmuls: 6 x (weights used in matmuls), the tied head counted once, the FFN counted
-        DENSE (as it runs; a sparse kernel would cut W_2 to k/F of that). Attention predictors
-        add 6 x 2 T S C per layer (q.k and w.v over T*S slots, the full square as nanoGPT
-        counts it). The EMA traces (~2 L S C per token, L = ema.CHUNK) and norms are left out (<1%)."""
+        DENSE (as it runs; a sparse kernel would cut W_2 to k/F of that). Per layer, the
+        attention predictors add 3 x their forward cost: softmax_attn 4 T S C (q.k and w.v over
+        T*S slots, the full square as nanoGPT counts it); linear_attn 4 L S C in-chunk
+        (L = chunk) + 2 (S + 1) D C for updating and reading the D x D state. The EMA traces
+        (~2 L S C per token, L = ema.CHUNK) and norms are left out (< 1%)."""
         cfg = self.config
+        S, C = len(cfg.alphas), cfg.n_embd
         n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
                                            if p.dim() < 2 or n.endswith(("trace_emb", "gate_bias")))
-        attn = 0 if cfg.predictor == "linear" else 12 * cfg.n_layer * T * len(cfg.alphas) * cfg.n_embd
-        return 6 * n_matmul + attn
+        attn_fwd = {"linear": 0, "softmax_attn": 4 * T * S * C,
+                    "linear_attn": 4 * LinearAttnPredictor.chunk * S * C + 2 * (S + 1) * C * C // cfg.n_head}
+        return 6 * n_matmul + 3 * cfg.n_layer * attn_fwd[cfg.predictor]
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops=None):
         """Model FLOPs utilisation: achieved FLOP/s over the peak. fwdbwd_per_iter = sequences of
