@@ -5,7 +5,7 @@ with a fixed decay a, used at several timescales at once (SPEN: a = 0.5, 0.1, 0.
 
 Shape glossary
     B batch, T time, C channels (width), S number of traces (len(alphas)),
-    L chunk length of the fast scan, N = ceil(T / L) chunks.
+    L chunk length of the fast scan, N = T // L whole chunks (a shorter tail runs as a loop).
 
 Code name -> paper symbol
     x[:, t]        x_t, the input at time t
@@ -22,14 +22,20 @@ Public functions
     configure_allocator()      raise glibc's trim threshold / disable mmap so large freed
                                tensors are reused instead of page-faulted in again.
 
-How the fast path works (see `_ChunkedTraces`): inside a chunk of L steps the trace is a
-lower-triangular matrix product y = W x with W[i, j] = a (1 - a)^(i - j); the S decay matrices
-are stacked into one (L*S, L) operand so one matmul produces all traces. The state entering
-each chunk is a second, N-step EMA with decay (1 - a)^L over the chunk ends, done as a
-triangular (N, N) matmul, so there is no Python loop over time at all. All powers are <= 1,
-so nothing overflows (they may underflow to 0, which is the exact limit). The gradient of an
-EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
-dL/dx_t = sum_s a_s lambda_t^(s), computed the same way; nothing is saved for backward.
+How the fast path works (see `_ChunkedTraces`), a two-level scan that writes h once:
+  1. cut time into N chunks of L steps; one small matmul gives each chunk's end state from a
+     zero start, E (S, L) @ x_chunk (L, C), E[s, j] = a_s (1 - a_s)^(L - 1 - j);
+  2. a loop over the N chunks carries the state across them: h_in(n + 1) = end(n) + (1 - a)^L h_in(n);
+  3. a loop over the L positions runs the recurrence itself, for all B * N chunks and S decays at
+     once: one `torch.lerp(h_{i-1}, x_i, a)` (= (1 - a) h_{i-1} + a x_i) per position, written
+     straight into the output with `out=`.
+So there are L + N Python steps instead of T, the output is written once, and no intermediate
+larger than (B, N, S, C) exists. Every operation is the recurrence or a sum of non-negative
+powers (1 - a)^k <= 1: nothing overflows, and the rounding is that of the loop. The gradient of
+an EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
+dL/dx_t = sum_s a_s lambda_t^(s), dL/dh0 = (1 - a) lambda_0: the backward is the same two-level
+scan in reverse, and nothing is saved for it. Memory traffic: forward reads x twice and writes h
+once; backward reads g twice and writes dx once (bench.py measures the gap to a plain copy).
 
 Run `python -m pytest tests/test_ema.py` for the agreement tests; `python bench.py` for speed.
 """
@@ -39,8 +45,14 @@ import functools
 import sys
 
 import torch
+import torch.nn.functional as F
 
-CHUNK = 16  # L: measured fastest on a 2-core CPU for C=768 (see bench.py); any L >= 1 is exact
+
+def chunk_len(T):
+    """L for a sequence of T steps: about 16 chunks, L in [16, 256]. Any L >= 1 is exact; this
+    trades the L + N Python steps against the size of one (B, N, S, C) slice, which should stay
+    cache-sized (bench.py measures it: B=8, C=768 on a 2-core CPU)."""
+    return max(16, min(256, T // 16))
 
 
 def _check(x, alphas, h0):
@@ -87,98 +99,105 @@ def step(x_t, h, alphas):
 
 
 @functools.lru_cache(maxsize=64)
-def _operators(alphas, L, N, dtype, device):
-    """Constant matrices of the chunked scan, built in float64 then cast.
+def _operators(alphas, L, dtype, device):
+    """Constants of the chunked scan, built in float64 then cast. S = len(alphas).
 
-    Wf (L*S, L): Wf[i*S + s, j] = a_s (1 - a_s)^(i - j) for j <= i   (in-chunk forward)
-    Pf (L, S):   (1 - a_s)^(i + 1)   decay of the incoming state to position i
-    K  (S, N, N): K[s, n, m] = (1 - a_s)^(L (n - 1 - m)) for m < n  (carry between chunks)
-    Q  (S, N):   (1 - a_s)^(L n)     decay of h0 to the start of chunk n
-    Wb (L, L*S): Wb[i, j*S + s] = a_s (1 - a_s)^(j - i) for j >= i   (in-chunk backward, summed over s)
-    Vb (L, S):   (1 - a_s)^j         decay of position j's cotangent to the chunk start
-    Pb (L, S):   a_s (1 - a_s)^(L - i)  weight of the next chunk's adjoint at position i
+    w (S, 1):          a_s, the lerp weight
+    rL (S, 1):         (1 - a_s)^L, decay across one chunk
+    E (S, L):          a_s (1 - a_s)^(L - 1 - j), weight of x_j in its chunk's end state
+    V (S, L):          a_s (1 - a_s)^j, weight of g_j in a_s * (adjoint at its chunk's start)
+    r_over_a (S, 1):   (1 - a_s) / a_s, turns the scaled adjoint a lambda_0 into dL/dh0
     """
     f64 = dict(dtype=torch.float64, device=device)
     a = torch.tensor(alphas, **f64)  # (S,)
     r = 1 - a
-    i = torch.arange(L, **f64)
-    d = i[:, None] - i[None, :]  # (L, L) i - j
-    low = (d >= 0)
-    pw = torch.where(low[..., None], r ** d.clamp(min=0)[..., None], 0)  # (L, L, S) (1-a)^(i-j)
-    Wf = (a * pw).permute(0, 2, 1).reshape(L * len(a), L)  # (L*S, L)
-    Wb = (a * pw).permute(1, 0, 2).reshape(L, L * len(a)).contiguous()  # (L, L*S): [i, j*S+s] = a r^(j-i)
-    n = torch.arange(N, **f64)
-    e = n[:, None] - 1 - n[None, :]  # (N, N)
-    K = torch.where(e >= 0, r[:, None, None] ** (L * e.clamp(min=0)), 0)  # (S, N, N)
-    out = dict(Wf=Wf, Pf=r ** (i[:, None] + 1), K=K, Q=r[:, None] ** (L * n), Wb=Wb,
-               Vb=r ** i[:, None], Pb=a * r ** (L - i[:, None]), r=r)
-    return {k: v.to(dtype) for k, v in out.items()}
-
-
-def _pad_chunks(x, L):
-    """(B, T, ...) -> (B, N, L, ...) with zero padding at the end of time."""
-    T = x.shape[1]
-    pad = (-T) % L
-    if pad:
-        x = torch.cat([x, x.new_zeros(x.shape[0], pad, *x.shape[2:])], dim=1)
-    return x.view(x.shape[0], -1, L, *x.shape[2:])
+    j = torch.arange(L, **f64)[:, None]  # (L, 1)
+    out = dict(w=a[:, None], rL=(r ** L)[:, None], E=(a * r ** (L - 1 - j)).t(),
+               V=(a * r ** j).t(), r_over_a=(r / a)[:, None])
+    return {k: v.to(dtype).contiguous() for k, v in out.items()}
 
 
 class _ChunkedTraces(torch.autograd.Function):
-    """Forward: chunked matmul scan. Backward: the same scan run backwards in time."""
+    """Forward: two-level scan (chunk ends by matmul, carry over chunks, lerp over positions).
+    Backward: the same scan run backwards in time. T = N * L + R: the R < L tail steps after the
+    last whole chunk run as a plain loop on (B, S, C)."""
 
     @staticmethod
     def forward(ctx, x, h0, alphas, L):
         B, T, C = x.shape
-        S = len(alphas)
-        xc = _pad_chunks(x, L)  # (B, N, L, C)
-        N = xc.shape[1]
-        op = _operators(alphas, L, N, x.dtype, x.device)
-        y = torch.matmul(op["Wf"], xc).view(B, N, L, S, C)  # in-chunk traces from a zero state
-        # state entering chunk n: an EMA over chunk ends with decay (1 - a)^L
-        ends = y[:, :, L - 1]  # (B, N, S, C)
-        hin = torch.einsum("snm,bmsc->bnsc", op["K"], ends)  # (B, N, S, C)
-        if h0 is not None:
-            hin = hin + op["Q"].t()[None, :, :, None] * h0[:, None]  # (B, N, S, C)
-        y = y + op["Pf"][None, None, :, :, None] * hin[:, :, None]  # (B, N, L, S, C)
-        ctx.alphas, ctx.L, ctx.T, ctx.has_h0 = alphas, L, T, h0 is not None
-        return y.view(B, N * L, S, C)[:, :T]
+        S, N = len(alphas), T // L
+        op = _operators(alphas, L, x.dtype, x.device)
+        y = x.new_empty(B, T, S, C)
+        h = x.new_zeros(B, S, C) if h0 is None else h0  # (B, S, C) state entering the chunk
+        if N:
+            xc = x[:, :N * L].view(B, N, L, C)
+            yc = y[:, :N * L].view(B, N, L, S, C)
+            hin = torch.matmul(op["E"], xc)  # (B, N, S, C) chunk ends from a zero state ...
+            for n in range(N):  # ... overwritten in place by the state entering chunk n
+                end = hin[:, n].clone()  # (B, S, C)
+                hin[:, n] = h
+                h = torch.addcmul(end, op["rL"], h)  # end(n) + (1 - a)^L h_in(n)
+            prev = hin  # (B, N, S, C)
+            for i in range(L):  # position i of every chunk: (1 - a) h_{i-1} + a x_i
+                torch.lerp(prev, xc[:, :, i, None], op["w"], out=yc[:, :, i])
+                prev = yc[:, :, i]
+        for t in range(N * L, T):  # tail
+            torch.lerp(h, x[:, t, None], op["w"], out=y[:, t])
+            h = y[:, t]
+        ctx.alphas, ctx.L, ctx.has_h0 = alphas, L, h0 is not None
+        return y  # (B, T, S, C)
 
     @staticmethod
     def backward(ctx, g):
-        alphas, L, T = ctx.alphas, ctx.L, ctx.T
-        B, _, S, C = g.shape
-        gc = _pad_chunks(g.contiguous(), L)  # (B, N, L, S, C)
-        N = gc.shape[1]
-        op = _operators(alphas, L, N, g.dtype, g.device)
-        # in-chunk part: dx_i = sum_{j >= i, s} a_s (1 - a_s)^(j - i) g_j^s
-        dx = torch.matmul(op["Wb"], gc.view(B, N, L * S, C))  # (B, N, L, C)
-        # adjoint at each chunk start, lambda_start(n) = G_n + (1 - a)^L lambda_start(n + 1)
-        G = torch.einsum("js,bnjsc->bnsc", op["Vb"], gc)  # (B, N, S, C)
-        lam = torch.einsum("smn,bmsc->bnsc", op["K"], G)  # (B, N, S, C) adjoint entering chunk n + 1
-        dx = dx + torch.einsum("is,bnsc->bnic", op["Pb"], lam)  # (B, N, L, C)
-        dh0 = None
-        if ctx.has_h0:  # dL/dh0 = (1 - a) lambda_0, lambda_0 = G_0 + (1 - a)^L lambda_start(1)
-            lam0 = G[:, 0] + (op["r"] ** L)[None, :, None] * lam[:, 0]  # (B, S, C)
-            dh0 = op["r"][None, :, None] * lam0
-        return dx.reshape(B, N * L, C)[:, :T], dh0, None, None
+        # In terms of mu = a lambda (scaled adjoint): mu_t = (1 - a) mu_{t+1} + a g_t, which is
+        # again a lerp, and dL/dx_t = sum_s mu_t^(s).
+        alphas, L = ctx.alphas, ctx.L
+        B, T, S, C = g.shape
+        g = g.contiguous()  # autograd may hand in an expanded gradient
+        N = T // L
+        op = _operators(alphas, L, g.dtype, g.device)
+        dx = g.new_empty(B, T, C)
+        mu = g.new_zeros(B, S, C)  # (B, S, C) scaled adjoint entering from the future
+        for t in range(T - 1, N * L - 1, -1):  # tail, backwards
+            mu = torch.lerp(mu, g[:, t], op["w"])
+            torch.sum(mu, 1, out=dx[:, t])
+        if N:
+            gc = g[:, :N * L].view(B, N, L, S, C)
+            dxc = dx[:, :N * L].view(B, N, L, C)
+            # a * (adjoint at each chunk's start from a zero future), one matmul per decay
+            muin = torch.stack([torch.matmul(op["V"][s], gc[:, :, :, s]) for s in range(S)], 2)  # (B, N, S, C)
+            for n in range(N - 1, -1, -1):  # carry backwards; overwrite with the entering value
+                start = muin[:, n].clone()
+                muin[:, n] = mu
+                mu = torch.addcmul(start, op["rL"], mu)  # mu at the start of chunk n
+            prev, bufs = muin, (torch.empty_like(muin), torch.empty_like(muin))
+            for i in range(L - 1, -1, -1):  # mu never reaches memory: two cache-sized buffers
+                cur = bufs[i % 2]
+                torch.lerp(prev, gc[:, :, i], op["w"], out=cur)  # (B, N, S, C)
+                torch.sum(cur, 2, out=dxc[:, :, i])  # (B, N, C)
+                prev = cur
+        dh0 = op["r_over_a"] * mu if ctx.has_h0 else None  # (1 - a) lambda_0
+        return dx, dh0, None, None
 
 
-def traces(x, alphas, h0=None, chunk=CHUNK):
+def traces(x, alphas, h0=None, chunk=None):
     """Fast exact traces. Same contract as `traces_ref`: x (B, T, C) -> (B, T, S, C).
 
-    Half-precision inputs are computed in float32 and returned in float32: the slow trace
-    (a = 0.02) sums ~50 terms, which bf16's 8-bit mantissa would round visibly.
+    chunk: L (default `chunk_len(T)`). Half-precision inputs are computed in float32 and
+    returned in float32: the slow trace (a = 0.02) sums ~50 terms, which bf16's 8-bit mantissa
+    would round visibly.
     """
     alphas = _check(x, alphas, h0)
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()
-        h0 = None if h0 is None else h0.float()
     if h0 is not None:
         h0 = h0.to(x.dtype)
     if x.shape[1] == 0:
         return x.new_zeros(x.shape[0], 0, len(alphas), x.shape[2])
-    return _ChunkedTraces.apply(x, h0, alphas, int(chunk))
+    L = int(chunk) if chunk is not None else chunk_len(x.shape[1])
+    if L < 1:
+        raise ValueError(f"chunk must be a positive int, got {chunk}")
+    return _ChunkedTraces.apply(x.contiguous(), h0, alphas, L)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,33 +223,39 @@ def selective_traces_ref(x, a, h0=None):
     return torch.stack(out, dim=1)  # (B, T, C)
 
 
-def selective_traces(x, a, h0=None, chunk=CHUNK):
+def selective_traces(x, a, h0=None, chunk=None):
     """Chunked selective traces, exact up to float rounding. x, a (B, T, C) -> h (B, T, C).
 
-    In chunk n with c_i = sum_{k<=i} log(1 - a_k) (cumulative within the chunk):
-        h_i = exp(c_i) h_in + sum_{j<=i} exp(c_i - c_j) a_j x_j,
-    every exponent <= 0, so nothing overflows. log(1 - a) is clamped at -30 (a decay of 1e-13
-    instead of 0) so that a = 1 gives no -inf - -inf. The carry between chunks is a Python loop
-    over N = T / L chunks, not over time. Autograd differentiates it directly.
+    The same two-level scan as `traces`, differentiated by autograd. In chunk n, from a zero
+    state, y_i = lerp(y_{i-1}, x_i, a_i) and P_i = prod_{k<=i} (1 - a_k), for all chunks at once
+    (L steps); then the state entering each chunk, h_in(n + 1) = y_{L-1}(n) + P_{L-1}(n) h_in(n)
+    (N steps); then h_i = y_i + P_i h_in. Only products and lerps of numbers in [0, 1]: no
+    logarithm, no division, nothing overflows; P may underflow to 0, its exact limit. Memory is a
+    few (B, T, C) tensors (the previous version built a (B, N, L, L, C) one).
     """
     _check_selective(x, a, h0)
     B, T, C = x.shape
-    L = int(chunk)
-    xc, ac = _pad_chunks(x, L), _pad_chunks(a, L)  # (B, N, L, C)
-    logr = torch.log1p(-ac).clamp(min=-30.0)  # (B, N, L, C)
-    c = logr.cumsum(2)  # (B, N, L, C)
-    diff = c[:, :, :, None] - c[:, :, None]  # (B, N, L_i, L_j, C) c_i - c_j
-    mask = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()[None, None, :, :, None]
-    w = torch.where(mask, diff, float("-inf")).exp()  # (B, N, L, L, C), zero above the diagonal
-    y = (w * (ac * xc)[:, :, None]).sum(3)  # (B, N, L, C) in-chunk traces from a zero state
-    dec = c.exp()  # (B, N, L, C) decay of the incoming state to position i
-    h = x.new_zeros(B, C) if h0 is None else h0
-    out = []
-    for n in range(xc.shape[1]):
-        yn = y[:, n] + dec[:, n] * h[:, None]  # (B, L, C)
-        out.append(yn)
-        h = yn[:, -1]
-    return torch.cat(out, dim=1)[:, :T]  # (B, T, C)
+    L = int(chunk) if chunk is not None else chunk_len(T)
+    pad = (-T) % L  # pad with a = 0: the state passes through unchanged
+    xc = F.pad(x, (0, 0, 0, pad)).view(B, -1, L, C)  # (B, N, L, C)
+    ac = F.pad(a, (0, 0, 0, pad)).view(B, -1, L, C)
+    N = xc.shape[1]
+    y = x.new_zeros(B, N, C)  # (B, N, C) position i of every chunk, zero start
+    p = x.new_ones(B, N, C)  # decay of the entering state to position i
+    ys, ps = [], []
+    for x_i, a_i in zip(xc.unbind(2), ac.unbind(2)):  # unbind, not xc[:, :, i]: see traces_ref
+        y = torch.lerp(y, x_i, a_i)  # (1 - a_i) y + a_i x_i
+        p = p * (1 - a_i)
+        ys.append(y)
+        ps.append(p)
+    h = x.new_zeros(B, C) if h0 is None else h0  # (B, C)
+    hin = []
+    for end, decay in zip(y.unbind(1), p.unbind(1)):  # chunk ends, (B, C) each
+        hin.append(h)
+        h = end + decay * h
+    y, p = torch.stack(ys, 2), torch.stack(ps, 2)  # (B, N, L, C)
+    h = y + p * torch.stack(hin, 1)[:, :, None]  # (B, N, L, C)
+    return h.view(B, N * L, C)[:, :T]  # (B, T, C)
 
 
 # ---------------------------------------------------------------------------------------------

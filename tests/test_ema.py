@@ -24,6 +24,39 @@ def test_fast_equals_loop_float32(T):
     assert torch.allclose(gf[1], gr[1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("T,chunk", [(33, 1), (33, 8), (5, 64), (100, 7), (256, None)])
+def test_chunk_lengths_and_tails(T, chunk):
+    # T = N * L + R: whole chunks, a tail of R < L steps, or only a tail (L > T)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, T, 4, generator=g, requires_grad=True)
+    h0 = torch.randn(3, 3, 4, generator=g, requires_grad=True)
+    fast, ref = ema.traces(x, ALPHAS, h0, chunk=chunk), ema.traces_ref(x, ALPHAS, h0)
+    assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
+    w = torch.randn(fast.shape, generator=g)
+    for u, v in zip(torch.autograd.grad((fast * w).sum(), (x, h0)), torch.autograd.grad((ref * w).sum(), (x, h0))):
+        assert torch.allclose(u, v, atol=1e-5, rtol=1e-5)
+
+
+def test_nothing_saved_for_backward_and_expanded_grad():
+    x = torch.randn(2, 40, 3, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = ema.traces(x, ALPHAS)
+    assert saved == []  # the backward recomputes nothing and stores nothing
+    (gx,) = torch.autograd.grad(y.sum(), x)  # y.sum() hands backward an expanded gradient
+    (gr,) = torch.autograd.grad(ema.traces_ref(x, ALPHAS).sum(), x)
+    assert torch.allclose(gx, gr, atol=1e-5)
+
+
+def test_bf16_and_noncontiguous_inputs():
+    x = torch.randn(4, 2, 50)
+    y = ema.traces(x.transpose(1, 2), ALPHAS)  # (2, 50, 4) non-contiguous view
+    assert torch.allclose(y, ema.traces_ref(x.transpose(1, 2), ALPHAS), atol=1e-6)
+    yb = ema.traces(x.transpose(1, 2).bfloat16(), ALPHAS)
+    assert yb.dtype == torch.float32  # computed and returned in float32
+    assert torch.allclose(yb, ema.traces_ref(x.transpose(1, 2).bfloat16().float(), ALPHAS), atol=1e-6)
+
+
 def test_float64_gradcheck():
     x = torch.randn(1, 19, 3, dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True)
@@ -59,7 +92,7 @@ def test_bad_rank_and_h0():
         ema.traces(torch.zeros(1, 2, 3), ALPHAS, h0=torch.zeros(1, 2, 3))
 
 
-@pytest.mark.parametrize("T", [1, 16, 45])
+@pytest.mark.parametrize("T", [1, 16, 45, 300])
 def test_selective_fast_equals_loop(T):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, T, 4, generator=g, requires_grad=True)
@@ -79,3 +112,17 @@ def test_selective_with_constant_decay_is_an_ema():
     x = torch.randn(1, 30, 2)
     a = torch.full_like(x, 0.1)
     assert torch.allclose(ema.selective_traces(x, a), ema.traces(x, (0.1,))[:, :, 0], atol=1e-6)
+
+
+def test_selective_extreme_decays():
+    # a = 1 forgets everything, a = 0 keeps the state, a = 0.01 is the slowest decay we use
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 70, 3, generator=g, requires_grad=True)
+    a = torch.tensor([1.0, 0.0, 0.01]).repeat(2, 70, 1)
+    a[:, ::7] = torch.rand(2, 10, 3, generator=g)
+    a.requires_grad_(True)
+    h0 = torch.randn(2, 3, generator=g)
+    fast, ref = ema.selective_traces(x, a, h0, chunk=8), ema.selective_traces_ref(x, a, h0)
+    assert torch.allclose(fast, ref, atol=1e-5)
+    for u, v in zip(torch.autograd.grad(fast.sum(), (x, a)), torch.autograd.grad(ref.sum(), (x, a))):
+        assert torch.allclose(u, v, atol=1e-4)
