@@ -315,10 +315,13 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
         model, kind = build_from_checkpoint(init, a.init_from), init["kind"]
         init = None
     elif a.init_from == "gpt2":
+        why = data_lib._hub_unreachable()  # offline: use the local HF cache only, no ~30 s retry storm
+        if why:
+            os.environ["HF_HUB_OFFLINE"] = "1"
         try:
             model = GPT.from_pretrained("gpt2")
         except RuntimeError as e:
-            raise SystemExit(str(e)) from None
+            raise SystemExit(f"{e}{f' [hub: {why}]' if why else ''}") from None
         kind = "gpt"
     else:
         kind = a.model

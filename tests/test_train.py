@@ -125,6 +125,20 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
         run(tmp_path, "--eval_only", "--init_from", tmp_path / "missing.pt")
 
 
+def test_eval_only_gpt2_path_and_gpt_training(tmp_path, monkeypatch):
+    # The hub is offline here: stand a tiny random GPT in for GPT.from_pretrained('gpt2').
+    from gpt import GPT, GPTConfig
+    tiny = GPT(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=16, vocab_size=50257))
+    monkeypatch.setattr(train.GPT, "from_pretrained", classmethod(lambda cls, name: tiny))
+    ev = run(tmp_path / "g2", "--eval_only", "--init_from", "gpt2", "--eval_data", "builtin")
+    saved = json.loads((tmp_path / "g2" / "eval.json").read_text())
+    assert saved["kind"] == "gpt" and saved["val_loss"] == ev["val_loss"]
+    assert saved["tokens"] == 2 * 2 * 8  # eval_iters x batch x block, block capped at the model's 8
+    assert abs(saved["val_loss"] - math.log(50257)) < 0.5
+    res = run(tmp_path / "gpt", "--model", "gpt", "--max_iters", 2, "--eval_interval", 2)
+    assert res["kind"] == "gpt" and math.isfinite(res["val_loss"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_130m_preset_without_cuda_points_to_cpu_preset():
     with pytest.raises(SystemExit, match="--preset cpu"):
