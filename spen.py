@@ -262,7 +262,7 @@ class LinearAttnPredictor(_TraceAttention):
         fk = elu1(k)
         kv = state["kv"] + fk.transpose(-1, -2) @ v  # (B, H, D, D)
         ksum = state["ksum"] + fk.sum(2)  # (B, H, D)
-        fq = elu1(q)  # (B, H, 1, D)
+        fq = elu1(q).to(kv.dtype)  # (B, H, 1, D); the running sums stay float32
         y = (fq @ kv) / ((fq * ksum[:, :, None]).sum(-1, keepdim=True) + 1e-6)  # (B, H, 1, D)
         return y.reshape(u_t.shape), dict(kv=kv, ksum=ksum)  # (B, C)
 
@@ -331,7 +331,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         u = self.ln1(x)  # (B, T, C)
-        hp = shift_right(self.ctx(u))  # (B, T, S, C) h_{t-1}: the past only (choice 1)
+        hp = shift_right(self.ctx(u)).to(u.dtype)  # (B, T, S, C) h_{t-1}: the past only (choice 1)
         xhat = self.pred(u, hp).to(u.dtype)  # (B, T, C)
         e = u - xhat  # prediction error e_t
         x = x + self.drop(self.mix(torch.cat([e, xhat], dim=-1)))  # (B, T, 2C) -> (B, T, C)
@@ -344,7 +344,7 @@ class Block(nn.Module):
     def step(self, x_t, state):
         """One token: x_t (B, C), state {h: h_{t-1} (B, S, C), pred: ...} -> (x'_t, state)."""
         u = self.ln1(x_t)  # (B, C)
-        xhat, pred_state = self.pred.step(u, state["h"], state["pred"])  # reads h_{t-1}
+        xhat, pred_state = self.pred.step(u, state["h"].to(u.dtype), state["pred"])  # reads h_{t-1}
         xhat = xhat.to(u.dtype)
         x = x_t + self.mix(torch.cat([u - xhat, xhat], dim=-1))
         x = x + self.ffn(self.ln2(x))

@@ -80,6 +80,21 @@ def test_step_reproduces_forward(predictor, context):
         assert sum(sizes) == sum(t.numel() for s in model.init_state(3) for t in [s["h"], *(s["pred"] or {}).values()])
 
 
+@pytest.mark.parametrize("predictor", ["linear", "linear_attn", "softmax_attn"])
+def test_pure_bf16_model_runs_forward_and_step(predictor):
+    model = make(predictor=predictor, context="selective").to(torch.bfloat16)
+    idx = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        ref = model(idx)[0]
+        state = model.init_state(2)
+        out = []
+        for token in idx.unbind(1):
+            logits, state = model.step(token, state)
+            out.append(logits)
+    assert ref.dtype == torch.bfloat16 and torch.isfinite(ref).all()
+    assert torch.allclose(torch.stack(out, 1).float(), ref.float(), atol=0.1, rtol=0)
+
+
 @pytest.mark.parametrize("T,chunk", [(1, 4), (13, 4), (16, 4), (20, 64)])
 def test_chunked_linear_attention_equals_reference(T, chunk):
     pred = LinearAttnPredictor(tiny(predictor="linear_attn"))
