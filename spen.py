@@ -59,8 +59,8 @@ Parameter counts (measured by `python spen.py`; paper: ~130M):
     linear 130,684,416 | linear_attn / softmax_attn 130,712,064 | selective (+linear) 137,789,952
 
 Run `python spen.py` (prints parameter counts of every variant, < 10 s on a 2-core CPU,
-built on the meta device) and `python -m pytest tests/test_spen.py` (31 tests, 3-17 s on 2
-shared cores).
+built on the meta device) and `python -m pytest tests/test_spen.py` (34 tests, ~3 s on a quiet
+2-core CPU, 20-55 s while ~6 other jobs share it).
 """
 
 import inspect

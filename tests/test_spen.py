@@ -53,6 +53,7 @@ def test_predictor_reads_only_past_traces(predictor):
     """x̂_t must not depend on u_t through the values: perturb u_t only inside the traces' input."""
     block = Block(tiny(predictor=predictor)).eval()
     u = torch.randn(1, 10, 32)
+    assert block(u).shape == u.shape  # usable standalone: (B, T, C) -> (B, T, C)
     hp = shift_right(block.ctx(u))  # (1, 10, S, C)
     u2 = u.clone()
     u2[:, 5] += 1.0
