@@ -16,7 +16,8 @@ One block (pre-norm, two residual adds, as GPT-2):
 
 Shape glossary
     B batch, T time, C width (n_embd), S traces (len(alphas)), V vocabulary,
-    F FFN hidden width, k kept FFN units, H heads, D = C / H head width.
+    F FFN hidden width, k kept FFN units, H heads, D = C / H head width,
+    L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
 
 Code name -> paper symbol
     alphas[s]   a_s             ctx(u) -> h   h_t^(s), all S traces, (B, T, S, C)
@@ -182,7 +183,9 @@ class LinearPredictor(nn.Module):
 class _TraceAttention(nn.Module):
     """Shared parts of the attention predictors. Slot (j, s) for j <= t holds the trace state
     z_{j,s} = h_{j-1}^s + E_s; k = W_k z, v = W_v z; the query is q_t = W_q u_t. Slots are
-    ordered j*S + s, so the causal mask is a lower-triangular (T, T) mask repeated S times."""
+    ordered j*S + s, so the causal mask is a lower-triangular (T, T) mask repeated S times.
+    Slot j = 0 holds E_s alone (the zero state before the first token): a fixed "nothing yet"
+    slot that every query can see, so position 0 has something to attend to."""
 
     def __init__(self, cfg):
         super().__init__()
