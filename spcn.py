@@ -1,0 +1,218 @@
+"""SPCN: Sparse Predictive Column Network, trained without backpropagation.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Small scale: SPCN". Frozen random
+feedforward projections into columns, top-k sparse activity per column, multi-timescale EMA
+traces of that activity as the only temporal context, and feedback (predictive) weights
+learned by the Precision-Gated Hebbian Update (PGHU). Zero labels are used to train it; role
+labels only ever reach the linear probes in probe.py.
+
+Shape glossary
+    B sentences in a batch, T time (words), V vocabulary (147), K columns, U units per column,
+    D = K * U units in all, S number of traces (len(alphas)).
+
+One time step (x_t the one-hot word; h_{t-1} the traces of the percept before t)
+    f_t   = W_ff x_t                                    feedforward drive (frozen random), (B, D)
+    a_t   = topk_col(f_t)                               bottom-up activity: k winners per column
+    p_t   = P h_{t-1}                                   top-down prediction of a_t, (B, D)
+    e_t   = a_t - p_t                                   prediction error
+    q_t   = g * topk_col(p_t)                           predictive units: the expected pattern
+    r_t   = [a_t, q_t]                                  percept of the column layer, (B, 2D)
+    h_t^s = (1 - alpha_s) h_{t-1}^s + alpha_s r_t       EMA traces (ema.step), (B, S, 2D)
+The Precision-Gated Hebbian Update, for every unit i (post) and trace input j (pre):
+    v_i   <- (1 - rho) v_i + rho * mean_b e_{t,i}^2     running variance of unit i's error
+    pi_i   = (1 / (v_i + eps)) / mean_i (1 / (v_i + eps))   precision, normalised to mean 1
+    P_ji  <- P_ji + eta * pi_i * mean_b h_{t-1,j} e_{t,i}
+a Hebbian product of pre-synaptic trace and post-synaptic error (the delta rule of predictive
+coding), with a rate that is larger for units whose error is reliable (high precision). It is
+an LMS step, stable while eta * max(pi) * |h|^2 < 2; |h|^2 ~ 60 here, hence eta = 0.01.
+
+Code name -> paper symbol
+    W_ff  frozen random feedforward projection       P  feedback (predictive) weights
+    a     sparse column activity (instantaneous)     h  multi-timescale EMA traces
+    q     top-down (predictive) units                var, 1/var  error variance, precision
+
+Decisions where the paper is silent (README "Differences from the paper")
+    - One layer of K columns over the one-hot word; the "hierarchy" is the feedforward column
+      layer plus the top-down predictive pathway from the traces, not several column layers.
+    - Each column has two populations: bottom-up units a_t and predictive units q_t, the
+      k-sparse pattern the feedback weights expect from the traces. Both are traced, so the
+      context carries what the network expected as well as what it saw; for a word it has
+      never seen (Grammar B) the predictive units still carry the pattern of the slot.
+      g = 0 switches them off (then the traces hold bottom-up activity only).
+    - Sentences are processed independently, with traces starting at zero.
+    - Precision is per unit (not per synapse) and normalised to mean 1, so eta keeps its scale.
+
+Run `python spcn.py` to train on Grammar A and save the weights: prints the prediction error
+per epoch, falling (about 10 s on one CPU core), and writes out_spcn/spcn.pt atomically.
+"""
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+import grammar
+from ema import step
+
+
+@dataclass
+class SPCNConfig:
+    vocab_size: int = 147            # V: input words (one-hot)
+    n_columns: int = 16              # K: columns
+    column_size: int = 32            # U: units per column
+    k: int = 4                       # winners per column (sparsity k / U = 12.5%)
+    alphas: tuple = (0.5, 0.2, 0.05)  # alpha_s: trace decays, half-lives ~1, 3, 14 words
+    feedback_gain: float = 1.0       # g: amplitude of the predictive units (0 = none)
+    lr: float = 0.01                 # eta: PGHU learning rate
+    var_rate: float = 0.01           # rho: rate of the running error variance
+    eps: float = 1e-3                # floor added to the variance
+    seed: int = 0                    # seed of the frozen random projection
+
+
+def topk_columns(x, n_columns, k):
+    """Keep the k largest units of each column at 1, the rest 0. x (..., D) -> (..., D)."""
+    shape = x.shape
+    x = x.reshape(*shape[:-1], n_columns, -1)  # (..., K, U)
+    out = torch.zeros_like(x).scatter_(-1, x.topk(k, dim=-1).indices, 1.0)
+    return out.reshape(shape)
+
+
+class SPCN(torch.nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        D, S = cfg.n_columns * cfg.column_size, len(cfg.alphas)
+        if not 0 < cfg.k <= cfg.column_size:
+            raise ValueError(f"k must be in 1..column_size={cfg.column_size}, got {cfg.k}")
+        g = torch.Generator().manual_seed(cfg.seed)
+        # Frozen random projection, unit Gaussian: one-hot input, so each word's drive is a
+        # column of W_ff and its bottom-up code is a random k-of-U pattern in every column.
+        self.W_ff = torch.nn.Parameter(torch.randn(cfg.vocab_size, D, generator=g),
+                                       requires_grad=False)  # (V, D)
+        # Feedback weights start at zero: no prediction before any learning.
+        self.P = torch.nn.Parameter(torch.zeros(S * 2 * D, D), requires_grad=False)  # (2SD, D)
+        # Running error variance starts at the variance of a k-of-U binary unit (no prediction).
+        q = cfg.k / cfg.column_size
+        self.var = torch.nn.Parameter(torch.full((D,), q * (1 - q)), requires_grad=False)  # (D,)
+
+    @property
+    def n_units(self):
+        return self.cfg.n_columns * self.cfg.column_size
+
+    def run(self, ids, learn=False):
+        """Process padded sentences. ids (B, T) int64, -1 = padding.
+
+        Returns (a, r, h, err): bottom-up activity a (B, T, D), percept r = [a, q] (B, T, 2D),
+        traces h (B, T, S, 2D) and the mean squared prediction error per unit and real token
+        (float). With learn=True, P and var are updated by PGHU after every time step.
+        """
+        assert not any(p.requires_grad for p in self.parameters()), "SPCN never uses autograd"
+        cfg, D, S = self.cfg, self.n_units, len(self.cfg.alphas)
+        B, T = ids.shape
+        if ids.numel() and (ids.max() >= cfg.vocab_size or ids.min() < -1):
+            raise ValueError(f"word ids must be in 0..{cfg.vocab_size - 1} or -1 (padding)")
+        h = torch.zeros(B, S, 2 * D)  # (B, S, 2D)
+        A, R, H = [], [], []
+        sq, n = 0.0, 0
+        with torch.no_grad():
+            for t in range(T):
+                real = (ids[:, t] >= 0).float().unsqueeze(1)  # (B, 1)
+                f = self.W_ff[ids[:, t].clamp(min=0)]  # (B, D)
+                a = topk_columns(f, cfg.n_columns, cfg.k) * real  # (B, D)
+                ctx = h.reshape(B, S * 2 * D)  # (B, 2SD) traces before t
+                p = ctx @ self.P  # (B, D) prediction of a_t
+                e = (a - p) * real  # (B, D)
+                nb = real.sum().clamp(min=1)
+                sq, n = sq + (e ** 2).sum().item() / D, n + int(real.sum().item())
+                if learn:
+                    self.var.mul_(1 - cfg.var_rate).add_(cfg.var_rate * (e ** 2).sum(0) / nb)
+                    prec = 1.0 / (self.var + cfg.eps)  # (D,)
+                    prec = prec / prec.mean()
+                    self.P.add_(cfg.lr * (ctx.T @ (e * prec)) / nb)  # (2SD, D) Hebbian
+                # Before any learning p = 0 and topk would pick arbitrary ties: q = 0 then.
+                q = cfg.feedback_gain * topk_columns(p, cfg.n_columns, cfg.k) * real  # (B, D)
+                q = q * (p.abs().amax(-1, keepdim=True) > 0)
+                r = torch.cat([a, q], dim=-1)  # (B, 2D)
+                h = torch.where(real.unsqueeze(-1) > 0, step(r, h, cfg.alphas), h)  # (B, S, 2D)
+                A.append(a)
+                R.append(r)
+                H.append(h)
+        return (torch.stack(A, 1), torch.stack(R, 1), torch.stack(H, 1),  # (B, T, ...) x3
+                sq / max(n, 1))
+
+    def fit(self, sentences, epochs=3, batch_size=64, log=print):
+        """Unsupervised PGHU training on (words, roles) pairs; roles are ignored.
+
+        Returns the mean squared prediction error of each epoch (should fall)."""
+        ids, _, _ = grammar.encode(sentences)  # (N, T)
+        g = torch.Generator().manual_seed(self.cfg.seed + 1)
+        errs = []
+        for ep in range(epochs):
+            order = torch.randperm(len(ids), generator=g)
+            tot, nb = 0.0, 0
+            for i in range(0, len(ids), batch_size):
+                batch = ids[order[i:i + batch_size]]
+                batch = batch[:, : int((batch >= 0).sum(1).max())]  # trim padding columns
+                tot, nb = tot + self.run(batch, learn=True)[3], nb + 1
+            errs.append(tot / max(nb, 1))
+            if log:
+                log(f"spcn epoch {ep + 1}/{epochs}: prediction error {errs[-1]:.4f}")
+        return errs
+
+
+def save(model, path):
+    """Atomic write: config + state dict to path.tmp, then rename."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save({"config": asdict(model.cfg), "state_dict": model.state_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+def load(path):
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no SPCN checkpoint at {path}; run `python spcn.py` first")
+    ck = torch.load(path, map_location="cpu")
+    cfg = ck["config"]
+    cfg["alphas"] = tuple(cfg["alphas"])
+    model = SPCN(SPCNConfig(**cfg))
+    model.load_state_dict(ck["state_dict"])
+    return model
+
+
+def get_parser():
+    p = argparse.ArgumentParser(description="Train the SPCN on Grammar A with PGHU (no labels).")
+    io = p.add_argument_group("I/O")
+    io.add_argument("--out_dir", default="out_spcn", help="folder for spcn.pt")
+    data = p.add_argument_group("data")
+    data.add_argument("--n_train", type=int, default=2000, help="Grammar A training sentences")
+    data.add_argument("--data_seed", type=int, default=0, help="seed of grammar.split")
+    model = p.add_argument_group("model")
+    for f, v in asdict(SPCNConfig()).items():
+        if f != "alphas":
+            model.add_argument(f"--{f}", type=type(v), default=v, help=f"SPCNConfig.{f}")
+    model.add_argument("--alphas", type=float, nargs="+", default=list(SPCNConfig.alphas),
+                       help="trace decays alpha_s in (0, 1]")
+    opt = p.add_argument_group("optimization")
+    opt.add_argument("--epochs", type=int, default=3, help="passes over the training sentences")
+    opt.add_argument("--batch_size", type=int, default=64, help="sentences per PGHU step")
+    return p
+
+
+def main(args):
+    torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
+    kw = {f: getattr(args, f) for f in asdict(SPCNConfig())}
+    kw["alphas"] = tuple(args.alphas)
+    model = SPCN(SPCNConfig(**kw))
+    train = grammar.split(args.n_train, 0, 0, seed=args.data_seed)["A"]["train"]
+    t0 = time.time()
+    errs = model.fit(train, epochs=args.epochs, batch_size=args.batch_size)
+    path = os.path.join(args.out_dir, "spcn.pt")
+    save(model, path)
+    print(f"saved {path} ({time.time() - t0:.1f} s); prediction error {errs[0]:.4f} -> {errs[-1]:.4f}")
+    return {"errors": errs, "path": path}
+
+
+if __name__ == "__main__":
+    main(get_parser().parse_args())
