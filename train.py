@@ -26,6 +26,18 @@ its step: a checkpoint needs no loader state and `--resume` is exact. Micro-batc
 s on rank r reads get_batch(step=s * A/W + m, rank=r). Validation reads a fixed set of
 --eval_iters batches (seed EVAL_SEED, independent of --seed, so all runs see the same ones).
 
+Settings: flags on the command line > (with --resume) the checkpoint's own arguments > --preset
+> DEFAULTS. So `--resume --max_iters 2N` continues an N-step run with its schedule: the cosine
+still ends at the old --lr_decay_iters (the run goes on at --min_lr) unless you pass a new one.
+Model-shape flags that contradict the checkpoint are refused.
+
+Safety: checkpoints are written only after an evaluation (ckpt_best when it improved, then
+ckpt_last); a non-finite loss or gradient norm stops the run before that update is applied,
+so the last checkpoint is always a good one. metrics.jsonl record s (1..max_iters) holds the
+loss of iteration s's batches (weights after s - 1 updates) and, at evals, val_loss after s
+updates; record 0 holds only the initial val_loss. On --resume, records past the checkpoint
+step (left by a crash) are dropped.
+
 Run (expected output and time)
     python train.py --preset cpu                      # ~5 min on 2 CPU cores, offline; loss
                                                       # 10.9 -> ~6 nats (see README)
@@ -78,10 +90,11 @@ PRESETS = {
     # The paper's run: 32 x 1024 x 16 = 524,288 tokens/iteration; 8e9 / 524,288 = 15,259 iterations.
     "130m": dict(data="fineweb-edu", eval_data="c4", compile=True),
     # Small SPEN on the offline corpus. The 50304-wide tied output layer dominates CPU cost at
-    # width 128 (6 * 50304 * 128 = 39 MFLOP/token against ~3 MFLOP/token for the 4 blocks), so
-    # B * T is kept at 1024 tokens per iteration; measured ~1 s/iteration on 2 shared cores.
+    # width 128 (6 * 50304 * 128 = 39 of the 44 MFLOP/token), so B * T is kept at 1024 tokens per
+    # iteration. Measured 0.7 s of CPU time per iteration on one thread of a (busy) 2-core AMD
+    # EPYC; with 2 quiet cores ~0.4-0.5 s, so 600 iterations (614k tokens) take ~5 minutes.
     "cpu": dict(data="builtin", eval_data="builtin", n_layer=4, n_embd=128, block_size=128,
-                batch_size=8, grad_accum=1, max_iters=300, lr=2e-3, min_lr=2e-4, warmup_iters=20,
+                batch_size=8, grad_accum=1, max_iters=600, lr=2e-3, min_lr=2e-4, warmup_iters=20,
                 eval_interval=50, eval_iters=10, log_interval=10, compile=False),
 }
 MODEL_FLAGS = ("model", "predictor", "context", "n_layer", "n_embd", "dropout")
@@ -461,7 +474,8 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
         if step % a.log_interval == 0 or step == a.max_iters:
             mfu = ""
             if device_type == "cuda":
-                mfu = f" | mfu {100 * raw_model.estimate_mfu(a.batch_size * accum, dt_avg, peak):.1f}%"
+                mfu = (f" | mfu {100 * raw_model.estimate_mfu(a.batch_size * accum, dt_avg, peak):.1f}%"
+                       f" | mem {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
             eta = (a.max_iters - step) * dt_avg
             eta = f"{eta / 3600:.2f} h" if eta > 3600 else f"{eta / 60:.1f} min"
             log(f"step {step:6d} | loss {train_loss:.4f} | lr {lr:.2e} | grad {gnorm:.3f} | "
