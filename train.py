@@ -190,8 +190,8 @@ def build_from_checkpoint(ckpt, path):
         model = Model(Config(**ckpt["config"]))
         model.load_state_dict(ckpt["model"])
     except (TypeError, RuntimeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise SystemExit(f"checkpoint {path} does not match this code's {ckpt['kind']} model: {first}") from None
+        msg = " ".join(str(e).split())[:300]  # one line, however long torch's message
+        raise SystemExit(f"checkpoint {path} does not match this code's {ckpt['kind']} model: {msg}") from None
     return model
 
 
@@ -227,7 +227,12 @@ def provenance(a, device, nparams, world):
                                 cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
-    dev = torch.cuda.get_device_name(device) if device.startswith("cuda") else (platform.processor() or platform.machine())
+    dev = platform.processor() or platform.machine()
+    if device.startswith("cuda"):
+        dev = torch.cuda.get_device_name(device)
+    elif os.path.exists("/proc/cpuinfo"):
+        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
+        dev = f"{names[0]}, {os.cpu_count()} cores" if names else dev
     return [f"argv: {' '.join(sys.argv)}",
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
             f"numpy {np.__version__} | {platform.platform()}",

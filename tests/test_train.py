@@ -121,6 +121,12 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path):
     with pytest.raises(SystemExit, match="corrupt") as exc:
         run(tmp_path, "--max_iters", 2, "--resume")
     assert "\n" not in str(exc.value)
+    ck = torch.load(tmp_path / "ckpt_best.pt", weights_only=True)
+    ck["config"]["n_embd"] = 64  # weights of width 32 under a width-64 config
+    torch.save(ck, tmp_path / "mismatch.pt")
+    with pytest.raises(SystemExit, match="does not match") as exc:
+        run(tmp_path, "--eval_only", "--init_from", tmp_path / "mismatch.pt")
+    assert "\n" not in str(exc.value)
     with pytest.raises(SystemExit, match="not found"):
         run(tmp_path, "--eval_only", "--init_from", tmp_path / "missing.pt")
 
