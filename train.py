@@ -101,8 +101,10 @@ MODEL_FLAGS = ("model", "predictor", "context", "n_layer", "n_embd", "dropout")
 
 
 def get_parser():
-    p = argparse.ArgumentParser(description="Train or evaluate SPEN / GPT (see the module docstring).",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    epilog = "unset flags take the preset's value, else the default. defaults: " + ", ".join(
+        f"{k}={v}" for k, v in DEFAULTS.items()) + "".join(
+        f". preset {name}: " + ", ".join(f"{k}={v}" for k, v in pre.items()) for name, pre in PRESETS.items())
+    p = argparse.ArgumentParser(description="Train or evaluate SPEN / GPT (see the module docstring).", epilog=epilog)
     # Flags default to None: the value then comes from the preset, else from DEFAULTS
     # (or, with --resume, from the checkpoint's own arguments).
     g = p.add_argument_group("I/O")
