@@ -48,6 +48,7 @@ import ema
 
 ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (paper); S = 3
 JOBS = (("limits", "ema", "blocks"), ("gen_spen",), ("gen_gpt",), ("train",))  # one subprocess each
+WARMUP = 3  # calls before timing (1 with --quick); see timed()
 
 
 def get_parser():
@@ -75,10 +76,12 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def timed(fn, device, reps, warmup=1):
+def timed(fn, device, reps, warmup=None):
     """Median and min wall time of fn() in ms over reps calls, after warmup calls, and the
-    minor page faults per call (getrusage): ~0 once freed blocks are reused."""
-    for _ in range(warmup):
+    minor page faults per call (getrusage): ~0 once freed blocks are reused. Three warmup calls:
+    glibc reuses a freed block for posix_memalign only once neighbouring free blocks have
+    coalesced (strace showed the heap growing for the first 3-4 calls, then steady)."""
+    for _ in range(WARMUP if warmup is None else warmup):
         fn()
     sync(device)
     times, f0 = [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -160,9 +163,9 @@ def bench_ema(device, quick, copy_gbs):
         row["one_op"] = timed(lambda: torch.mul(x[:, :, None], w, out=y), device, reps)
         row["fwd"] = timed(lambda: ema.traces(x, ALPHAS), device, reps)
         row["fb"] = timed(lambda: ema.traces(xg, ALPHAS).backward(g), device, reps)
-        ref_reps = 1 if T >= 4096 else reps
-        row["ref_fwd"] = timed(lambda: ema.traces_ref(x, ALPHAS), device, ref_reps)
-        row["ref_fb"] = timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, ref_reps)
+        ref = dict(reps=1, warmup=1) if T >= 4096 else dict(reps=3)  # the loop takes ~1 s at T=4096
+        row["ref_fwd"] = timed(lambda: ema.traces_ref(x, ALPHAS), device, **ref)
+        row["ref_fb"] = timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, **ref)
         for k in ("fwd", "fb"):
             row[k]["gbs"] = (1 if k == "fwd" else 2) * nbytes / row[k]["ms_min"] / 1e6
             row[k]["x_floor"] = row[k]["ms_min"] / row[f"floor_{k}_ms"]
@@ -239,7 +242,7 @@ def bench_gen(device, quick, model_name):
 
             def one():
                 _, holder[0] = model.step(token, holder[0])
-            t = timed(one, device, reps=2 if quick else 5)
+            t = timed(one, device, reps=2 if quick else 3)
         rows.append(dict(P=P, ms=t["ms"], ms_min=t["ms_min"], state_mib=state_mib,
                          peak_mib=peak_mib(device), peak_reset=reset))
         del state, holder
@@ -291,6 +294,8 @@ def bench_train(device, quick):
 
 
 def run_worker(args):
+    global WARMUP
+    WARMUP = 1 if args.quick else WARMUP
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -423,7 +428,8 @@ def main(args):
     with open(tmp, "w") as f:
         json.dump(res, f, indent=1)
     os.replace(tmp, args.out)
-    print(f"\nwrote {args.out} ({res['seconds']:.0f} s)")
+    secs = ", ".join(f"{k} {sum(r['seconds'].get(k, 0) for r in runs.values()):.0f}" for k in runs[settings[0]]["seconds"])
+    print(f"\nwrote {args.out} ({res['seconds']:.0f} s; per section, all settings: {secs} s)")
     return res
 
 

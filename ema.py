@@ -117,6 +117,15 @@ def _operators(alphas, L, dtype, device):
     return {k: v.to(dtype).contiguous() for k, v in out.items()}
 
 
+def _sum_traces(h, out):
+    """out = sum over the S axis (-2) of h (..., S, C). Plain adds: torch.sum(out=) on a
+    strided slice first zero-fills it, which cost as much as the sum itself here."""
+    torch.add(h[..., 0, :], h[..., 1, :], out=out) if h.shape[-2] > 1 else out.copy_(h[..., 0, :])
+    for s in range(2, h.shape[-2]):
+        out.add_(h[..., s, :])
+    return out
+
+
 class _ChunkedTraces(torch.autograd.Function):
     """Forward: two-level scan (chunk ends by matmul, carry over chunks, lerp over positions).
     Backward: the same scan run backwards in time. T = N * L + R: the R < L tail steps after the
@@ -160,7 +169,7 @@ class _ChunkedTraces(torch.autograd.Function):
         mu = g.new_zeros(B, S, C)  # (B, S, C) scaled adjoint entering from the future
         for t in range(T - 1, N * L - 1, -1):  # tail, backwards
             mu = torch.lerp(mu, g[:, t], op["w"])
-            torch.sum(mu, 1, out=dx[:, t])
+            _sum_traces(mu, out=dx[:, t])
         if N:
             gc = g[:, :N * L].view(B, N, L, S, C)
             dxc = dx[:, :N * L].view(B, N, L, C)
@@ -174,7 +183,7 @@ class _ChunkedTraces(torch.autograd.Function):
             for i in range(L - 1, -1, -1):  # mu never reaches memory: two cache-sized buffers
                 cur = bufs[i % 2]
                 torch.lerp(prev, gc[:, :, i], op["w"], out=cur)  # (B, N, S, C)
-                torch.sum(cur, 2, out=dxc[:, :, i])  # (B, N, C)
+                _sum_traces(cur, out=dxc[:, :, i])  # (B, N, C)
                 prev = cur
         dh0 = op["r_over_a"] * mu if ctx.has_h0 else None  # (1 - a) lambda_0
         return dx, dh0, None, None
