@@ -195,7 +195,7 @@ def get_parser():
     model.add_argument("--alphas", type=float, nargs="+", default=list(SPCNConfig.alphas),
                        help="trace decays alpha_s in (0, 1]")
     opt = p.add_argument_group("optimization")
-    opt.add_argument("--epochs", type=int, default=3, help="passes over the training sentences")
+    opt.add_argument("--epochs", type=int, default=2, help="passes over the training sentences")
     opt.add_argument("--batch_size", type=int, default=64, help="sentences per PGHU step")
     return p
 
