@@ -24,7 +24,8 @@ The Precision-Gated Hebbian Update, for every unit i (post) and trace input j (p
     P_ji  <- P_ji + eta * pi_i * mean_b h_{t-1,j} e_{t,i}
 a Hebbian product of pre-synaptic trace and post-synaptic error (the delta rule of predictive
 coding), with a rate that is larger for units whose error is reliable (high precision). It is
-an LMS step, stable while eta * max(pi) * |h|^2 < 2; |h|^2 ~ 60 here, hence eta = 0.01.
+a batch LMS step, stable while eta * max(pi) * lambda_max(E[h h^T]) < 2; measured here
+lambda_max ~ 34 and max(pi) ~ 2.5, so eta = 0.01 gives 0.85 (g = 3, scaling h by 3, diverged).
 
 Code name -> paper symbol
     W_ff  frozen random feedforward projection       P  feedback (predictive) weights
@@ -43,7 +44,8 @@ Decisions where the paper is silent (README "Differences from the paper")
     - Precision is per unit (not per synapse) and normalised to mean 1, so eta keeps its scale.
 
 Run `python spcn.py` to train on Grammar A and save the weights: prints the prediction error
-per epoch, falling (about 10 s on one CPU core), and writes out_spcn/spcn.pt atomically.
+per epoch, falling (0.1083 -> 0.1060 over 2 epochs; 0.109 is the error of no prediction), and
+writes out_spcn/spcn.pt atomically: 17 s CPU on one core (31 s wall on a loaded 2-core CPU).
 """
 
 import argparse
@@ -80,6 +82,9 @@ def topk_columns(x, n_columns, k):
 
 
 class SPCN(torch.nn.Module):
+    """Frozen feedforward columns + EMA traces + PGHU-learned feedback. Every tensor is a
+    non-trainable Parameter (so state_dict holds them); nothing here ever needs a gradient."""
+
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
@@ -88,7 +93,7 @@ class SPCN(torch.nn.Module):
             raise ValueError(f"k must be in 1..column_size={cfg.column_size}, got {cfg.k}")
         g = torch.Generator().manual_seed(cfg.seed)
         # Frozen random projection, unit Gaussian: one-hot input, so each word's drive is a
-        # column of W_ff and its bottom-up code is a random k-of-U pattern in every column.
+        # row of W_ff and its bottom-up code is a random k-of-U pattern in every column.
         self.W_ff = torch.nn.Parameter(torch.randn(cfg.vocab_size, D, generator=g),
                                        requires_grad=False)  # (V, D)
         # Feedback weights start at zero: no prediction before any learning.
