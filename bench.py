@@ -26,10 +26,14 @@ a step's cost does not depend on the values, and building a 16384-token prefix w
 minutes. Peak memory on CPU is the process's peak RSS (VmHWM, reset before each context via
 /proc/self/clear_refs where the kernel allows it), which includes the model's weights.
 
-Run:  python bench.py                 # ~3-5 min on a quiet 2-core CPU; writes results/bench/bench.json
-      python bench.py --quick         # smoke run, < 30 s on a quiet machine
+Run:  python bench.py                 # writes results/bench/bench.json; 12 min on the shared,
+                                      # loaded 2-core CPU (load ~7), a few minutes when quiet
+      python bench.py --threads 1     # on a busy machine: 2-thread ops stall on every fork/join
+      python bench.py --quick         # smoke run, ~15 s (tests/test_bench.py)
       python bench.py --device cuda   # on a GPU: adds the 130M training step
 Expected output: one table per section (see the README "Performance" section for numbers).
+Internal: `--worker SECTIONS --worker_out F` runs sections in this process (BENCH_ALLOCATOR=on
+applies the allocator setting); this is how the driver runs each measurement subprocess.
 """
 
 import argparse
