@@ -120,7 +120,9 @@ def _operators(alphas, L, dtype, device):
 def _sum_traces(h, out):
     """out = sum over the S axis (-2) of h (..., S, C). Plain adds: torch.sum(out=) on a
     strided slice first zero-fills it, which cost as much as the sum itself here."""
-    torch.add(h[..., 0, :], h[..., 1, :], out=out) if h.shape[-2] > 1 else out.copy_(h[..., 0, :])
+    if h.shape[-2] == 1:
+        return out.copy_(h[..., 0, :])
+    torch.add(h[..., 0, :], h[..., 1, :], out=out)
     for s in range(2, h.shape[-2]):
         out.add_(h[..., s, :])
     return out

@@ -126,3 +126,13 @@ def test_selective_extreme_decays():
     assert torch.allclose(fast, ref, atol=1e-5)
     for u, v in zip(torch.autograd.grad(fast.sum(), (x, a)), torch.autograd.grad(ref.sum(), (x, a))):
         assert torch.allclose(u, v, atol=1e-4)
+
+
+def test_single_decay_gradients():
+    # S = 1 takes the copy branch of the backward's sum over traces
+    x = torch.randn(2, 50, 4, requires_grad=True)
+    h0 = torch.randn(2, 1, 4, requires_grad=True)
+    fast, ref = ema.traces(x, (0.3,), h0, chunk=8), ema.traces_ref(x, (0.3,), h0)
+    assert torch.allclose(fast, ref, atol=1e-6)
+    for u, v in zip(torch.autograd.grad(fast.pow(2).sum(), (x, h0)), torch.autograd.grad(ref.pow(2).sum(), (x, h0))):
+        assert torch.allclose(u, v, atol=1e-5)
