@@ -205,7 +205,7 @@ def bench_blocks(device, quick):
         x = torch.randn(B, T, C, device=device, requires_grad=True)
         row = dict(T=T, B=B)
         for name, fn in (("spen", sb), ("gpt", gb), ("spen_mixer", mixers["spen"]), ("gpt_mixer", mixers["gpt"])):
-            t = timed(lambda: fn(x).sum().backward(), device, reps)
+            t = timed(lambda: fn(x).sum().backward(), device, reps, warmup=min(WARMUP, 2))  # ~3 s a call at T=8192
             row[name] = dict(ms=t["ms_min"], tok_s=B * T / t["ms_min"] * 1e3)
         row["ratio_block"] = row["gpt"]["ms"] / row["spen"]["ms"]
         row["ratio_mixer"] = row["gpt_mixer"]["ms"] / row["spen_mixer"]["ms"]
