@@ -49,6 +49,10 @@ Run (expected output and time)
         # content.json, content.png; run folders (checkpoints, logs) under DIR/runs/
     python ablate.py --preset gpu --out_dir out/ablate_gpu     # larger, one GPU
     python ablate.py --content_only --out_dir results/ablate  # re-run the probe on saved runs
+A run folder whose result.json holds the same train.py arguments is reused, so an interrupted
+ablation resumes at the next unfinished run, and more cores can be used by running disjoint
+--variants in separate processes (OMP_NUM_THREADS=1 each) with the same --out_dir and
+--no-content, then the full command once to collect them (what results/ablate was made with).
 """
 
 import argparse
@@ -73,13 +77,16 @@ VARIANTS = {  # name -> train.py flags; everything else is shared
 }
 PRESETS = {
     # train.py's cpu preset (4 blocks, width 128, T 128, B 8, builtin corpus) shortened so that
-    # 5 variants x 2 seeds fit ~15 min on 2 cores: 150 steps x 1,024 tokens = 154k tokens each.
-    "cpu": dict(train_preset="cpu", max_iters=150, seeds=2, eval_interval=25, eval_iters=10,
+    # 5 variants x 2 seeds fit ~15-20 min on 2 quiet cores: 100 steps x 1,024 tokens = 102k
+    # tokens each. Measured: ~2.4 CPU-seconds per step (the 50304-wide output layer dominates).
+    "cpu": dict(train_preset="cpu", max_iters=100, seeds=2, eval_interval=25, eval_iters=10,
                 probe_seqs=128),
-    # One GPU: 6 blocks of width 384, T 256, 32 x 256 = 8k tokens/step, 2,000 steps = 16M tokens.
+    # One GPU: 6 blocks of width 384, T 256, 32 x 256 = 8k tokens/step, 2,000 steps = 16M tokens
+    # of WikiText-103 (103M tokens, so no repetition; the builtin corpus has only 645k). Needs
+    # the hub once to build the token cache (python data.py --dataset wikitext103). Untested here.
     "gpu": dict(train_preset="cpu", max_iters=2000, seeds=2, eval_interval=100, eval_iters=20,
                 n_layer=6, n_embd=384, block_size=256, batch_size=32, lr=1e-3, min_lr=1e-4,
-                warmup_iters=100, probe_seqs=512),
+                warmup_iters=100, data="wikitext103", probe_seqs=512),
 }
 TRAIN_FLAGS = ("n_layer", "n_embd", "block_size", "batch_size", "lr", "min_lr", "warmup_iters",
                "eval_interval", "eval_iters", "data", "device", "dtype")
@@ -132,7 +139,8 @@ def run_dir(a, name, seed):
 
 
 def train_one(a, name, seed):
-    """Train one variant at one seed in-process; returns train.main's result dict."""
+    """Train one variant at one seed in-process; returns train.main's result dict. A run folder
+    whose result.json records the same train.py arguments is reused, not retrained."""
     argv = ["--preset", a["train_preset"], "--out_dir", run_dir(a, name, seed), "--max_iters", str(a["max_iters"]),
             "--seed", str(seed), "--log_interval", str(max(1, a["max_iters"] // 10))]
     for k, v in VARIANTS[name].items():
@@ -142,6 +150,10 @@ def train_one(a, name, seed):
             argv += [f"--{k}", str(a[k])]
     if a.get("data") is not None:
         argv += ["--eval_data", a["data"]]
+    done = os.path.join(run_dir(a, name, seed), "result.json")
+    if os.path.exists(done) and json.load(open(done)).get("argv") == argv:
+        print(f"   reusing {done}", flush=True)
+        return json.load(open(done))
     res = train.main(train.get_parser().parse_args(argv))
     with open(os.path.join(run_dir(a, name, seed), "result.json"), "w") as f:
         json.dump({**res, "argv": argv}, f, indent=2)
@@ -181,13 +193,17 @@ def write_md(a, summary, path, wall):
             d, s2, within = noise_verdict(r, v["linear"])
             delta, se = f"{d:+.3f}", f"{s2:.3f}"
             verdict = "within seed noise" if within else ("better than linear" if d < 0 else "worse than linear")
+            if min(len(r["val_loss"]), len(v["linear"]["val_loss"])) < 2:
+                se, verdict = "—", "1 seed: no noise estimate"
         lines.append(f"| {name} | {r['val_loss_mean']:.3f} ± {r['val_loss_std']:.3f} | {per_seed} | {delta} | {se} | "
                      f"{verdict} | {r['params']:,} | {r['tokens']:,} | {r['seconds']:.0f} |")
     lines += ["", "Validation loss in nats (train.py's fixed validation batches) after the last step. "
               "Rule: a difference from `linear` is outside seed noise when |Δ| > 2·SE, "
               "SE = sqrt(s_v²/n + s_linear²/n) over the n seeds (sample std). "
               "Seed s uses the same data order for every variant.",
-              f"Wall time of the whole ablation: {wall:.0f} s."]
+              f"Training time summed over all runs: {sum(r['seconds'] * len(r['val_loss']) for r in v.values()):.0f} s "
+              f"(s/run is the mean per run); wall time of the invocation that wrote this file: {wall:.0f} s "
+              f"(runs reused from earlier invocations are not in it)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -214,6 +230,9 @@ def plot_curves(a, path):
         for s in range(a["seeds"]):
             xs, ys = read_curve(run_dir(a, name, s))
             ax.plot(xs, ys, color=f"C{i}", alpha=0.9 if s == 0 else 0.45, label=name if s == 0 else None)
+    lo = min(min(l.get_ydata()) for l in ax.lines)
+    hi = max(l.get_ydata()[1] for l in ax.lines if len(l.get_ydata()) > 1)  # skip the step-0 ~10.8
+    ax.set_ylim(lo - 0.05, hi + 0.1)
     ax.set_xlabel("training tokens")
     ax.set_ylabel("validation loss (nats)")
     ax.set_title(f"SPEN predictors vs selective traces vs GPT ({a['preset']}; {a['seeds']} seeds, faint = other seeds)")
@@ -342,15 +361,16 @@ def plot_content(res, probe_json, path):
     note = "role accuracy: results/probe/results.json absent"
     if probe_json and os.path.exists(probe_json):
         pr = json.load(open(probe_json))
-        ax2.axhline(pr["within"]["traces"], color="g", ls="--", label=f"role accuracy, SPCN traces ({pr['within']['traces']:.2f})")
-        ax2.axhline(pr["within"]["instantaneous"], color="g", ls=":", label=f"role accuracy, no traces ({pr['within']['instantaneous']:.2f})")
+        w = pr["within"]
+        ax2.axhline(w["traces"], color="g", ls="--", label=f"role (structure) accuracy from traces, probe.py ({w['traces']:.2f})")
+        ax2.axhline(w["instantaneous"], color="g", ls=":", label=f"role accuracy without traces, probe.py ({w['instantaneous']:.2f})")
         note = ""
     ax2.set_title("trained models' hidden states" + (f"\n({note})" if note else ""))
     for ax in (ax1, ax2):
         ax.plot(k, res["chance"], color="grey", ls="--", lw=1, label="chance (majority class)")
         ax.set_xlabel("lag k (tokens back)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="center right")
     ax1.set_ylabel(f"accuracy decoding token x_(t-k) (top {res['top_k']} tokens)")
     ax1.set_ylim(0, 1.02)
     fig.tight_layout()
@@ -368,14 +388,14 @@ def main(args):
     os.makedirs(a["out_dir"], exist_ok=True)
     t0 = time.time()
     if not a["content_only"]:
-        results = {}
-        for name in a["variants"]:
-            for s in range(a["seeds"]):
+        results = {name: [] for name in a["variants"]}
+        for s in range(a["seeds"]):  # seed-major: an interrupted run has every variant at seed 0
+            for name in a["variants"]:
                 print(f"== ablate: {name} seed {s} ({time.time() - t0:.0f} s elapsed)", flush=True)
-                results.setdefault(name, []).append(train_one(a, name, s))
+                results[name].append(train_one(a, name, s))
         wall = time.time() - t0
         summary = summarize(a, results)
-        summary["seconds"] = wall
+        summary["seconds"] = wall  # this invocation only; reused runs cost nothing here
         with open(os.path.join(a["out_dir"], "ablate.json"), "w") as f:
             json.dump(summary, f, indent=2)
         write_md(a, summary, os.path.join(a["out_dir"], "ablate.md"), wall)
