@@ -39,8 +39,9 @@ updates; record 0 holds only the initial val_loss. On --resume, records past the
 step (left by a crash) are dropped.
 
 Run (expected output and time)
-    python train.py --preset cpu                      # ~5 min on 2 CPU cores, offline; loss
-                                                      # 10.9 -> ~6 nats (see README)
+    python train.py --preset cpu    # offline, 600 steps; val loss 10.83 -> 5.84 (step 100) -> 4.95
+                                    # nats (step 600); 1655 s measured on a busy shared 2-core
+                                    # AMD EPYC (load ~7), estimated ~5 min on 2 quiet cores
     python train.py                                   # the paper run, 130m preset, one GPU
     python train.py --out_dir out --resume --max_iters 30000     # continue a run
     python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4   # perplexity
