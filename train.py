@@ -367,6 +367,8 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
     if ddp and master:
         dist.barrier()
 
+    for line in provenance(a, device, nparams, world):
+        log(line)
     if a.eval_only:
         if a.init_from == "scratch" and not a.resume:
             raise SystemExit("--eval_only needs --init_from PATH|gpt2 (or --resume) to evaluate a trained model")
@@ -408,8 +410,6 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
         with open(metrics_path, "w") as f:
             f.write("".join(ln + "\n" for ln in kept))
         metrics = files.enter_context(open(metrics_path, "a", buffering=1))  # line-buffered: on disk at once
-    for line in provenance(a, device, nparams, world):
-        log(line)
     log(f"{kind}: {a.max_iters} steps x {tokens_per_iter:,} tokens = {a.max_iters * tokens_per_iter:,} tokens; "
         f"{'resuming at step ' + str(step) if a.resume else 'from ' + a.init_from}; dtype {dtype}, compile {a.compile}")
     gpu = torch.cuda.get_device_name(device) if device_type == "cuda" else ""
