@@ -273,6 +273,8 @@ def main(args):
     ema.configure_allocator()  # glibc: reuse freed large tensors instead of page-faulting them in
     a, given = resolve(args)
     ckpt = init = None
+    if a.eval_only and a.init_from == "scratch" and not a.resume:
+        raise SystemExit("--eval_only needs --init_from PATH|gpt2 (or --resume) to evaluate a trained model")
     if a.resume:  # the checkpoint's arguments become the defaults (its preset, sizes, schedule)
         ckpt = load_checkpoint(os.path.join(a.out_dir, "ckpt_last.pt"))
         a, given = resolve(args, ckpt["args"])
@@ -370,8 +372,6 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
     for line in provenance(a, device, nparams, world):
         log(line)
     if a.eval_only:
-        if a.init_from == "scratch" and not a.resume:
-            raise SystemExit("--eval_only needs --init_from PATH|gpt2 (or --resume) to evaluate a trained model")
         loss = estimate_loss(model, val, a, device, ctx, rank, world)
         res = dict(init_from=a.init_from if not a.resume else ckpt_path, eval_data=a.eval_data, val_loss=loss,
                    perplexity=math.exp(loss), tokens=a.eval_iters * a.batch_size * a.block_size * world,
