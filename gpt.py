@@ -32,7 +32,7 @@ Departures / choices
       block_size tokens; `generate` then re-reads the last block_size tokens (nanoGPT's crop).
 
 Run
-    python -m pytest tests/test_gpt.py      # ~10 s on 2 CPU cores: HF logits, KV cache, causality
+    python -m pytest tests/test_gpt.py      # ~5 s on 2 CPU cores: HF logits, KV cache, causality
     python -c "import gpt; m = gpt.GPT.from_pretrained('gpt2')"   # needs network to HF hub
 """
 

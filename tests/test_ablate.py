@@ -1,6 +1,7 @@
 """Tests for ablate.py: a tiny ablation writes ablate.json in issue 4's exact shape plus
 ablate.md and curves.png; the content probe writes content.json and decodes the current
-token far better than the token 64 steps back from the fast (a = 0.5) trace. ~40 s on 2 cores."""
+token far better than the token 64 steps back from the fast (a = 0.5) trace. ~10 s on 2 quiet
+cores (~60 s while ~6 other jobs share them)."""
 import json
 import os
 

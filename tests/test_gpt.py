@@ -1,5 +1,5 @@
 """Tests for gpt.py: exact Hugging Face GPT-2 logits, KV cache == full forward, causality,
-parameter count of GPT-2 small, optimizer groups, determinism of generate. ~10 s on 2 cores."""
+parameter count of GPT-2 small, optimizer groups, determinism of generate. ~5 s on 2 cores."""
 from dataclasses import asdict
 
 import pytest
