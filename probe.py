@@ -44,7 +44,6 @@ import json
 import os
 import statistics
 import time
-from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F

@@ -2,6 +2,7 @@
 import os
 import sys
 
+import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -10,3 +11,12 @@ if ROOT not in sys.path:
 
 # CI has 2 cores; small tensors run fastest without oversubscription.
 torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture
+def one_thread():
+    """Small per-step matmuls (SPCN, probes): one thread is fastest; two oversubscribe 2 cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -3,18 +3,11 @@ import json
 import os
 
 import pytest
-import torch
 
 import probe
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small per-step matmuls: one thread is fastest, and two oversubscribe a shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_probe_small_run(tmp_path):

@@ -6,13 +6,7 @@ import grammar
 import spcn
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small per-step matmuls: one thread is fastest, and two oversubscribe a shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_prediction_error_falls_without_autograd(tmp_path):
