@@ -476,7 +476,7 @@ class SPEN(nn.Module):
         attention predictors add 3 x their forward cost: softmax_attn 4 T S C (q.k and w.v over
         T*S slots, the full square as nanoGPT counts it); linear_attn 4 L S C in-chunk
         (L = chunk) + 2 (S + 1) D C for updating and reading the D x D state. The EMA traces
-        (~2 L S C per token, L = ema.CHUNK) and norms are left out (< 1%)."""
+        (a few S C elementwise FLOPs per token, memory-bound) and norms are left out (< 1%)."""
         cfg = self.config
         S, C = len(cfg.alphas), cfg.n_embd
         n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
