@@ -45,12 +45,12 @@ Choices (ours; the paper has no such experiment)
 
 Run (expected output and time)
     python ablate.py --preset cpu --out_dir results/ablate     # 5 variants x 2 seeds + probe
-        # 10 runs x 100 steps x ~2.4 CPU-s/step: measured 36 min wall on a 2-core machine shared
-        # with ~6 other jobs (two 1-thread processes, see below), ~15 min expected on 2 quiet
-        # cores; content probe ~1 min. Writes ablate.json, ablate.md, curves.png, content.json,
-        # content.png; run folders (checkpoints, logs, metrics.jsonl) under DIR/runs/.
-        # Result (results/ablate/ablate.md): linear 5.99, linear_attn 6.03, softmax_attn 6.02,
-        # selective 6.00, gpt 6.17 nats (mean of 2 seeds, 102k tokens each).
+        # 10 runs x 100 steps: 8 min 43 s on 2 quiet x86_64 cores (~50 s a run, probe 8 s);
+        # 36 min while ~6 other jobs shared the cores. Writes ablate.json, ablate.md,
+        # curves.png, content.json, content.png; run folders (checkpoints, logs,
+        # metrics.jsonl) under DIR/runs/. Result (results/ablate/ablate.md): linear 5.99,
+        # linear_attn 6.03, softmax_attn 6.02, selective 6.00, gpt 6.17 nats (mean of 2 seeds,
+        # 102k tokens each).
     python ablate.py --preset gpu --out_dir out/ablate_gpu     # larger, one GPU
     python ablate.py --content_only --out_dir results/ablate  # re-run the probe on saved runs
 A run folder whose result.json holds the same train.py arguments is reused, so an interrupted
