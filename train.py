@@ -305,7 +305,10 @@ def main(args):
         dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     try:
         with ExitStack() as files:  # log and metrics files close however the run ends
-            return _run(a, ckpt, init, device, rank, world, ddp, files)
+            result = _run(a, ckpt, init, device, rank, world, ddp, files)
+        if ddp:  # wait for rank 0's last checkpoint: tearing gloo down while a peer is
+            dist.barrier()  # still in flight aborts that peer ("terminate called ...")
+        return result
     finally:
         if ddp:
             dist.destroy_process_group()
