@@ -72,7 +72,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import data as data_lib
 import ema
 from gpt import GPT, GPTConfig
-from spen import SPEN, SPENConfig
+from spen import CONTEXTS, PREDICTORS, SPEN, SPENConfig
 
 MODELS = {"spen": (SPENConfig, SPEN), "gpt": (GPTConfig, GPT)}
 EVAL_SEED = 1234  # validation batches are the same for every run, whatever its --seed
@@ -119,8 +119,8 @@ def get_parser():
     g.add_argument("--block_size", type=int, help="T, tokens per sequence")
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=sorted(MODELS), help="spen (the paper's model) or gpt (attention baseline)")
-    g.add_argument("--predictor", choices=["linear", "linear_attn", "softmax_attn"], help="SPEN predictor that reads the traces")
-    g.add_argument("--context", choices=["ema", "selective"], help="SPEN context: fixed-decay EMA (paper) or selective (control)")
+    g.add_argument("--predictor", choices=sorted(PREDICTORS), help="SPEN predictor that reads the traces")
+    g.add_argument("--context", choices=sorted(CONTEXTS), help="SPEN context: fixed-decay EMA (paper) or selective (control)")
     g.add_argument("--n_layer", type=int, help="number of blocks")
     g.add_argument("--n_embd", type=int, help="C, residual width (FFN 4C, top-k 6%%, heads C/64 when C != 768)")
     g.add_argument("--dropout", type=float, help="dropout probability")
