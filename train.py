@@ -363,8 +363,8 @@ def _run(a, ckpt, init, device, rank, world, ddp, files):
     def load(name, split):
         try:
             return data_lib.load_split(name, split)
-        except data_lib.DataUnavailable as e:
-            raise SystemExit(str(e)) from None
+        except (data_lib.DataUnavailable, ValueError) as e:  # unreachable hub, unknown name or split
+            raise SystemExit(f"train.py: --data/--eval_data: {e}") from None
     if ddp and not master:
         dist.barrier()  # rank 0 prepares (tokenizes) the caches first; the others then read them
     val = load(a.eval_data, "val")

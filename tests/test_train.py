@@ -164,3 +164,11 @@ def test_ddp_two_process_gloo_smoke(tmp_path):
     assert "x 2 process" in (out / "log.txt").read_text()
     assert (out / "log.txt").read_text().count("argv:") == 1  # only rank 0 logs
     assert torch.load(out / "ckpt_last.pt", weights_only=True)["step"] == 3
+
+
+def test_bad_dataset_is_one_line_error(tmp_path):
+    with pytest.raises(SystemExit, match="unknown dataset 'nope'; choose one of builtin") as exc:
+        run(tmp_path / "a", "--data", "nope")
+    assert "\n" not in str(exc.value)
+    with pytest.raises(SystemExit, match="'c4' has no split 'train'"):  # c4 is validation-only
+        run(tmp_path / "b", "--data", "c4")
