@@ -297,12 +297,8 @@ def positions(h):
 
 
 def load_run(path):
-    """Rebuild a trained SPEN or GPT from a train.py checkpoint (model, kind, config)."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    Config, Model = train.MODELS[ckpt["kind"]]
-    model = Model(Config(**ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
-    return model.eval()
+    """Rebuild a trained SPEN or GPT from a train.py checkpoint (train.py's loader and its errors)."""
+    return train.build_from_checkpoint(train.load_checkpoint(path), path).eval()
 
 
 @torch.no_grad()
