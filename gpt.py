@@ -18,25 +18,25 @@ Code name -> meaning
     h[i].mlp          GELU (tanh approximation, GPT-2's "gelu_new") MLP with 4C hidden units
     state             KV cache: {'kv': [(k, v) per layer, each (B, H, P, D)], 'pos': P}
 
-Same contract as spen.py (see CONTRACT.md): forward, hidden_states, init_state/step,
-generate, num_params, flops_per_token, estimate_mfu, configure_optimizers, Block(cfg).
+Same contract as spen.py (written out in lm.py): forward, hidden_states, init_state/step,
+generate, num_params, flops_per_token, Block(cfg). Optimizer groups, sampling and MFU are lm.py's.
 
 Departures / choices
-    - vocab_size defaults to 50304 (50257 padded to a multiple of 64, faster matmuls) when
-      training from scratch. `from_hf` keeps the checkpoint's own vocabulary (50257 for GPT-2):
-      padding would add rows whose logits (0) take probability mass unless masked, and the
-      point of loading is exact equality with Hugging Face.
+    - vocab_size is the real vocabulary (50257); the embedding/head table has
+      lm.padded_vocab(V) = 50304 rows (a multiple of 64: faster matmuls) and forward/step
+      return only the first V logits, so the padding rows are never in the loss nor sampled.
+      `from_hf` copies GPT-2's 50257 rows and zeroes the padding: logits equal Hugging Face's.
     - LayerNorm eps is PyTorch's 1e-5, which is also GPT-2's; `from_hf` refuses other values
       and other activations rather than silently computing something different.
     - Position limit: the learned position table has block_size rows, so `step` raises past
       block_size tokens; `generate` then re-reads the last block_size tokens (nanoGPT's crop).
+    - n_head defaults to C // 64 (12 at width 768, GPT-2 small).
 
 Run
-    python -m pytest tests/test_gpt.py      # ~5 s on 2 CPU cores: HF logits, KV cache, causality
+    python -m pytest tests/test_gpt.py      # HF logits, KV cache, causality, parameter count
     python -c "import gpt; m = gpt.GPT.from_pretrained('gpt2')"   # needs network to HF hub
 """
 
-import inspect
 import math
 from dataclasses import dataclass
 
@@ -44,16 +44,29 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+import lm
+
 
 @dataclass
 class GPTConfig:
     block_size: int = 1024  # maximum sequence length (rows of the position table)
-    vocab_size: int = 50304  # GPT-2's 50257 BPE tokens padded to a multiple of 64
+    vocab_size: int = 50257  # V, GPT-2's BPE tokens (the table has lm.padded_vocab(V) = 50304 rows)
     n_layer: int = 12  # L, number of transformer blocks
-    n_head: int = 12  # H, attention heads per block
+    n_head: int = None  # H, attention heads per block; None: max(1, n_embd // 64), 12 for GPT-2 small
     n_embd: int = 768  # C, residual-stream width
     dropout: float = 0.0  # dropout on embeddings, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm, as in GPT-2
+
+    def __post_init__(self):
+        if self.n_head is None:
+            self.n_head = max(1, self.n_embd // 64)
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -61,8 +74,6 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        if cfg.n_embd % cfg.n_head != 0:
-            raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
         self.n_head, self.dropout = cfg.n_head, cfg.dropout
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
@@ -131,13 +142,13 @@ class GPT(nn.Module):
         super().__init__()
         self.config = cfg
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wte=nn.Embedding(lm.padded_vocab(cfg.vocab_size), cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
             drop=nn.Dropout(cfg.dropout),
             h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
             ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
         ))
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, lm.padded_vocab(cfg.vocab_size), bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied embeddings (GPT-2)
         self.reset_parameters()
 
@@ -164,6 +175,10 @@ class GPT(nn.Module):
     def _embed(self, idx, pos0=0):
         """idx (B, T) int64 -> token + position embedding (B, T, C), positions pos0 .. pos0+T-1."""
         T = idx.size(1)
+        if T == 0:
+            raise ValueError("an empty sequence (T = 0) has nothing to predict; give at least one token")
+        if not torch.compiler.is_compiling():  # a host sync; skipped inside compiled graphs
+            lm.check_tokens(idx, self.config.vocab_size)
         if pos0 + T > self.config.block_size:
             raise ValueError(f"sequence of {pos0 + T} tokens exceeds block_size {self.config.block_size}; "
                              f"crop the input or build the model with a larger block_size")
@@ -180,13 +195,17 @@ class GPT(nn.Module):
             out.append(x)
         return out
 
+    def head(self, x):
+        """Final LayerNorm and tied output projection: (..., C) -> logits (..., V), padding cut."""
+        return self.lm_head(self.transformer.ln_f(x))[..., :self.config.vocab_size]
+
     def forward(self, idx, targets=None):
         """idx (B, T) -> logits (B, T, V); loss = mean next-token cross-entropy if targets (B, T)
         is given (targets == -1 are ignored), else None."""
         x = self._embed(idx)
         for block in self.transformer.h:
             x = block(x)  # (B, T, C)
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        logits = self.head(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
@@ -204,7 +223,7 @@ class GPT(nn.Module):
         for block, kv in zip(self.transformer.h, state["kv"]):
             x, kv = block(x, kv if kv is not None else (None, None))
             kvs.append(kv)
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        logits = self.head(x)  # (B, T, V)
         return logits, {"kv": kvs, "pos": state["pos"] + idx.size(1)}
 
     def step(self, token, state):
@@ -218,21 +237,17 @@ class GPT(nn.Module):
         """Sample max_new_tokens tokens after idx (B, T) -> (B, T + max_new_tokens), using the KV
         cache. When the cache reaches block_size it is rebuilt from the last block_size tokens.
         temperature 0 means greedy; `generator` (torch.Generator) makes sampling reproducible."""
+        lm.check_sampling(max_new_tokens, temperature, top_k)
+        if idx.dim() != 2 or idx.shape[1] == 0:
+            raise ValueError("generate needs a prompt of shape (B, T) with T >= 1 (e.g. the EOT id 50256)")
+        lm.check_tokens(idx, self.config.vocab_size, "prompt")
         state = None
         for _ in range(max_new_tokens):
             if state is None:
                 ctx = idx[:, -self.config.block_size:]
                 logits, state = self.extend(ctx, self.init_state(idx.size(0), idx.device))
                 logits = logits[:, -1, :]  # (B, V)
-            if temperature == 0:
-                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits = logits.masked_fill(logits < v[:, [-1]], -float("inf"))
-                probs = F.softmax(logits, dim=-1)
-                nxt = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            nxt = lm.sample_next(logits, temperature, top_k, generator)[:, None]  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)
             if state["pos"] < self.config.block_size:
                 logits, state = self.step(nxt.view(-1), state)
@@ -259,33 +274,14 @@ class GPT(nn.Module):
         N = self.num_params() - self.transformer.wpe.weight.numel()
         return 6 * N + 12 * cfg.n_layer * cfg.n_embd * T
 
-    def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops=None):
-        """Model FLOPs utilisation: fwdbwd_per_iter sequences of block_size tokens per iteration
-        taking dt seconds, over peak_flops (default 989e12: H200 dense bf16)."""
-        T = self.config.block_size
-        flops = self.flops_per_token(T) * T * fwdbwd_per_iter
-        return flops / dt / (peak_flops or 989e12)
-
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW; weight decay on matrices and embeddings (dim >= 2), none on biases and
-        LayerNorm parameters. Every parameter is in exactly one group (asserted)."""
-        params = {n: p for n, p in self.named_parameters() if p.requires_grad}
-        decay = [p for p in params.values() if p.dim() >= 2]
-        no_decay = [p for p in params.values() if p.dim() < 2]
-        seen = [id(p) for p in decay + no_decay]
-        assert len(seen) == len(set(seen)) == len(params), "a parameter is in zero or two optimizer groups"
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if fused else {}))
-
     # ---- loading Hugging Face GPT-2 -------------------------------------------------------
 
     @classmethod
     def from_hf(cls, hf_model):
         """Build a GPT from a transformers GPT2LMHeadModel (any size, random or pretrained).
         HF stores c_attn/c_proj/c_fc as Conv1D with weight (in, out); nn.Linear wants (out, in),
-        so those four matrices are transposed. The vocabulary stays the checkpoint's (50257)."""
+        so those four matrices are transposed. The vocabulary stays the checkpoint's (50257); the
+        table's padding rows (up to lm.padded_vocab) are zero and cut from the logits."""
         hc = hf_model.config
         act = getattr(hc, "activation_function", "gelu_new")
         problems = []
@@ -313,6 +309,9 @@ class GPT(nn.Module):
                 if k not in sd_hf:
                     raise ValueError(f"from_hf: key {k} missing from the Hugging Face state dict")
                 w = sd_hf[k].t() if k.endswith(transposed) else sd_hf[k]
+                if k.endswith(("wte.weight", "lm_head.weight")):  # (V, C) into the padded table
+                    p.zero_()
+                    p = p[:w.shape[0]]
                 if w.shape != p.shape:
                     raise ValueError(f"from_hf: shape mismatch for {k}: ours {tuple(p.shape)}, HF {tuple(w.shape)}")
                 p.copy_(w)

@@ -1,10 +1,11 @@
 """Tests for gpt.py: exact Hugging Face GPT-2 logits, KV cache == full forward, causality,
-parameter count of GPT-2 small, optimizer groups, determinism of generate. ~5 s on 2 cores."""
+parameter count of GPT-2 small, token-id checks, determinism of generate."""
 from dataclasses import asdict
 
 import pytest
 import torch
 
+import lm
 from gpt import GPT, GPTConfig, Block
 
 TINY = GPTConfig(block_size=32, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
@@ -82,7 +83,7 @@ def test_shapes_loss_hidden_states_and_block():
     assert abs(loss.item() - torch.log(torch.tensor(float(TINY.vocab_size))).item()) < 0.5
     hs = m.hidden_states(idx)
     assert len(hs) == TINY.n_layer + 1 and all(h.shape == (2, 8, TINY.n_embd) for h in hs)
-    assert torch.allclose(m.lm_head(m.transformer.ln_f(hs[-1])), logits, atol=1e-5)
+    assert torch.allclose(m.head(hs[-1]), logits, atol=1e-5)
     assert Block(TINY)(torch.randn(2, 5, TINY.n_embd)).shape == (2, 5, TINY.n_embd)
     rebuilt = GPT(GPTConfig(**asdict(m.config)))
     assert rebuilt.num_params() == m.num_params()
@@ -94,19 +95,20 @@ def test_gpt2_small_param_count_on_meta():
     with torch.device("meta"):
         m = GPT(GPTConfig())
     n = m.num_params()
-    # nanoGPT's GPT-2 small with the padded vocabulary: 124,475,904 incl. positions
+    # nanoGPT's GPT-2 small with the padded vocabulary (50304 rows): 124,475,904 incl. positions
     assert n == 124_475_904, n
+    assert m.config.vocab_size == 50257 and m.config.n_head == 12
     assert m.lm_head.weight is m.transformer.wte.weight  # tied
 
 
 def test_optimizer_groups_and_flops():
     m = _tiny()
-    opt = m.configure_optimizers(0.1, 1e-3, (0.9, 0.95), "cpu")
+    opt = lm.configure_optimizers(m, 0.1, 1e-3, (0.9, 0.95), "cpu")
     ids = [id(p) for g in opt.param_groups for p in g["params"]]
     assert len(ids) == len(set(ids)) == len(list(m.parameters()))
     assert opt.param_groups[0]["weight_decay"] == 0.1 and opt.param_groups[1]["weight_decay"] == 0.0
     assert m.flops_per_token(16) > 6 * m.num_params(non_embedding=True)
-    assert 0 < m.estimate_mfu(4, 1.0, peak_flops=1e12) < 1
+    assert 0 < lm.estimate_mfu(m, 16, 1e3, peak=1e12) < 1
 
 
 def test_generate_reproducible_and_crops():
@@ -124,7 +126,7 @@ def test_generate_reproducible_and_crops():
 
 def test_learns_tiny_batch():
     m = _tiny().train()
-    opt = m.configure_optimizers(0.0, 3e-3, (0.9, 0.95), "cpu")
+    opt = lm.configure_optimizers(m, 0.0, 3e-3, (0.9, 0.95), "cpu")
     idx = torch.randint(0, TINY.vocab_size, (4, 16))
     for _ in range(60):
         _, loss = m(idx[:, :-1], idx[:, 1:])
@@ -132,3 +134,26 @@ def test_learns_tiny_batch():
         loss.backward()
         opt.step()
     assert loss.item() < 1.0, loss.item()
+
+
+def test_token_ids_and_generate_arguments_are_checked():
+    m = _tiny()
+    V = TINY.vocab_size  # 97 real tokens in a 128-row table: 97..127 are padding, not tokens
+    assert m.transformer.wte.weight.shape[0] == lm.padded_vocab(V) == 128
+    assert m(torch.zeros(1, 4, dtype=torch.long))[0].shape[-1] == V  # logits cover real tokens only
+    for bad in (torch.tensor([[V]]), torch.tensor([[-1]]), torch.tensor([[127]])):
+        with pytest.raises(ValueError, match="outside"):
+            m(bad)
+    with pytest.raises(ValueError, match="integer"):
+        m(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="T = 0"):
+        m(torch.zeros(1, 0, dtype=torch.long))
+    idx = torch.zeros(1, 2, dtype=torch.long)
+    for kw, match in ((dict(temperature=-1.0), "temperature"), (dict(top_k=0), "top_k"),
+                      (dict(max_new_tokens=-3), "max_new_tokens")):
+        with pytest.raises(ValueError, match=match):
+            m.generate(idx, **{"max_new_tokens": 2, **kw})
+    with pytest.raises(ValueError, match="prompt"):
+        m.generate(torch.zeros(1, 0, dtype=torch.long), 2)
+    out = m.generate(idx, 30, generator=torch.Generator().manual_seed(0))
+    assert int(out.max()) < V  # padding rows are never sampled

@@ -1,0 +1,122 @@
+"""Dataclass configs as command lines: each script's settings are one dataclass, and its
+argparse parser is generated from the fields, so every setting is named, defaulted, documented
+and validated exactly once.
+
+    @dataclass
+    class RunConfig:
+        lr: float = cli.arg(6e-4, "peak learning rate", group="optimization")
+        model: str = cli.arg("spen", "which model", choices=("spen", "gpt"))
+        def __post_init__(self):
+            cli.require(self.lr > 0, "--lr must be > 0, got {}", self.lr)
+
+    parser = cli.parser(RunConfig, "what the script does", presets=PRESETS)
+    cfg = cli.parse(RunConfig, parser, argv, presets=PRESETS)   # ConfigError -> one line, exit 2
+
+Precedence: a field's default < the preset's value (--preset NAME) < the command line. Only
+flags the user typed override the preset (parser defaults are SUPPRESSed), so
+`cli.given(parser, argv)` tells what was typed (train.py's --resume uses it to refuse flags that
+contradict a checkpoint).
+
+Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`).
+Run: nothing to run; tests/test_cli.py checks this file.
+"""
+
+import argparse
+import dataclasses
+import sys
+import typing
+
+
+class ConfigError(ValueError):
+    """A setting is out of range or contradicts another; the message is one line naming the flag."""
+
+
+def arg(default, help, choices=None, group="settings"):
+    """A config field with its help text, allowed values and parser group."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("use a tuple default for several values")
+    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, group=group))
+
+
+def require(ok, message, *values):
+    """Raise ConfigError(message.format(*values)) unless ok."""
+    if not ok:
+        raise ConfigError(message.format(*values))
+
+
+def check_choice(name, value, choices):
+    require(value in choices, "--{} must be one of {}, got {!r}", name, ", ".join(map(str, choices)), value)
+
+
+def _type_of(f):
+    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "str": str, "bool": bool,
+                                                      "tuple": tuple}.get(f.type, str)
+    return t
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block): `prog: error: ... (see --help)`."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parser(Config, description, presets=None, epilog=None):
+    """An ArgumentParser with one flag per field of Config, grouped by each field's `group`."""
+    p = OneLineParser(description=description, epilog=epilog, argument_default=argparse.SUPPRESS)
+    if presets:
+        p.add_argument("--preset", choices=sorted(presets),
+                       help="bundle of overrides: " + "; ".join(
+                           f"{k}: {', '.join(f'{a}={b}' for a, b in v.items()) or 'the defaults'}"
+                           for k, v in presets.items()))
+    groups = {}
+    for f in dataclasses.fields(Config):
+        meta = f.metadata
+        if "help" not in meta:
+            continue  # internal field, not a flag
+        g = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
+        t = _type_of(f)
+        text = f"{meta['help']} (default: {f.default!r})".replace("%", "%%")  # argparse formats help with %
+        if t is bool:
+            g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)
+        elif t is tuple or typing.get_origin(f.type) is tuple:
+            elem = type(f.default[0]) if f.default else str
+            g.add_argument(f"--{f.name}", type=elem, nargs="+", help=text)
+        else:
+            g.add_argument(f"--{f.name}", type=t, choices=meta["choices"], help=text)
+    return p
+
+
+def given(p, argv):
+    """The settings typed on the command line (not defaults, not the preset): {name: value}."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in vars(p.parse_args(argv)).items()}
+
+
+def build(Config, presets=None, preset=None, **overrides):
+    """Config(defaults < presets[preset] < overrides); ConfigError for unknown names or presets."""
+    if preset is not None and preset not in (presets or {}):
+        raise ConfigError(f"--preset must be one of {', '.join(sorted(presets or {}))}, got {preset!r}")
+    names = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(overrides) - names)
+    require(not unknown, "unknown setting(s) {}; see --help", ", ".join(unknown))
+    values = {**((presets or {}).get(preset) or {}), **overrides}
+    return Config(**values)
+
+
+def parse(Config, p, argv=None, presets=None):
+    """Parse argv into a validated Config; a bad value prints one line and exits with status 2."""
+    typed = given(p, argv)
+    preset = typed.pop("preset", None)
+    try:
+        return build(Config, presets, preset, **typed)
+    except ConfigError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+
+
+def main_guard(run, *errors, prog=None):
+    """Call run(); turn the listed exception types into one line on stderr and exit status 1."""
+    try:
+        return run()
+    except errors as e:
+        print(f"{prog or sys.argv[0].rsplit('/', 1)[-1]}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(1)
