@@ -9,19 +9,19 @@ a = (0.5, 0.1, 0.02). It gives no code, so everything else below is our choice.
 One block (pre-norm, two residual adds, as GPT-2):
     u_t   = LN1(x_t)                                        the block input the traces see
     h_t^s = (1 - a_s) h_{t-1}^s + a_s u_t,   h_{-1} = 0     ema.traces (fixed a_s)
-    x̂_t   = P(h_{t-1}, u_t)                                 predictor of u_t from PAST traces
+    x̂_t   = P(h_{t-1}, u_t)                                 reader of the PAST traces (readers.py)
     e_t   = u_t - x̂_t                                       prediction error
     x     = x + W_mix [e_t ; x̂_t]                           "context mix" (our choice)
     x     = x + W_2 topk_k(relu(W_1 LN2(x)))                sparse FFN, k = 184 of F = 3072
 
 Shape glossary
-    B batch, T time, C width (n_embd), S traces (len(alphas)), V vocabulary,
-    F FFN hidden width, k kept FFN units, H heads, D = C / H head width,
-    L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
+    B batch, T time, C width (n_embd), S traces (len(alphas)), V vocabulary (vocab_size),
+    Vp = lm.padded_vocab(V) rows of the embedding table, F FFN hidden width, k kept FFN units,
+    H heads, D = C / H head width.
 
 Code name -> paper symbol
     alphas[s]   a_s             ctx(u) -> h   h_t^(s), all S traces, (B, T, S, C)
-    hp          h_{t-1}         pred          the predictor, reads hp (and u for attention)
+    hp          h_{t-1}         pred          the predictor (reader), reads hp and u
     xhat        x̂_t             e             e_t = u_t - x̂_t
     mix         "context mix"   ffn           sparse FFN keeping top 6%
 
@@ -34,37 +34,28 @@ Choices where the paper is silent (each also flagged where it happens):
     e_t = u_t - x̂_t, this spans the same space as [u_t ; x̂_t]: the error form is the paper's
     wiring, not extra capacity. We chose [e ; x̂] over [e ; all S traces] because the latter
     (4C^2) plus the 3C^2 predictor would overshoot 130M by ~11%.
- 4. Predictors (config `predictor`), all reading the same past traces:
-      linear        x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]                        (3C^2)
-      linear_attn   causal linear attention, feature map elu(.) + 1            (3C^2 + SC)
-      softmax_attn  causal softmax attention (F.scaled_dot_product_attention)  (3C^2 + SC)
-    Attention: each (position j <= t, trace s) is one key/value slot, built from the trace
-    state h_{j-1}^s + E_s only (E_s a learned timescale embedding), never from raw token
-    states. The query comes from the CURRENT u_t (standard attention; the strongest, content-
-    based reader of the traces; the values hold no u_t, so x̂_t cannot copy it). There is no
-    output projection: W_mix follows linearly. So the three predictors have equal parameter
-    counts up to S*C per block, and the ablation changes only how the traces are read.
-    linear_attn runs a chunked O(T)-memory form (fast path) checked against the quadratic
-    masked definition `linear_attention_ref`, forward and backward; step() is its recurrence.
+ 4. Predictors (config `predictor` x `reads`, see readers.py): `linear` is the paper's
+    x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]; `linear_attn` and `softmax_attn` attend with a
+    query from u_t either over the S slots of the trace state h_{t-1} (reads='state', the
+    default: the paper's data-processing argument holds) or over every past (position, trace)
+    slot (reads='history': lossless, the inputs can be read back from it).
  5. Sparse FFN: no biases, ReLU, keep the k largest of F units per token, exactly k (ties by
     torch.topk); gradient flows only through the kept units. It runs dense (mask after the
     first matmul); a sparse kernel would save most of W_2's FLOPs, not W_1's.
  6. No biases in linear layers; LayerNorms have weight and bias. Tied input/output
     embeddings. No auxiliary prediction loss: x̂ is trained only through the LM loss.
- 7. context='selective' (positive control, not in the paper, issue 4): per trace s,
+ 7. context='selective' (positive control, not in the paper): per trace s,
     a_t^s = sigmoid(W_a u_t + b_s) per channel, one C x C matrix W_a shared by the S traces
     (like Mamba's step size shared across its state), b_s initialised to logit(a_s) and W_a
     to zero, so it starts as the fixed-decay model; the only change is input-dependent decay.
+ 8. The embedding table has Vp rows (a multiple of 64, fast matmuls); forward and step return
+    the first V logits only, so the padding rows are never inputs, targets or samples.
 
-Parameter counts (measured by `python spen.py`; paper: ~130M):
-    linear 130,684,416 | linear_attn / softmax_attn 130,712,064 | selective (+linear) 137,789,952
-
-Run `python spen.py` (prints parameter counts of every variant, < 10 s on a 2-core CPU,
-built on the meta device) and `python -m pytest tests/test_spen.py` (34 tests, ~3 s on a quiet
-2-core CPU, 20-55 s while ~6 other jobs share it).
+`SPEN(SPENConfig())` is the paper's model with the linear predictor: 130,684,416 parameters.
+Run `python spen.py` (parameter counts of every predictor x reads x context, built on the meta
+device) and `python -m pytest tests/test_spen.py`.
 """
 
-import inspect
 import math
 from dataclasses import dataclass
 
@@ -73,39 +64,79 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ema
+import lm
+from readers import PREDICTORS, READERS, READS
+
+TRACE_METHODS = ("auto", "scan", "matmul")
 
 
 @dataclass
 class SPENConfig:
-    vocab_size: int = 50304  # V: GPT-2 BPE (50257) padded to a multiple of 64 for fast matmuls
-    block_size: int = 1024  # T: training context (no positional embedding; only attention predictors grow with it)
+    vocab_size: int = 50257  # V: GPT-2 BPE; the table has lm.padded_vocab(V) = 50304 rows
+    block_size: int = 1024  # T: training context (no positional embedding: any T runs)
     n_layer: int = 12  # number of SPEN blocks (paper: 12)
     n_embd: int = 768  # C: width of x_t, u_t, each trace h_t^(s), x̂_t and e_t (paper: GPT-2 small size)
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
-    ffn_hidden: int = 3072  # F: sparse FFN width (4C)
-    ffn_topk: int = 184  # k: hidden units kept per token, 6% of 3072 (paper: "top 6%")
-    predictor: str = "linear"  # reads h_{t-1} into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn'
+    ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
+    ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
+    predictor: str = "linear"  # reader of h_{t-1} into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn'
+    reads: str = "state"  # 'state': only h_{t-1}^1..S (paper's argument holds) | 'history': every past slot
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
-    n_head: int = 12  # H: heads of the attention predictors (unused by 'linear')
+    trace_method: str = "auto"  # ema.traces path: 'auto' | 'scan' | 'matmul' (same values)
+    n_head: int = None  # H: heads of the attention readers; None -> max(1, C // 64)
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
     def __post_init__(self):
-        self.alphas = tuple(float(a) for a in self.alphas)  # a JSON round trip gives a list
-        if self.predictor not in PREDICTORS:
-            raise ValueError(f"unknown predictor {self.predictor!r}; choose one of {sorted(PREDICTORS)}")
-        if self.context not in CONTEXTS:
-            raise ValueError(f"unknown context {self.context!r}; choose one of {sorted(CONTEXTS)}")
-        if not self.alphas or not all(0.0 < a <= 1.0 for a in self.alphas):
-            raise ValueError(f"alphas must be a non-empty sequence in (0, 1], got {self.alphas}")
-        if not 0 < self.ffn_topk <= self.ffn_hidden:
-            raise ValueError(f"need 0 < ffn_topk <= ffn_hidden, got {self.ffn_topk} and {self.ffn_hidden}")
-        if self.predictor != "linear" and self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        def require(ok, message):
+            if not ok:
+                raise ValueError(message)
+
+        def positive_int(name):
+            v = getattr(self, name)
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                    f"SPENConfig.{name} must be an int >= 1, got {v!r}")
+
+        for name in ("vocab_size", "block_size", "n_layer", "n_embd"):
+            positive_int(name)
+        C = self.n_embd
+        if self.ffn_hidden is None:
+            self.ffn_hidden = 4 * C
+        positive_int("ffn_hidden")
+        if self.ffn_topk is None:
+            self.ffn_topk = max(1, round(0.06 * self.ffn_hidden))
+        positive_int("ffn_topk")
+        require(self.ffn_topk <= self.ffn_hidden,
+                f"SPENConfig.ffn_topk ({self.ffn_topk}) must be <= ffn_hidden ({self.ffn_hidden})")
+        if self.n_head is None:
+            self.n_head = max(1, C // 64)
+        positive_int("n_head")
+        require(self.predictor == "linear" or C % self.n_head == 0,
+                f"SPENConfig.n_embd ({C}) must be divisible by n_head ({self.n_head})")
+        try:
+            self.alphas = tuple(float(a) for a in self.alphas)  # a JSON round trip gives a list
+        except (TypeError, ValueError):
+            raise ValueError(f"SPENConfig.alphas must be a sequence of floats in (0, 1], got {self.alphas!r}") from None
+        require(self.alphas and all(0.0 < a <= 1.0 for a in self.alphas),
+                f"SPENConfig.alphas must be a non-empty sequence in (0, 1], got {self.alphas}")
+        for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
+                              ("trace_method", TRACE_METHODS)):
+            require(getattr(self, name) in choices,
+                    f"SPENConfig.{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        require((self.predictor, self.reads) in READERS,
+                f"SPENConfig.reads={self.reads!r} needs an attention predictor (linear_attn or "
+                f"softmax_attn); predictor={self.predictor!r} reads the state only")
+        require(isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0,
+                f"SPENConfig.dropout must be in [0, 1), got {self.dropout!r}")
 
 
 def shift_right(h):
     """h_t -> h_{t-1} along time, with the zero state at t = 0. (B, T, ...) -> (B, T, ...)."""
     return F.pad(h, (0,) * (2 * (h.dim() - 2)) + (1, -1))  # pad dim 1 by one in front, drop the last
+
+
+def _method(cfg):
+    """ema's `method` keyword, passed only when it is not the default."""
+    return {} if cfg.trace_method == "auto" else dict(method=cfg.trace_method)
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,10 +148,10 @@ class EMAContext(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.alphas = cfg.alphas
+        self.alphas, self.method = cfg.alphas, _method(cfg)
 
     def forward(self, u):
-        return ema.traces(u, self.alphas)  # (B, T, S, C), float32 even under bf16 autocast
+        return ema.traces(u, self.alphas, **self.method)  # (B, T, S, C), float32 even under autocast
 
     def step(self, u_t, h):
         return ema.step(u_t.float(), h, self.alphas)  # (B, S, C)
@@ -133,7 +164,7 @@ class SelectiveContext(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.alphas = cfg.alphas
+        self.alphas, self.method = cfg.alphas, _method(cfg)
         self.gate = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # W_a
         self.gate_bias = nn.Parameter(torch.zeros(len(cfg.alphas), cfg.n_embd))  # b_s
 
@@ -148,7 +179,7 @@ class SelectiveContext(nn.Module):
         # fold the S traces into the batch: ema.selective_traces runs one trace per row
         a = a.permute(0, 2, 1, 3).reshape(B * S, T, C)  # (B*S, T, C)
         x = u.float().unsqueeze(1).expand(B, S, T, C).reshape(B * S, T, C)  # (B*S, T, C)
-        h = ema.selective_traces(x, a)  # (B*S, T, C)
+        h = ema.selective_traces(x, a, **self.method)  # (B*S, T, C)
         return h.view(B, S, T, C).transpose(1, 2)  # (B, T, S, C)
 
     def step(self, u_t, h):
@@ -156,144 +187,6 @@ class SelectiveContext(nn.Module):
 
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
-
-
-# --------------------------------------------------------------------------------------------
-# Predictors: (u (B, T, C), hp = h_{t-1} (B, T, S, C)) -> x̂ (B, T, C), strictly causal.
-# step(u_t (B, C), hp_t (B, S, C), state) -> (x̂_t (B, C), state).
-
-
-class LinearPredictor(nn.Module):
-    """x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]: a static linear map of the past traces."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.proj = nn.Linear(len(cfg.alphas) * cfg.n_embd, cfg.n_embd, bias=False)  # W_p
-
-    def forward(self, u, hp):
-        return self.proj(hp.flatten(-2))  # (B, T, S*C) -> (B, T, C)
-
-    def init_state(self, batch_size, device):
-        return None  # the traces, held by the block, are the whole state
-
-    def step(self, u_t, hp_t, state):
-        return self.proj(hp_t.flatten(-2)), state  # (B, C)
-
-
-class _TraceAttention(nn.Module):
-    """Shared parts of the attention predictors. Slot (j, s) for j <= t holds the trace state
-    z_{j,s} = h_{j-1}^s + E_s; k = W_k z, v = W_v z; the query is q_t = W_q u_t. Slots are
-    ordered j*S + s, so the causal mask is a lower-triangular (T, T) mask repeated S times.
-    Slot j = 0 holds E_s alone (the zero state before the first token): a fixed "nothing yet"
-    slot that every query can see, so position 0 has something to attend to."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        C, S = cfg.n_embd, len(cfg.alphas)
-        self.n_head = cfg.n_head
-        self.q = nn.Linear(C, C, bias=False)  # W_q, reads the current u_t
-        self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
-        self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
-        self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
-
-    def heads(self, x):
-        """(B, N, C) -> (B, H, N, D)."""
-        B, N, C = x.shape
-        return x.view(B, N, self.n_head, C // self.n_head).transpose(1, 2)
-
-    def qkv(self, u, hp):
-        B, T, S, C = hp.shape
-        z = (hp + self.trace_emb).view(B, T * S, C)  # (B, T*S, C) slots of the past traces
-        return self.heads(self.q(u)), self.heads(self.k(z)), self.heads(self.v(z))  # (B, H, ., D)
-
-    def forward(self, u, hp):
-        B, T, S, C = hp.shape
-        q, k, v = self.qkv(u, hp)  # q (B, H, T, D), k, v (B, H, T*S, D)
-        y = self.attend(q, k, v)  # (B, H, T, D), causal over slots
-        return y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-
-
-def slot_mask(T, S, device=None):
-    """(T, T*S) bool: query t sees slot j*S + s iff j <= t (the trace state h_{j-1}, all past)."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril().repeat_interleave(S, dim=1)
-
-
-def elu1(x):
-    """phi(x) = elu(x) + 1 > 0, the linear-attention feature map (Katharopoulos et al. 2020)."""
-    return F.elu(x) + 1
-
-
-def linear_attention_ref(q, k, v, eps=1e-6):
-    """Reference (quadratic, masked) causal linear attention over trace slots:
-    y_t = sum_{j<=t,s} (phi(q_t).phi(k_js)) v_js / sum_{j<=t,s} phi(q_t).phi(k_js).
-    q (B, H, T, D), k, v (B, H, T*S, D) -> y (B, H, T, D). Memory O(T^2 S)."""
-    T = q.shape[2]
-    w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // T, q.device)  # (B, H, T, T*S)
-    return (w @ v) / (w.sum(-1, keepdim=True) + eps)
-
-
-class LinearAttnPredictor(_TraceAttention):
-    """Causal linear attention over the trace slots, phi = elu + 1 (`linear_attention_ref`).
-    forward is the chunked form (fast path, O(T) memory): inside a chunk of L positions the
-    masked quadratic form; across chunks the running sums sum phi(k) v^T (D x D) and sum phi(k)
-    of all earlier chunks (an exclusive cumsum over chunks). step keeps those sums: O(1) state."""
-
-    chunk = 64  # L: positions per chunk; any L >= 1 gives the same result
-
-    def attend(self, q, k, v, eps=1e-6):
-        B, H, T, D = q.shape
-        S, L = k.shape[2] // T, self.chunk
-        pad = (-T) % L  # zero-padded queries/slots come after every real query: never visible
-        fq = elu1(F.pad(q, (0, 0, 0, pad))).view(B, H, -1, L, D)  # (B, H, N, L, D)
-        fk = elu1(F.pad(k, (0, 0, 0, pad * S))).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
-        v = F.pad(v, (0, 0, 0, pad * S)).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
-        w = (fq @ fk.transpose(-1, -2)) * slot_mask(L, S, q.device)  # (B, H, N, L, L*S) in-chunk
-        kv = fk.transpose(-1, -2) @ v  # (B, H, N, D, D) each chunk's sum phi(k) v^T
-        kv = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, -1))  # shift by one chunk: earlier chunks only
-        ks = F.pad(fk.sum(3).cumsum(2), (0, 0, 1, -1))  # (B, H, N, D) sum phi(k), earlier chunks
-        num = w @ v + fq @ kv  # (B, H, N, L, D)
-        den = w.sum(-1) + (fq * ks.unsqueeze(3)).sum(-1)  # (B, H, N, L)
-        return (num / (den.unsqueeze(-1) + eps)).view(B, H, -1, D)[:, :, :T]  # (B, H, T, D)
-
-    def init_state(self, batch_size, device):
-        H, D = self.n_head, self.q.in_features // self.n_head
-        return dict(kv=torch.zeros(batch_size, H, D, D, device=device),
-                    ksum=torch.zeros(batch_size, H, D, device=device))
-
-    def step(self, u_t, hp_t, state):
-        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
-        fk = elu1(k)
-        kv = state["kv"] + fk.transpose(-1, -2) @ v  # (B, H, D, D)
-        ksum = state["ksum"] + fk.sum(2)  # (B, H, D)
-        fq = elu1(q).to(kv.dtype)  # (B, H, 1, D); the running sums stay float32
-        y = (fq @ kv) / ((fq * ksum[:, :, None]).sum(-1, keepdim=True) + 1e-6)  # (B, H, 1, D)
-        return y.reshape(u_t.shape), dict(kv=kv, ksum=ksum)  # (B, C)
-
-
-class SoftmaxAttnPredictor(_TraceAttention):
-    """Causal softmax attention over the trace slots (F.scaled_dot_product_attention):
-    x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v."""
-
-    def attend(self, q, k, v):
-        T = q.shape[2]
-        mask = slot_mask(T, k.shape[2] // T, q.device)  # (T, T*S)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
-
-    def init_state(self, batch_size, device):
-        H, D = self.n_head, self.q.in_features // self.n_head
-        empty = torch.zeros(batch_size, H, 0, D, device=device)
-        return dict(k=empty, v=empty)
-
-    def step(self, u_t, hp_t, state):
-        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
-        k = torch.cat([state["k"], k.to(state["k"].dtype)], dim=2)  # (B, H, S*(t+1), D)
-        v = torch.cat([state["v"], v.to(state["v"].dtype)], dim=2)
-        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype))  # all cached slots are past
-        return y.reshape(u_t.shape), dict(k=k, v=v)  # (B, C)
-
-
-PREDICTORS = {"linear": LinearPredictor, "linear_attn": LinearAttnPredictor,
-              "softmax_attn": SoftmaxAttnPredictor}
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,7 +218,7 @@ class Block(nn.Module):
         C = cfg.n_embd
         self.ln1 = nn.LayerNorm(C)
         self.ctx = CONTEXTS[cfg.context](cfg)
-        self.pred = PREDICTORS[cfg.predictor](cfg)
+        self.pred = READERS[cfg.predictor, cfg.reads](cfg)
         self.mix = nn.Linear(2 * C, C, bias=False)  # W_mix: [e ; x̂] -> residual stream (our choice)
         self.ln2 = nn.LayerNorm(C)
         self.ffn = SparseFFN(cfg)
@@ -357,7 +250,7 @@ class Block(nn.Module):
 @torch.no_grad()
 def init_weights(module, cfg):
     """The one initialisation of every SPEN parameter, by name (GPT-2's scheme where it applies):
-      wte.weight (V, C), tied to the head      N(0, 0.02)   GPT-2; logits start near uniform
+      wte.weight (Vp, C), tied to the head     N(0, 0.02)   GPT-2; logits start near uniform
       pred.proj / pred.q / pred.k / pred.v     N(0, 0.02)   GPT-2 default for linear maps
       pred.trace_emb E_s (S, C)                N(0, 0.02)   small, like a positional embedding
       ffn.fc W_1 (F, C)                        N(0, 0.02)   GPT-2 default
@@ -396,20 +289,44 @@ class SPEN(nn.Module):
         if not isinstance(cfg, SPENConfig):
             raise TypeError(f"SPEN expects a SPENConfig, got {type(cfg).__name__}")
         self.config = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        Vp = lm.padded_vocab(cfg.vocab_size)
+        self.wte = nn.Embedding(Vp, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, Vp, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings (one parameter)
         init_weights(self, cfg)
 
+    def check(self, idx, what="idx", dims=2):
+        """One-line ValueError unless idx is a (B, T) (dims=2) or (B,) (dims=1) tensor of ids in
+        [0, V) with T >= 1. The id range needs the values: skipped while torch.compile traces."""
+        if not isinstance(idx, torch.Tensor) or idx.dim() != dims or idx.shape[-1] == 0:
+            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"{what} must be a {'(B, T) tensor with T >= 1' if dims == 2 else '(B,) tensor'}"
+                             f" of token ids, got {shape}")
+        if not torch.compiler.is_compiling():
+            lm.check_tokens(idx, self.config.vocab_size, what)
+
+    def head(self, x):
+        """(..., C) -> logits (..., V): the tied head, without the padding rows' columns."""
+        return self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
+
     def forward(self, idx, targets=None):
         """idx (B, T) int64 -> logits (B, T, V), mean cross-entropy over targets != -1 (or None)."""
+        self.check(idx)
+        if targets is not None:
+            if not isinstance(targets, torch.Tensor) or targets.shape != idx.shape or targets.is_floating_point():
+                raise ValueError(f"targets must be an integer tensor of the shape of idx {tuple(idx.shape)}")
+            skip = torch.compiler.is_compiling() or not targets.numel()
+            lo, hi = (-1, -1) if skip else (int(targets.min()), int(targets.max()))
+            if lo < -1 or hi >= self.config.vocab_size:
+                raise ValueError(f"targets hold ids in [{lo}, {hi}], outside [0, {self.config.vocab_size}) "
+                                 f"and not -1 (ignored)")
         x = self.drop(self.wte(idx))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        logits = self.head(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
@@ -417,55 +334,56 @@ class SPEN(nn.Module):
 
     def hidden_states(self, idx):
         """idx (B, T) -> list of n_layer + 1 tensors (B, T, C): embedding, then after each block."""
+        self.check(idx)
         out = [self.drop(self.wte(idx))]
         for block in self.blocks:
             out.append(block(out[-1]))
         return out
 
     def init_state(self, batch_size, device=None):
-        """Per-block state before the first token. For predictor='linear' it is the traces only,
-        n_layer x (B, S, C), whatever the sequence length; 'linear_attn' adds O(1) running sums;
-        'softmax_attn' adds a k/v cache that grows by S slots per token."""
+        """Per-block state before the first token: the traces n_layer x (B, S, C), plus for
+        reads='history' the reader's own state (see `state_floats`)."""
         device = device if device is not None else self.wte.weight.device
         return [block.init_state(batch_size, device) for block in self.blocks]
 
+    def state_floats(self, T):
+        """Numbers per sequence and per layer that step() holds after T tokens: the S*C traces,
+        plus 2*T*S*C cached keys/values for softmax_attn/history, C*D + C running sums for
+        linear_attn/history. State readers stay at S*C whatever T."""
+        return len(self.config.alphas) * self.config.n_embd + self.blocks[0].pred.state_floats(T)
+
     def step(self, token, state):
         """token (B,) int64, state -> (logits (B, V), new state). Equals forward() token by token."""
+        self.check(token, "token", dims=1)
         x = self.wte(token)  # (B, C)
         new_state = []
         for block, s in zip(self.blocks, state):
             x, s = block.step(x, s)
             new_state.append(s)
-        return self.lm_head(self.ln_f(x)), new_state
+        return self.head(x), new_state  # (B, V)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         """Extend idx (B, T) by max_new_tokens sampled tokens -> (B, T + max_new_tokens).
         The prompt is fed through step() one token at a time (no crop: there are no positions),
-        so each new token costs O(1) for the linear predictor. temperature 0 means greedy."""
-        if idx.shape[1] == 0:
+        so each new token costs O(1) for the state readers. temperature 0 means greedy."""
+        lm.check_sampling(max_new_tokens, temperature, top_k)
+        if isinstance(idx, torch.Tensor) and idx.dim() == 2 and idx.shape[1] == 0:
             raise ValueError("generate needs a prompt of at least one token (e.g. the EOT id 50256)")
+        self.check(idx)
         state = self.init_state(idx.shape[0], idx.device)
         for token in idx.unbind(1):
             logits, state = self.step(token, state)
         out = [idx]
         for _ in range(max_new_tokens):
-            logits = logits.float()
-            if temperature == 0:
-                nxt = logits.argmax(-1)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)[:, 0]
+            nxt = lm.sample_next(logits, temperature, top_k, generator)  # (B,)
             out.append(nxt[:, None])
             logits, state = self.step(nxt, state)
         return torch.cat(out, dim=1)
 
     def num_params(self, non_embedding=False):
         """Parameter count (the tied embedding counted once). non_embedding=True leaves out the
-        token embedding/head matrix (V x C); SPEN has no positional embedding to subtract."""
+        token embedding/head matrix (Vp x C); SPEN has no positional embedding to subtract."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.wte.weight.numel() if non_embedding else n
 
@@ -473,46 +391,21 @@ class SPEN(nn.Module):
         """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T.
         Matmuls: 6 x (weights used in matmuls), the tied head counted once, the FFN counted
         DENSE (as it runs; a sparse kernel would cut W_2 to k/F of that). Per layer, the
-        attention predictors add 3 x their forward cost: softmax_attn 4 T S C (q.k and w.v over
-        T*S slots, the full square as nanoGPT counts it); linear_attn 4 L S C in-chunk
-        (L = chunk) + 2 (S + 1) D C for updating and reading the D x D state. The EMA traces
-        (a few S C elementwise FLOPs per token, memory-bound) and norms are left out (< 1%)."""
-        cfg = self.config
-        S, C = len(cfg.alphas), cfg.n_embd
+        attention readers add 3 x their forward cost (`attn_flops` in readers.py). The EMA
+        traces (a few S C elementwise FLOPs per token, memory-bound) and norms are left out."""
         n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
                                            if p.dim() < 2 or n.endswith(("trace_emb", "gate_bias")))
-        attn_fwd = {"linear": 0, "softmax_attn": 4 * T * S * C,
-                    "linear_attn": 4 * LinearAttnPredictor.chunk * S * C + 2 * (S + 1) * C * C // cfg.n_head}
-        return 6 * n_matmul + 3 * cfg.n_layer * attn_fwd[cfg.predictor]
+        return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
 
-    def estimate_mfu(self, fwdbwd_per_iter, dt, peak_flops=None):
-        """Model FLOPs utilisation: achieved FLOP/s over the peak. fwdbwd_per_iter = sequences of
-        block_size tokens per iteration (batch_size * grad_accum), dt seconds per iteration.
-        Default peak 989e12: H100/H200 SXM bf16 dense tensor-core peak (the H200 has the H100's
-        compute, more memory); pass peak_flops for other hardware."""
-        T = self.config.block_size
-        achieved = self.flops_per_token(T) * T * fwdbwd_per_iter / dt
-        return achieved / (989e12 if peak_flops is None else peak_flops)
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW with weight decay on matrices (dim >= 2: embeddings, linear weights, E_s) and
-        none on vectors (LayerNorm weights and biases). Every parameter is in exactly one group."""
-        params = dict(self.named_parameters())  # tied weights appear once
-        decay = [p for p in params.values() if p.dim() >= 2]
-        no_decay = [p for p in params.values() if p.dim() < 2]
-        ids = [id(p) for p in decay + no_decay]
-        assert len(ids) == len(set(ids)) == len({id(p) for p in self.parameters()}), "param groups broken"
-        groups = [dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)]
-        fused = device_type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **(dict(fused=True) if fused else {}))
-
+VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context
 
 if __name__ == "__main__":
     # Parameter counts of the paper model and each variant, built without memory on `meta`.
-    for predictor, context in [("linear", "ema"), ("linear_attn", "ema"), ("softmax_attn", "ema"),
-                               ("linear", "selective")]:
+    for predictor, reads, context in VARIANTS:
         with torch.device("meta"):
-            m = SPEN(SPENConfig(predictor=predictor, context=context))
-        print(f"predictor={predictor:12s} context={context:9s} params {m.num_params():,} "
+            m = SPEN(SPENConfig(predictor=predictor, reads=reads, context=context))
+        print(f"predictor={predictor:12s} reads={reads:7s} context={context:9s} params {m.num_params():,} "
               f"(non-embedding {m.num_params(non_embedding=True):,}) "
-              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP")
+              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, "
+              f"state floats/layer at T=1024 {m.state_floats(1024):,}")

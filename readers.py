@@ -1,0 +1,263 @@
+"""SPEN's trace readers: the predictor x̂_t = P(h_{t-1}, u_t) of each block, in two families.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
+predictor ablation (a linear map and full softmax attention over the traces tie). The paper
+argues by data processing: once the EMA has mixed the tokens into the trace state, no reader of
+that state can recover what it lost. That argument holds only for a reader restricted to the
+state, so the readers come in two families (config field `reads`):
+
+  reads='state'    x̂_t is a function of u_t and the S vectors h_{t-1}^1..S of the layer only:
+                   the recurrent state, S*C numbers whatever the context length. The paper's
+                   argument applies. step() keeps no state beyond the traces.
+  reads='history'  every past (position j <= t, trace s) pair is a key/value slot holding
+                   h_{j-1}^s. This reader is LOSSLESS: the trace history is an invertible
+                   transform of the inputs, u_t = (h_t^s - (1 - a_s) h_{t-1}^s) / a_s for any s,
+                   so nothing is lost before the reader sees it and the data-processing
+                   argument does not apply. softmax_attn's step() keeps a cache of every slot
+                   (2*T*S*C numbers per layer, like a KV cache); linear_attn's step() keeps the
+                   running sums of its linear attention (H*D*D + H*D per layer: bounded, but
+                   D/S times the trace state).
+
+Readers (config `predictor` x `reads`):
+  linear        state    x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]     the paper's predictor (S C^2)
+  linear_attn   state    linear attention over the S slots of h_{t-1}             (3C^2 + SC)
+  softmax_attn  state    softmax attention over the S slots of h_{t-1}            (3C^2 + SC)
+  linear_attn   history  causal linear attention over all T*S past slots          (3C^2 + SC)
+  softmax_attn  history  causal softmax attention over all T*S past slots         (3C^2 + SC)
+linear + history is refused (a linear map of a growing history is not one reader).
+
+Attention readers (both families): a slot holds z = h_{j-1}^s + E_s (E_s a learned timescale
+embedding), keys k = W_k z and values v = W_v z come from trace states only, the query
+q_t = W_q u_t from the current input (content-based: the strongest reader). Values never hold
+u_t, so x̂_t cannot copy it. No output projection: W_mix follows linearly. So every attention
+reader has 3C^2 + SC parameters per block against linear's S C^2 (equal up to SC at S = 3),
+and the ablation changes only how the traces are read.
+
+Shape glossary
+    B batch, T time, C width, S traces, H heads, D = C / H head width,
+    L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
+
+Interface of every reader: forward(u (B, T, C), hp (B, T, S, C)) -> x̂ (B, T, C), strictly
+causal; init_state(B, device); step(u_t (B, C), hp_t (B, S, C), state) -> (x̂_t (B, C), state);
+state_floats(T): numbers per sequence its step state holds after T tokens (beyond the traces);
+attn_flops(T): forward FLOPs per token beyond its weight matmuls.
+
+Run: nothing to run; tests/test_spen.py checks causality, step == forward, the chunked linear
+attention against its quadratic definition, and what each family can tell apart.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def elu1(x):
+    """phi(x) = elu(x) + 1 > 0, the linear-attention feature map (Katharopoulos et al. 2020)."""
+    return F.elu(x) + 1
+
+
+def slot_mask(T, S, device=None):
+    """(T, T*S) bool: query t sees slot j*S + s iff j <= t (the trace state h_{j-1}, all past)."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril().repeat_interleave(S, dim=1)
+
+
+def linear_attention_ref(q, k, v, eps=1e-6):
+    """Reference (quadratic, masked) causal linear attention over trace slots:
+    y_t = sum_{j<=t,s} (phi(q_t).phi(k_js)) v_js / sum_{j<=t,s} phi(q_t).phi(k_js).
+    q (B, H, T, D), k, v (B, H, T*S, D) -> y (B, H, T, D). Memory O(T^2 S)."""
+    T = q.shape[2]
+    w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // T, q.device)  # (B, H, T, T*S)
+    return (w @ v) / (w.sum(-1, keepdim=True) + eps)
+
+
+class LinearPredictor(nn.Module):
+    """x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]: a static linear map of the trace state (paper)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.proj = nn.Linear(len(cfg.alphas) * cfg.n_embd, cfg.n_embd, bias=False)  # W_p
+
+    def forward(self, u, hp):
+        return self.proj(hp.flatten(-2))  # (B, T, S*C) -> (B, T, C)
+
+    def init_state(self, batch_size, device):
+        return None  # the traces, held by the block, are the whole state
+
+    def step(self, u_t, hp_t, state):
+        return self.proj(hp_t.flatten(-2)), state  # (B, C)
+
+    def state_floats(self, T):
+        return 0
+
+    def attn_flops(self, T):
+        return 0
+
+
+class _TraceAttention(nn.Module):
+    """Parameters shared by every attention reader: q_t = W_q u_t, k = W_k z, v = W_v z with
+    z = h^s + E_s. A slot whose trace state is still zero (before the first token) holds E_s
+    alone: a fixed "nothing yet" slot, so position 0 has something to attend to."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        C, S = cfg.n_embd, len(cfg.alphas)
+        self.n_head, self.n_slot = cfg.n_head, S
+        self.q = nn.Linear(C, C, bias=False)  # W_q, reads the current u_t
+        self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
+        self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
+        self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
+
+    def split(self, x):
+        """(..., C) -> (..., H, D)."""
+        return x.unflatten(-1, (self.n_head, x.shape[-1] // self.n_head))
+
+
+# ------------------------------------------------------------------------------------------
+# reads='state': attention over the S slots of h_{t-1} only. x̂_t = f(u_t, h_{t-1}^1..S).
+
+
+class _StateAttention(_TraceAttention):
+    """Per position t, attention of q_t over the S slots z_s = h_{t-1}^s + E_s of that position
+    alone. forward is position-wise (no mixing across t), so step() is forward at T = 1."""
+
+    def forward(self, u, hp):
+        q = self.split(self.q(u))  # (B, T, H, D)
+        z = hp + self.trace_emb  # (B, T, S, C)
+        k, v = self.split(self.k(z)), self.split(self.v(z))  # (B, T, S, H, D)
+        # elementwise products and sums over D and S: one pass over k and v, where a batched
+        # matmul would run B*T*H products of a (1 x D) by a (D x S) matrix
+        w = self.weights(q.unsqueeze(2), k)  # (B, T, S, H), sums to 1 over s
+        return (w.unsqueeze(-1) * v).sum(2).flatten(-2)  # (B, T, H, D) -> (B, T, C)
+
+    def init_state(self, batch_size, device):
+        return None  # reads only the traces the block holds
+
+    def step(self, u_t, hp_t, state):
+        return self.forward(u_t[:, None], hp_t[:, None])[:, 0], state  # (B, C)
+
+    def state_floats(self, T):
+        return 0
+
+    def attn_flops(self, T):
+        return 4 * self.n_slot * self.q.in_features  # q.k and w.v over S slots: 2 S C each
+
+
+class SoftmaxAttnState(_StateAttention):
+    """x̂_t = sum_s softmax_s(q_t.k_s / sqrt(D)) v_s over the S slots of h_{t-1}."""
+
+    def weights(self, q, k):
+        scores = (q * k).sum(-1) * q.shape[-1] ** -0.5  # (B, T, 1, H, D) . (B, T, S, H, D) -> (B, T, S, H)
+        return scores.softmax(2)
+
+
+class LinearAttnState(_StateAttention):
+    """x̂_t = sum_s phi(q_t).phi(k_s) v_s / sum_s phi(q_t).phi(k_s) over the S slots of h_{t-1}."""
+
+    def weights(self, q, k, eps=1e-6):
+        w = (elu1(q) * elu1(k)).sum(-1)  # (B, T, S, H), > 0
+        return w / (w.sum(2, keepdim=True) + eps)
+
+
+# ------------------------------------------------------------------------------------------
+# reads='history': attention over every past (position, trace) slot. Lossless (see docstring).
+
+
+class _HistoryAttention(_TraceAttention):
+    """Slot (j, s) for j <= t holds z_{j,s} = h_{j-1}^s + E_s; slots are ordered j*S + s, so the
+    causal mask is a lower-triangular (T, T) mask repeated S times (`slot_mask`)."""
+
+    def heads(self, x):
+        """(B, N, C) -> (B, H, N, D)."""
+        return self.split(x).transpose(1, 2)
+
+    def qkv(self, u, hp):
+        B, T, S, C = hp.shape
+        z = (hp + self.trace_emb).view(B, T * S, C)  # (B, T*S, C) slots of the past traces
+        return self.heads(self.q(u)), self.heads(self.k(z)), self.heads(self.v(z))  # (B, H, ., D)
+
+    def forward(self, u, hp):
+        B, T, S, C = hp.shape
+        q, k, v = self.qkv(u, hp)  # q (B, H, T, D), k, v (B, H, T*S, D)
+        y = self.attend(q, k, v)  # (B, H, T, D), causal over slots
+        return y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+
+
+class LinearAttnHistory(_HistoryAttention):
+    """Causal linear attention over all past slots, phi = elu + 1 (`linear_attention_ref`).
+    forward is the chunked form (fast path, O(T) memory): inside a chunk of L positions the
+    masked quadratic form; across chunks the running sums sum phi(k) v^T (D x D) and sum phi(k)
+    of all earlier chunks (an exclusive cumsum over chunks). step keeps those sums."""
+
+    chunk = 64  # L: positions per chunk; any L >= 1 gives the same result
+
+    def attend(self, q, k, v, eps=1e-6):
+        B, H, T, D = q.shape
+        S, L = k.shape[2] // T, self.chunk
+        pad = (-T) % L  # zero-padded queries/slots come after every real query: never visible
+        fq = elu1(F.pad(q, (0, 0, 0, pad))).view(B, H, -1, L, D)  # (B, H, N, L, D)
+        fk = elu1(F.pad(k, (0, 0, 0, pad * S))).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
+        v = F.pad(v, (0, 0, 0, pad * S)).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
+        w = (fq @ fk.transpose(-1, -2)) * slot_mask(L, S, q.device)  # (B, H, N, L, L*S) in-chunk
+        kv = fk.transpose(-1, -2) @ v  # (B, H, N, D, D) each chunk's sum phi(k) v^T
+        kv = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, -1))  # shift by one chunk: earlier chunks only
+        ks = F.pad(fk.sum(3).cumsum(2), (0, 0, 1, -1))  # (B, H, N, D) sum phi(k), earlier chunks
+        num = w @ v + fq @ kv  # (B, H, N, L, D)
+        den = w.sum(-1) + (fq * ks.unsqueeze(3)).sum(-1)  # (B, H, N, L)
+        return (num / (den.unsqueeze(-1) + eps)).view(B, H, -1, D)[:, :, :T]  # (B, H, T, D)
+
+    def init_state(self, batch_size, device):
+        H, D = self.n_head, self.q.in_features // self.n_head
+        return dict(kv=torch.zeros(batch_size, H, D, D, device=device),
+                    ksum=torch.zeros(batch_size, H, D, device=device))
+
+    def step(self, u_t, hp_t, state):
+        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
+        fk = elu1(k)
+        kv = state["kv"] + fk.transpose(-1, -2) @ v  # (B, H, D, D)
+        ksum = state["ksum"] + fk.sum(2)  # (B, H, D)
+        fq = elu1(q).to(kv.dtype)  # (B, H, 1, D); the running sums stay float32
+        y = (fq @ kv) / ((fq * ksum[:, :, None]).sum(-1, keepdim=True) + 1e-6)  # (B, H, 1, D)
+        return y.reshape(u_t.shape), dict(kv=kv, ksum=ksum)  # (B, C)
+
+    def state_floats(self, T):
+        C, D = self.q.in_features, self.q.in_features // self.n_head
+        return C * D + C  # H (D x D) sums of phi(k) v^T and H sums of phi(k)
+
+    def attn_flops(self, T):
+        C, S, D = self.q.in_features, self.n_slot, self.q.in_features // self.n_head
+        return 4 * self.chunk * S * C + 2 * (S + 1) * D * C  # in-chunk square + the D x D state
+
+
+class SoftmaxAttnHistory(_HistoryAttention):
+    """Causal softmax attention over all past slots (F.scaled_dot_product_attention):
+    x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v."""
+
+    def attend(self, q, k, v):
+        T = q.shape[2]
+        mask = slot_mask(T, k.shape[2] // T, q.device)  # (T, T*S)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+
+    def init_state(self, batch_size, device):
+        H, D = self.n_head, self.q.in_features // self.n_head
+        empty = torch.zeros(batch_size, H, 0, D, device=device)
+        return dict(k=empty, v=empty)
+
+    def step(self, u_t, hp_t, state):
+        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
+        k = torch.cat([state["k"], k.to(state["k"].dtype)], dim=2)  # (B, H, S*(t+1), D)
+        v = torch.cat([state["v"], v.to(state["v"].dtype)], dim=2)
+        y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype))  # all cached slots are past
+        return y.reshape(u_t.shape), dict(k=k, v=v)  # (B, C)
+
+    def state_floats(self, T):
+        return 2 * T * self.n_slot * self.q.in_features  # k and v of T*S slots
+
+    def attn_flops(self, T):
+        return 4 * T * self.n_slot * self.q.in_features  # full T*S square, as nanoGPT counts it
+
+
+PREDICTORS = ("linear", "linear_attn", "softmax_attn")
+READS = ("state", "history")
+READERS = {("linear", "state"): LinearPredictor,
+           ("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
+           ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory}
