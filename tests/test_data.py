@@ -1,16 +1,30 @@
-"""Tests for data.py: offline GPT-2 tokenizer, token caches (builtin, files:, hub sources
-with a fake stream), the offline-hub error, and get_batch determinism. CPU, offline, ~10 s."""
+"""Tests for data.py and sources.py: offline GPT-2 tokenizer, token caches (builtin, files:,
+hub sources with a fake stream), the offline-hub error, get_batch determinism, the names
+data.py re-exports, and the data faults (full disk, --force, stale temp files, tiny and
+single-line corpora, non-UTF-8 text). The n-gram yardsticks: tests/test_ngram.py. CPU, offline."""
+import errno
 import inspect
 import itertools
 import json
+import math
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 import torch
 
+import cli
 import data
+import ngram
+import sources
+
+
+def _cli(argv):
+    """data.py's command line, in-process: parse (bad flags exit 2) and run (bad data exit 1)."""
+    return data.main(cli.parse(data.DataConfig, data.get_parser(), argv))
 
 
 def test_tokenizer_offline():
@@ -39,7 +53,7 @@ def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     assert isinstance(train, np.memmap) and train.dtype == np.uint16 and len(train) == 3000
     # layout: document 0 went to val, document 1 opens train, each followed by EOT
     enc = data.get_tokenizer()
-    doc0, doc1 = itertools.islice(data._builtin_documents(), 2)
+    doc0, doc1 = itertools.islice(sources._builtin_documents(), 2)
     ids1 = enc.encode_ordinary(doc1)
     assert train[:len(ids1)].tolist() == ids1 and train[len(ids1)] == data.EOT
     val = data.load_split("builtin", "val", max_tokens=3000, cache_dir=str(tmp_path))
@@ -48,15 +62,15 @@ def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
     assert (np.asarray(train) == data.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
     # second call: a cache hit, nothing is tokenized
-    monkeypatch.setattr(data, "_tokenize", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
 
 
 def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
     folder = data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     calls = []
-    real = data._tokenize
-    monkeypatch.setattr(data, "_tokenize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = data._write_splits
+    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: calls.append(1) or real(*a, **k))
     # killed before meta.json was written: half a train.bin and no meta
     os.remove(os.path.join(folder, "meta.json"))
     with open(os.path.join(folder, "train.bin"), "r+b") as f:
@@ -103,7 +117,7 @@ def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
     assert "--data builtin" in msg and "--data files:PATH" in msg and "HF_HUB_OFFLINE" in msg
     # the CLI prints that one line and exits 1, no traceback
     with pytest.raises(SystemExit) as ex:
-        data.main(data.get_parser().parse_args(["--dataset", "c4", "--cache_dir", str(tmp_path)]))
+        _cli(["--dataset", "c4", "--cache_dir", str(tmp_path)])
     assert ex.value.code == 1
     out = capsys.readouterr()
     assert out.err.count("\n") == 1 and "Traceback" not in out.err and "'c4'" in out.err
@@ -115,7 +129,7 @@ def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
     os.makedirs(folder)
     np.arange(100, dtype=np.uint16).tofile(os.path.join(folder, "val.bin"))
     json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, open(os.path.join(folder, "meta.json"), "w"))
-    monkeypatch.setattr(data, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
+    monkeypatch.setattr(sources, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
     assert data.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
     with pytest.raises(ValueError, match="no split 'train'"):
         data.load_split("c4", "train", cache_dir=str(tmp_path))
@@ -135,7 +149,7 @@ def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
                                           " more \n", " = B = \n", " beta \n"]]
         return [{"text": f"doc {i}"} for i in range(25)]
 
-    monkeypatch.setattr(data, "_hub_unreachable", lambda: None)
+    monkeypatch.setattr(sources, "hub_unreachable", lambda: None)
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     enc = data.get_tokenizer()
     val = data.load_split("fineweb-edu", "val", cache_dir=str(tmp_path))
@@ -162,3 +176,169 @@ def test_get_batch_is_pure_and_shifted(tmp_path):
     assert xs.max() == 999 and xs.min() >= 1
     with pytest.raises(ValueError, match="block_size"):
         data.get_batch(tokens, 1, 1000, step=0, seed=0)
+
+
+def test_data_keeps_its_public_names():
+    """What sources.py and ngram.py define, callers reach as data.X too."""
+    assert data.baselines is ngram.baselines and data.hub_unreachable is sources.hub_unreachable
+    assert data.ngram_counts is ngram.ngram_counts and data.token_probs is ngram.token_probs
+    assert data.DataUnavailable is sources.DataUnavailable
+    assert issubclass(data.CacheWriteError, data.DataUnavailable)
+    assert data.HUB is sources.HUB and data.DATASETS == ["builtin", *sources.HUB, "files:PATH"]
+    for name in ("EOT", "get_tokenizer", "prepare", "load_split", "get_batch", "check_split", "DataConfig",
+                 "get_parser", "main"):
+        assert hasattr(data, name), name
+    # ngram and sources import neither data nor torch: no import cycle, whatever the order
+    code = "import ngram, sources, sys; assert not {'data', 'torch'} & set(sys.modules), sorted(sys.modules)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+# ----------------------------------------------------------------------------- data faults
+
+class FullDisk:
+    """`open` for data.py on a disk with `free` bytes left: writes past them raise ENOSPC."""
+
+    def __init__(self, free):
+        self.free = free
+
+    def open(self, path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        return f if not set(mode) & set("wax+") else _Limited(f, self)
+
+
+class _Limited:
+    def __init__(self, f, disk):
+        self.f, self.disk = f, disk
+
+    def write(self, b):
+        if len(b) > self.disk.free:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.disk.free -= len(b)
+        return self.f.write(b)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def _snapshot(folder):
+    return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+
+
+def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
+    cache = str(tmp_path / "c")
+    folder = data.prepare("builtin", max_tokens=2000, cache_dir=cache)
+    before = _snapshot(folder)
+    bins = len(before["train.bin"]) + len(before["val.bin"])
+    # no room at all; mid-train; the .bin files fit but not meta.json; half of meta.json
+    for free in (0, 1000, bins, bins + 200):
+        monkeypatch.setattr(data, "open", FullDisk(free).open, raising=False)
+        with pytest.raises(data.CacheWriteError) as err:
+            data.prepare("builtin", max_tokens=2000, cache_dir=cache, force=True)
+        msg = str(err.value)
+        assert "\n" not in msg and folder in msg and os.strerror(errno.ENOSPC) in msg and "--cache_dir" in msg
+        assert _snapshot(folder) == before, f"free={free}: the cache changed or temp files were left"
+    # the CLI: one line, exit 1
+    with pytest.raises(SystemExit) as ex:
+        _cli(["--max_tokens", "2000", "--cache_dir", cache, "--force"])
+    assert ex.value.code == 1
+    err_text = capsys.readouterr().err
+    assert err_text.count("\n") == 1 and "Traceback" not in err_text and "cannot write" in err_text
+    # a first build on a full disk leaves nothing behind
+    with pytest.raises(data.CacheWriteError):
+        data.prepare("builtin", max_tokens=1000, cache_dir=cache)
+    assert not os.path.exists(data._cache_folder("builtin", 1000, cache))
+    monkeypatch.delattr(data, "open")
+    # the previous cache is still a cache hit
+    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("rebuilt a good cache"))
+    assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
+
+
+def test_stale_temp_files_are_removed(tmp_path):
+    folder = data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # reaped: its pid no longer exists
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        stale = [os.path.join(folder, f"{f}.tmp{dead.pid}") for f in ("train.bin", "meta.json")]
+        live = os.path.join(folder, f"val.bin.tmp{alive.pid}")  # another build in progress
+        for path in stale + [live]:
+            open(path, "wb").write(b"\0" * 64)
+        assert data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path)) == folder
+        assert not any(os.path.exists(p) for p in stale) and os.path.exists(live)
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def test_check_split_message():
+    with pytest.raises(ValueError) as err:
+        data.check_split(np.zeros(12, np.uint16), 128, "files:X", "val")
+    assert str(err.value) == ("split 'val' of files:X has 12 tokens; block_size 128 needs at least 129: "
+                              "give more text or lower --block_size")
+    data.check_split(np.zeros(129, np.uint16), 128, "builtin", "train")  # exactly enough
+    with pytest.raises(ValueError, match="has 128 tokens"):
+        data.check_split(128, 128, "builtin", "train")
+
+
+def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = " ".join(f"word{i}" for i in range(300))  # one line, no blank line: one document
+    (tmp_path / "one.txt").write_text(text)
+    name, cache = f"files:{tmp_path / 'one.txt'}", str(tmp_path / "c")
+    ids = data.get_tokenizer().encode_ordinary(text) + [data.EOT]
+    train, val = (data.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
+    assert len(val) == math.ceil(len(ids) / sources.VAL_EVERY) and train.tolist() + val.tolist() == ids
+    meta = json.load(open(os.path.join(os.path.dirname(train.filename), "meta.json")))
+    assert "last 1/10 of the tokens" in meta["val_rule"]
+    # a cap on train does not starve val
+    capped = data.prepare(name, cache_dir=cache, max_tokens=5)
+    assert {s: v["tokens"] for s, v in data.read_meta(capped)["splits"].items()} == {"train": 5, "val": 5}
+    # three rows: val is the tail of the last one, train keeps whole documents before it
+    rows = [f"row {i} " + "text " * 20 for i in range(3)]
+    (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    stream = sum((data.get_tokenizer().encode_ordinary(r) + [data.EOT] for r in rows), [])
+    name = f"files:{tmp_path / 'three.jsonl'}"
+    train, val = (data.load_split(name, s, cache_dir=cache).tolist() for s in ("train", "val"))
+    assert train + val == stream and len(val) == math.ceil(len(stream) / 10)
+    # nothing but blank text: a clear error, no cache written
+    (tmp_path / "blank.txt").write_text("  \n\n \n")
+    with pytest.raises(data.DataUnavailable, match="gave no tokens"):
+        data.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
+    assert not os.path.exists(data._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
+                                                 sources.resolve(f"files:{tmp_path / 'blank.txt'}")))
+
+
+def test_non_utf8_file_is_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    src = tmp_path / "corpus"
+    src.mkdir()
+    (src / "good.txt").write_text("plain text " * 10)
+    (src / "notes.txt").write_bytes("caf\xe9 au lait, na\xefve".encode("latin1"))
+    with pytest.raises(data.DataUnavailable) as err:
+        data.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"))
+    msg = str(err.value)
+    assert "\n" not in msg and str(src / "notes.txt") in msg and "iconv -f latin1 -t utf-8" in msg
+    (src / "notes.txt").unlink()
+    (src / "rows.jsonl").write_bytes(b'{"text": "caf\xe9"}\n')
+    with pytest.raises(SystemExit) as ex:
+        _cli(["--dataset", f"files:{src}", "--cache_dir", str(tmp_path)])
+    assert ex.value.code == 1
+    out = capsys.readouterr().err
+    assert out.count("\n") == 1 and "rows.jsonl is not UTF-8" in out and "Traceback" not in out
+
+
+def test_bad_flags_are_one_line(tmp_path, capsys):
+    for flag, value in (("--max_tokens", "0"), ("--num_proc", "-1"), ("--splits", "test")):
+        with pytest.raises(SystemExit) as ex:
+            _cli([flag, value, "--cache_dir", str(tmp_path)])
+        assert ex.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err and "Traceback" not in err
+    assert os.listdir(tmp_path) == []
