@@ -68,6 +68,13 @@ def atomic_save(obj, path):
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
+def atomic_json(obj, path):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+    atomic_write(path, write)
+
+
 def load(path):
     """torch.load a train.py checkpoint (tensors and plain types only), validated."""
     if not os.path.isfile(path):

@@ -89,6 +89,8 @@ class TrainConfig:
                          "history", choices=tuple(READS), group="model")
     context: str = cli.arg("ema", "SPEN: fixed-decay EMA (paper) or selective decays (control)",
                            choices=tuple(CONTEXTS), group="model")
+    trace_method: str = cli.arg("auto", "SPEN: how ema.traces runs (same numbers): auto (matmul on CUDA, scan "
+                                "elsewhere) | scan | matmul", choices=("auto", "scan", "matmul"), group="model")
     n_layer: int = cli.arg(12, "number of blocks", group="model")
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
@@ -164,7 +166,7 @@ def model_config(cfg):
     if cfg.model == "gpt":
         return GPTConfig(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout)
     return SPENConfig(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout,
-                      predictor=cfg.predictor, reads=cfg.reads, context=cfg.context)
+                      predictor=cfg.predictor, reads=cfg.reads, context=cfg.context, trace_method=cfg.trace_method)
 
 
 def build_model(cfg):
@@ -209,20 +211,26 @@ class Process:
         return self.rank == 0
 
 
+def resolve_device(name):
+    """(device, kind): 'auto' -> cuda, then mps, else cpu; a device that is not there is a
+    one-line ConfigError. train.py and sample.py both set their device with this."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    kind = name.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise cli.ConfigError(f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU; "
+                              f"use --device cpu, or install a CUDA build of torch")
+    if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise cli.ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise cli.ConfigError("--device mps: MPS (Apple GPU) is not available here; use --device cpu")
+    return name, kind
+
+
 def setup_process(cfg):
     """Resolve the device (one-line error if it is not there), start DDP, pick autocast."""
     configure_allocator()
-    device = cfg.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    kind = device.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise cli.ConfigError(f"--device {cfg.device}: this torch ({torch.__version__}) sees no CUDA GPU; "
-                              f"use --device cpu, or install a CUDA build of torch")
-    if kind == "cuda" and ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
-        raise cli.ConfigError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise cli.ConfigError("--device mps: MPS (Apple GPU) is not available here; use --device cpu")
+    device, kind = resolve_device(cfg.device)
     if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
             cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
         raise cli.ConfigError("no GPU here, and this run trains over 1B tokens (the default preset 130m is the "
@@ -253,7 +261,7 @@ def load_model(cfg):
     """(model, checkpoint dict or None, cfg) for every way a run can start. With a checkpoint,
     the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
     if cfg.init_from == "gpt2":
-        why = data_lib._hub_unreachable()  # offline: use the local HF cache only, no retry storm
+        why = data_lib.hub_unreachable()  # offline: use the local HF cache only, no retry storm
         if why:
             os.environ["HF_HUB_OFFLINE"] = "1"
         try:
@@ -267,6 +275,8 @@ def load_model(cfg):
         ckpt = checkpoint.load(path)
         model = checkpoint.build(ckpt, path)
         saved = {k: ckpt["train"][k] for k in MODEL_FIELDS if k in ckpt["train"]}
+        if ckpt["kind"] == "gpt":  # a learned position table: no context beyond its rows
+            saved["block_size"] = min(cfg.block_size, model.config.block_size)
         return model, (ckpt if cfg.resume else None), replace(cfg, **saved)
     return build_model(cfg), None, cfg
 
@@ -379,7 +389,7 @@ def evaluate_checkpoint(cfg, proc, model, val, folder, yard, t0):
     folder.log(f"eval {res['eval_data']}: loss {loss:.4f} nats, perplexity {res['perplexity']:.2f} "
         f"on {res['tokens']:,} tokens ({source}, {res['params']:,} params)")
     if proc.master:
-        checkpoint.atomic_write(folder.path("eval.json"), lambda tmp: json.dump(res, open(tmp, "w"), indent=2))
+        checkpoint.atomic_json(res, folder.path("eval.json"))
     return res
 
 
@@ -578,7 +588,8 @@ def cli_main(argv=None):
         return cli.main_guard(lambda: main(cfg), cli.ConfigError, checkpoint.CheckpointError,
                               data_lib.DataUnavailable, ValueError, prog="train.py")
     except KeyboardInterrupt:
-        sys.exit("train.py: interrupted before the first step; nothing was saved")
+        print("train.py: interrupted before the first step; nothing was saved", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
