@@ -5,7 +5,7 @@ with a fixed decay a, used at several timescales at once (SPEN: a = 0.5, 0.1, 0.
 
 Shape glossary
     B batch, T time, C channels (width), S number of traces (len(alphas)),
-    L chunk length of the fast scan, N = T // L whole chunks (a shorter tail runs as a loop).
+    L chunk length, N = ceil(T / L) chunks, R rows of a selective trace (any batch).
 
 Code name -> paper symbol
     x[:, t]        x_t, the input at time t
@@ -14,45 +14,95 @@ Code name -> paper symbol
     h0[:, s]       the state before t = 0 (zeros in the paper)
 
 Public functions
-    traces_ref(x, alphas, h0)  the plain loop over time: the readable definition.
-    traces(x, alphas, h0)      the fast exact path (chunked scan + reversed-time backward).
-    step(x_t, h, alphas)       one time step, O(1) memory, for streaming generation.
-    selective_traces(_ref)     the positive control (not in the paper): a_t computed from the
-                               input, h_t = (1 - a_t) * h_{t-1} + a_t * x_t, per channel.
-    configure_allocator()      raise glibc's trim threshold / disable mmap so large freed
-                               tensors are reused instead of page-faulted in again.
+    traces_ref(x, alphas, h0)            the plain loop over time: the readable definition.
+    traces(x, alphas, h0, method=)       the fast exact paths, chosen by `method`:
+        "scan"    chunked two-level scan with a reversed-time backward: L + N Python steps, the
+                  fewest bytes moved; best on a CPU, where an operator costs little.
+        "matmul"  chunked matrix form: a fixed number of operators per call, forward and
+                  backward, whatever T is; for accelerators, where each operator is a kernel
+                  launch of several microseconds.
+        "auto"    matmul on CUDA, scan elsewhere.
+    step(x_t, h, alphas)                 one time step, O(1) memory, for streaming generation.
+    selective_traces(_ref)(x, a, h0)     the positive control (not in the paper): a_t computed
+                                         from the input, h_t = (1 - a_t) h_{t-1} + a_t x_t, per
+                                         channel; the same three methods.
 
-How the fast path works (see `_ChunkedTraces`), a two-level scan that writes h once:
+Precision: every method computes in the input's dtype, half-precision inputs in float32 (cast
+up, returned in float32), with torch.autocast switched off inside: the slow trace (a = 0.02)
+sums ~50 terms, which bf16's 8-bit mantissa would round visibly. Matmuls on CUDA follow torch's TF32 setting: with
+`torch.backends.cuda.matmul.allow_tf32 = True` (train.py sets it) their inputs are rounded to a
+10-bit mantissa (relative error ~5e-4, accumulation still float32); bench.py checks the 1e-5
+agreement with the loop with TF32 off and reports the TF32 error beside it.
+
+The scan (`_ChunkedTraces`), a two-level scan that writes h once:
   1. cut time into N chunks of L steps; one small matmul gives each chunk's end state from a
      zero start, E (S, L) @ x_chunk (L, C), E[s, j] = a_s (1 - a_s)^(L - 1 - j);
   2. a loop over the N chunks carries the state across them: h_in(n + 1) = end(n) + (1 - a)^L h_in(n);
   3. a loop over the L positions runs the recurrence itself, for all B * N chunks and S decays at
      once: one `torch.lerp(h_{i-1}, x_i, a)` (= (1 - a) h_{i-1} + a x_i) per position, written
      straight into the output with `out=`.
-So there are L + N Python steps instead of T, the output is written once, and no intermediate
-larger than (B, N, S, C) exists. Every operation is the recurrence or a sum of non-negative
-powers (1 - a)^k <= 1: nothing overflows, and the rounding is that of the loop. The gradient of
-an EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
+The gradient of an EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
 dL/dx_t = sum_s a_s lambda_t^(s), dL/dh0 = (1 - a) lambda_0: the backward is the same two-level
-scan in reverse, and nothing is saved for it. Memory traffic: forward reads x twice and writes h
-once; backward reads g twice and writes dx once (bench.py measures the gap to a plain copy).
+scan in reverse, and nothing is saved for it.
 
-Run `python -m pytest tests/test_ema.py` for the agreement tests; `python bench.py` for speed.
+The matrix form (`_traces_matmul`), exact for any L, all chunks at once:
+  1. within each chunk from a zero state, y_i = sum_{j<=i} a (1 - a)^(i-j) x_j: ONE batched
+     matmul of the (L S x L) decay matrix M[(i, s), j] with every chunk of x;
+  2. the state entering chunk n, h_in(n) = sum_{k<=n} (1 - a)^(L (n-k)) z_k over
+     z = (h0, end(0), ..., end(N-2)): ONE matmul with an (N x N) lower-triangular matrix per decay;
+  3. h_i = y_i + (1 - a)^(i+1) h_in: ONE multiply-add.
+Autograd differentiates these few operators (the backward is their transposes), so the operator
+count per call is constant in T. Work is O(T L S C) for step 1 and O(T^2 / L^2 S C) for step 2.
+
+The selective traces use the same two ideas with per-step decays d_t = 1 - a_t: the scan is
+the two-level scan through autograd, the matrix form a chunked solver of h_t = d_t h_{t-1} + b_t
+(`_recurrence`) whose in-chunk decay matrix is a cumulative product, nested three levels deep,
+with a hand-written backward (see the comment above `_check_selective` for why no logarithm).
+
+Numerics of the fixed-decay forms: every coefficient is a power (1 - a)^k <= 1 of a decay in [0, 1), built in
+float64 and cast: nothing overflows, and a power that underflows to 0 is its exact limit.
+
+Run `python -m pytest tests/test_ema.py` for the agreement tests; `python bench.py` measures
+speed and operator counts (results/bench/).
 """
 
-import ctypes
+import contextlib
 import functools
-import sys
 
 import torch
 import torch.nn.functional as F
 
+METHODS = ("auto", "scan", "matmul")
+HALF = (torch.float16, torch.bfloat16)  # computed and returned in float32
+
 
 def chunk_len(T):
-    """L for a sequence of T steps: about 16 chunks, L in [16, 256]. Any L >= 1 is exact; this
-    trades the L + N Python steps against the size of one (B, N, S, C) slice, which should stay
-    cache-sized (bench.py measures it: B=8, C=768 on a 2-core CPU)."""
+    """L of the scan for a sequence of T steps: about 16 chunks, L in [16, 256]. Any L >= 1 is
+    exact; this trades the L + N Python steps against the size of one (B, N, S, C) slice, which
+    should stay cache-sized."""
     return max(16, min(256, T // 16))
+
+
+def matmul_chunk_len(T):
+    """L of the matrix form: 32 (or T if shorter). Step 1 costs 2 L S flops per output element,
+    step 2 costs 2 S T / L^2 of them: at L = 32 step 1 dominates up to T ~ 32k, and its flops
+    per byte written stay near an accelerator's fp32 balance point."""
+    return max(1, min(32, T))
+
+
+def _resolve(method, device):
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method == "auto":
+        return "matmul" if device.type == "cuda" else "scan"
+    return method
+
+
+def _no_autocast(device):
+    """Switch autocast off (the traces run in float32); a no-op where autocast does not exist."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _check(x, alphas, h0):
@@ -70,6 +120,11 @@ def _check(x, alphas, h0):
     if h0 is not None and tuple(h0.shape) != (B, len(alphas), C):
         raise ValueError(f"h0 must have shape (B, S, C) = {(B, len(alphas), C)}, got {tuple(h0.shape)}")
     return alphas
+
+
+def _check_chunk(chunk):
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
 
 
 def traces_ref(x, alphas, h0=None):
@@ -96,6 +151,10 @@ def step(x_t, h, alphas):
                          f"{tuple(x_t.shape)} and {tuple(h.shape)}")
     a = torch.tensor(alphas, dtype=h.dtype, device=h.device).view(1, -1, 1)
     return torch.lerp(h, x_t.unsqueeze(1).to(h.dtype), a)  # h + a (x - h) = (1 - a) h + a x
+
+
+# ---------------------------------------------------------------------------------------------
+# method="scan"
 
 
 @functools.lru_cache(maxsize=64)
@@ -131,7 +190,8 @@ def _sum_traces(h, out):
 class _ChunkedTraces(torch.autograd.Function):
     """Forward: two-level scan (chunk ends by matmul, carry over chunks, lerp over positions).
     Backward: the same scan run backwards in time. T = N * L + R: the R < L tail steps after the
-    last whole chunk run as a plain loop on (B, S, C)."""
+    last whole chunk run as a plain loop on (B, S, C). Called with autocast off (see `traces`);
+    the backward switches it off itself, since a backward may run inside an autocast region."""
 
     @staticmethod
     def forward(ctx, x, h0, alphas, L):
@@ -176,7 +236,8 @@ class _ChunkedTraces(torch.autograd.Function):
             gc = g[:, :N * L].view(B, N, L, S, C)
             dxc = dx[:, :N * L].view(B, N, L, C)
             # a * (adjoint at each chunk's start from a zero future), one matmul per decay
-            muin = torch.stack([torch.matmul(op["V"][s], gc[:, :, :, s]) for s in range(S)], 2)  # (B, N, S, C)
+            with _no_autocast(g.device):
+                muin = torch.stack([torch.matmul(op["V"][s], gc[:, :, :, s]) for s in range(S)], 2)  # (B, N, S, C)
             for n in range(N - 1, -1, -1):  # carry backwards; overwrite with the entering value
                 start = muin[:, n].clone()
                 muin[:, n] = mu
@@ -191,28 +252,79 @@ class _ChunkedTraces(torch.autograd.Function):
         return dx, dh0, None, None
 
 
-def traces(x, alphas, h0=None, chunk=None):
-    """Fast exact traces. Same contract as `traces_ref`: x (B, T, C) -> (B, T, S, C).
+# ---------------------------------------------------------------------------------------------
+# method="matmul"
 
-    chunk: L (default `chunk_len(T)`). Half-precision inputs are computed in float32 and
-    returned in float32: the slow trace (a = 0.02) sums ~50 terms, which bf16's 8-bit mantissa
-    would round visibly.
+
+@functools.lru_cache(maxsize=64)
+def _matmul_operators(alphas, L, N, dtype, device):
+    """Constants of the matrix form, built in float64 then cast. S = len(alphas), r = 1 - a.
+
+    M (L S, L):   M[(i, s), j] = a_s r_s^(i-j) for j <= i, else 0: the in-chunk trace from zero
+    P (L, S, 1):  r_s^(i+1), how much of the state entering a chunk is left at position i
+    K (S, N, N):  K[s, n, k] = r_s^(L (n-k)) for k <= n, else 0: the carry across chunks
+    """
+    f64 = dict(dtype=torch.float64, device=device)
+    a = torch.tensor(alphas, **f64)  # (S,)
+    r = 1 - a
+    i = torch.arange(L, **f64)
+    lag = i[:, None] - i[None, :]  # (L, L) i - j
+    M = torch.where(lag[:, None] >= 0, a[:, None] * r[:, None] ** lag[:, None].clamp(min=0), 0.0)  # (L, S, L)
+    n = torch.arange(N, **f64)
+    gap = n[:, None] - n[None, :]  # (N, N) n - k
+    K = torch.where(gap >= 0, r[:, None, None] ** (L * gap.clamp(min=0)), 0.0)  # (S, N, N)
+    P = (r[None, :] ** (i[:, None] + 1))[:, :, None]  # (L, S, 1)
+    out = dict(M=M.reshape(L * len(alphas), L), P=P, K=K)
+    return {k: v.to(dtype).contiguous() for k, v in out.items()}
+
+
+def _traces_matmul(x, alphas, h0, L):
+    """The matrix form (module docstring): x (B, T, C) -> h (B, T, S, C), autograd through a
+    fixed number of operators. x is zero-padded to N L steps: later inputs change nothing
+    earlier, and the padded outputs are cut off."""
+    B, T, C = x.shape
+    S, N = len(alphas), -(-T // L)
+    op = _matmul_operators(alphas, L, N, x.dtype, x.device)
+    xc = F.pad(x, (0, 0, 0, N * L - T)).view(B * N, L, C)  # (B N, L, C)
+    y = torch.bmm(op["M"].expand(B * N, L * S, L), xc).view(B, N, L, S, C)  # in-chunk, zero start
+    first = x.new_zeros(B, 1, S, C) if h0 is None else h0[:, None]  # (B, 1, S, C)
+    z = torch.cat([first, y[:, :-1, L - 1]], dim=1)  # (B, N, S, C): h0, end(0), ..., end(N-2)
+    hin = torch.einsum("snk,bksc->bnsc", op["K"], z)  # (B, N, S, C) state entering each chunk
+    h = torch.addcmul(y, op["P"], hin[:, :, None])  # (B, N, L, S, C)
+    return h.view(B, N * L, S, C)[:, :T]  # (B, T, S, C)
+
+
+def traces(x, alphas, h0=None, *, method="auto", chunk=None):
+    """Fast exact traces. Same contract as `traces_ref`: x (B, T, C) -> (B, T, S, C), float32
+    for half-precision x (and under autocast), else x's dtype.
+
+    method: "scan" | "matmul" | "auto" (matmul on CUDA, scan elsewhere); see the module
+    docstring. chunk: L (default `chunk_len(T)` for the scan, `matmul_chunk_len(T)` for the
+    matrix form); every L >= 1 gives the same result.
     """
     alphas = _check(x, alphas, h0)
-    if x.dtype in (torch.float16, torch.bfloat16):
-        x = x.float()
-    if h0 is not None:
-        h0 = h0.to(x.dtype)
-    if x.shape[1] == 0:
-        return x.new_zeros(x.shape[0], 0, len(alphas), x.shape[2])
-    L = int(chunk) if chunk is not None else chunk_len(x.shape[1])
-    if L < 1:
-        raise ValueError(f"chunk must be a positive int, got {chunk}")
-    return _ChunkedTraces.apply(x.contiguous(), h0, alphas, L)
+    method = _resolve(method, x.device)
+    _check_chunk(chunk)
+    x = x.float() if x.dtype in HALF else x
+    h0 = None if h0 is None else h0.to(x.dtype)
+    B, T, C = x.shape
+    if T == 0:
+        return x.new_zeros(B, 0, len(alphas), C)
+    with _no_autocast(x.device):
+        if method == "matmul":
+            return _traces_matmul(x, alphas, h0, chunk or matmul_chunk_len(T))
+        return _ChunkedTraces.apply(x.contiguous(), h0, alphas, chunk or chunk_len(T))
 
 
 # ---------------------------------------------------------------------------------------------
 # Selective (input-dependent) traces: the positive control of the ablation, not in the paper.
+#
+# Numerics. A chunked selective trace needs the decay from step j to step i,
+# prod_{j<k<=i} (1 - a_k). The usual shortcut, exp(cumsum(log(1 - a))_i - cumsum(...)_j) or the
+# ratio of cumulative products P_i / P_j, fails here: a = 1 gives log 0 = -inf and -inf - -inf =
+# NaN, P_j underflows to 0 after a few steps of large a (0 / 0), and the difference of two large
+# cumulative sums cancels. Both methods below use only products and lerps of numbers in [0, 1]:
+# no logarithm, no division, nothing overflows, and an underflow to 0 is the exact limit.
 
 
 def _check_selective(x, a, h0):
@@ -234,19 +346,12 @@ def selective_traces_ref(x, a, h0=None):
     return torch.stack(out, dim=1)  # (B, T, C)
 
 
-def selective_traces(x, a, h0=None, chunk=None):
-    """Chunked selective traces, exact up to float rounding. x, a (B, T, C) -> h (B, T, C).
-
-    The same two-level scan as `traces`, differentiated by autograd. In chunk n, from a zero
-    state, y_i = lerp(y_{i-1}, x_i, a_i) and P_i = prod_{k<=i} (1 - a_k), for all chunks at once
-    (L steps); then the state entering each chunk, h_in(n + 1) = y_{L-1}(n) + P_{L-1}(n) h_in(n)
-    (N steps); then h_i = y_i + P_i h_in. Only products and lerps of numbers in [0, 1]: no
-    logarithm, no division, nothing overflows; P may underflow to 0, its exact limit. Memory is a
-    few (B, T, C) tensors (the previous version built a (B, N, L, L, C) one).
-    """
-    _check_selective(x, a, h0)
+def _selective_scan(x, a, h0, L):
+    """method="scan": a two-level scan differentiated by autograd (L + N Python steps). In
+    chunk n, from a zero state, y_i = lerp(y_{i-1}, x_i, a_i) and P_i = prod_{k<=i} (1 - a_k),
+    for all chunks at once (L steps); then the state entering each chunk,
+    h_in(n + 1) = y_{L-1}(n) + P_{L-1}(n) h_in(n) (N steps); then h_i = y_i + P_i h_in."""
     B, T, C = x.shape
-    L = int(chunk) if chunk is not None else chunk_len(T)
     pad = (-T) % L  # pad with a = 0: the state passes through unchanged
     xc = F.pad(x, (0, 0, 0, pad)).view(B, -1, L, C)  # (B, N, L, C)
     ac = F.pad(a, (0, 0, 0, pad)).view(B, -1, L, C)
@@ -269,24 +374,91 @@ def selective_traces(x, a, h0=None, chunk=None):
     return h.view(B, N * L, C)[:, :T]  # (B, T, C)
 
 
-# ---------------------------------------------------------------------------------------------
+def selective_chunk_len(T):
+    """L of the selective matrix form: the smallest L with L^3 >= T, so `_recurrence` always
+    nests at most three levels (a constant operator count) and its largest temporary,
+    (R, T, L, C), stays within T^(1/3) times the input."""
+    L = max(2, round(T ** (1 / 3)))
+    while L ** 3 < T:
+        L += 1
+    return L
 
 
-def configure_allocator():
-    """Keep freed large tensors in the heap instead of returning them to the OS (glibc only).
+def _decay_matrix(d):
+    """d (R, L, C) -> D (R, L, L, C), D[:, i, j] = prod_{j<k<=i} d_k for j <= i, else 0:
+    the cumulative product down i of Q[i, j] = d_i (i > j) or 1 (i <= j), masked."""
+    L = d.shape[1]
+    tri = torch.ones(L, L, dtype=torch.bool, device=d.device)
+    Q = torch.where(tri.tril(-1)[:, :, None], d[:, :, None], 1.0)  # (R, L, L, C)
+    return torch.where(tri.tril()[:, :, None], Q.cumprod(1), 0.0)  # (R, L, L, C)
 
-    glibc serves allocations above M_MMAP_THRESHOLD (at most 32 MiB) with mmap and unmaps them
-    on free, so each new large tensor pays page faults (~0.7 ms per MiB measured on a 2-core
-    CPU). M_MMAP_MAX = 0 serves everything from the heap, and a huge M_TRIM_THRESHOLD keeps
-    freed memory for reuse. Returns True when applied. Safe to call more than once.
+
+def _recurrence(d, b, h0, L):
+    """The linear recurrence h_t = d_t h_{t-1} + b_t with a fixed number of operators.
+    d, b (R, T, C), h0 (R, C) or None -> h (R, T, C). T <= L: one decay matrix. Otherwise chunks
+    of L (padded with d = 1, b = 0), each solved from a zero state at once; the states after each
+    chunk obey the same recurrence over N = ceil(T / L) chunk ends (decay = the chunk's product of
+    d), solved by a recursive call; then h_i = y_i + prod_{k<=i} d_k * h_in."""
+    R, T, C = b.shape
+    if T <= L:
+        h = (_decay_matrix(d) * b[:, None]).sum(2)  # (R, T, C) sum_j D[i, j] b_j
+        return h if h0 is None else torch.addcmul(h, d.cumprod(1), h0[:, None])
+    N = -(-T // L)
+    dc = F.pad(d, (0, 0, 0, N * L - T), value=1.0).view(R * N, L, C)  # (R N, L, C)
+    bc = F.pad(b, (0, 0, 0, N * L - T)).view(R * N, L, C)
+    y = _recurrence(dc, bc, None, L).view(R, N, L, C)  # in-chunk, zero start
+    p = dc.cumprod(1).view(R, N, L, C)  # decay from the chunk's start to position i
+    after = _recurrence(p[:, :, -1], y[:, :, -1], h0, L)  # (R, N, C) state after each chunk
+    first = b.new_zeros(R, 1, C) if h0 is None else h0[:, None]
+    hin = torch.cat([first, after[:, :-1]], dim=1)  # (R, N, C) state entering each chunk
+    return torch.addcmul(y, p, hin[:, :, None]).view(R, N * L, C)[:, :T]  # (R, T, C)
+
+
+class _SelectiveMatmul(torch.autograd.Function):
+    """method="matmul": forward h = recurrence(1 - a, a x, h0). Backward, by hand: the adjoint
+    lambda_t = g_t + (1 - a_{t+1}) lambda_{t+1} is the same recurrence run backwards in time,
+    then dL/dx_t = a_t lambda_t, dL/da_t = lambda_t (x_t - h_{t-1}), dL/dh0 = (1 - a_0) lambda_0.
+    Saves x, a, h0 and h; called with autocast off (see `selective_traces`)."""
+
+    @staticmethod
+    def forward(ctx, x, a, h0, L):
+        h = _recurrence(1 - a, a * x, h0, L)  # (R, T, C)
+        ctx.save_for_backward(x, a, h0, h)
+        ctx.L = L
+        return h
+
+    @staticmethod
+    def backward(ctx, g):
+        x, a, h0, h = ctx.saved_tensors
+        with _no_autocast(g.device):
+            d_next = F.pad(1 - a[:, 1:], (0, 0, 0, 1))  # (R, T, C) 1 - a_{t+1}, 0 after the end
+            lam = _recurrence(d_next.flip(1), g.flip(1), None, ctx.L).flip(1)  # (R, T, C)
+            first = h.new_zeros(h.shape[0], 1, h.shape[2]) if h0 is None else h0[:, None]
+            h_prev = torch.cat([first, h[:, :-1]], dim=1)  # h_{t-1}
+            dh0 = None if h0 is None else (1 - a[:, 0]) * lam[:, 0]
+            return a * lam, lam * (x - h_prev), dh0, None
+
+
+def selective_traces(x, a, h0=None, *, method="auto", chunk=None):
+    """Selective traces, exact up to float rounding. x, a (B, T, C) -> h (B, T, C), float32 for
+    half-precision x (and under autocast), else x's dtype.
+
+    method: "scan" (two-level scan through autograd, L + N steps; best on a CPU), "matmul"
+    (a fixed number of operators for any T, forward and backward; for accelerators) or "auto"
+    (matmul on CUDA, scan elsewhere). chunk: L (default `chunk_len(T)` for the scan,
+    `selective_chunk_len(T)` for the matrix form, which needs L >= 2 and raises L = 1 to 2).
+    Memory: the scan keeps a few (B, T, C) tensors for autograd; the matrix form saves x, a
+    and h and builds transient (B, T, L, C) decay tensors (L = T^(1/3): 11 at T = 1024).
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # musl or another libc: nothing to tune
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-    ok = libc.mallopt(M_MMAP_MAX, 0) == 1
-    ok &= libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1
-    return bool(ok)
+    _check_selective(x, a, h0)
+    method = _resolve(method, x.device)
+    _check_chunk(chunk)
+    x = x.float() if x.dtype in HALF else x
+    a, h0 = a.to(x.dtype), None if h0 is None else h0.to(x.dtype)
+    T = x.shape[1]
+    if T == 0:
+        return x.new_zeros(x.shape)
+    with _no_autocast(x.device):
+        if method == "matmul":
+            return _SelectiveMatmul.apply(x, a, h0, max(2, chunk or selective_chunk_len(T)))
+        return _selective_scan(x, a, h0, chunk or chunk_len(T))

@@ -1,66 +1,113 @@
-"""ema.py: the fast path, the reference loop and the streaming step agree, values and gradients."""
+"""ema.py: every fast method (scan, matmul) agrees with the reference loop, values and gradients,
+in float32 and under bf16 autocast; the streaming step agrees too; the matrix forms launch a
+number of operators that does not grow with T."""
 import pytest
 import torch
 
 import ema
 
 ALPHAS = (0.5, 0.1, 0.01)
+METHODS = ("scan", "matmul")
 
 
-@pytest.mark.parametrize("T", [1, 7, 16, 33, 4096])
-def test_fast_equals_loop_float32(T):
+def grads(y, w, inputs):
+    return torch.autograd.grad((y * w).sum(), inputs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("T", [1, 7, 16, 33, 100, 4096])
+def test_fast_equals_loop_float32(method, T):
+    # T = 1 and 7 are shorter than one chunk; 33 and 100 are no multiple of the default L
     g = torch.Generator().manual_seed(T)
     x = torch.randn(2, T, 5, generator=g, requires_grad=True)
     h0 = torch.randn(2, 3, 5, generator=g, requires_grad=True)
-    fast, ref = ema.traces(x, ALPHAS, h0), ema.traces_ref(x, ALPHAS, h0)
-    assert fast.shape == (2, T, 3, 5)
+    fast, ref = ema.traces(x, ALPHAS, h0, method=method), ema.traces_ref(x, ALPHAS, h0)
+    assert fast.shape == (2, T, 3, 5) and fast.dtype == torch.float32
     assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
     w = torch.randn(fast.shape, generator=g)
-    gf = torch.autograd.grad((fast * w).sum(), (x, h0))
-    gr = torch.autograd.grad((ref * w).sum(), (x, h0))
+    gf, gr = grads(fast, w, (x, h0)), grads(ref, w, (x, h0))
     assert torch.allclose(gf[0], gr[0], atol=1e-5, rtol=0)  # dL/dx
     # dL/dh0 sums T cotangents (|.| ~ 16 at T=4096): float32 rounding of the loop itself is
     # ~1e-5 there (checked against float64), so compare relative to its size.
     assert torch.allclose(gf[1], gr[1], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("T,chunk", [(33, 1), (33, 8), (5, 64), (100, 7), (256, None)])
-def test_chunk_lengths_and_tails(T, chunk):
-    # T = N * L + R: whole chunks, a tail of R < L steps, or only a tail (L > T)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("T,chunk", [(33, 1), (33, 8), (5, 64), (100, 7), (256, None), (64, 16)])
+def test_chunk_lengths_and_tails(method, T, chunk):
+    # T = N * L + R: whole chunks, a remainder of R < L steps, or only a remainder (L > T)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, T, 4, generator=g, requires_grad=True)
     h0 = torch.randn(3, 3, 4, generator=g, requires_grad=True)
-    fast, ref = ema.traces(x, ALPHAS, h0, chunk=chunk), ema.traces_ref(x, ALPHAS, h0)
+    fast, ref = ema.traces(x, ALPHAS, h0, method=method, chunk=chunk), ema.traces_ref(x, ALPHAS, h0)
     assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
     w = torch.randn(fast.shape, generator=g)
-    for u, v in zip(torch.autograd.grad((fast * w).sum(), (x, h0)), torch.autograd.grad((ref * w).sum(), (x, h0))):
+    for u, v in zip(grads(fast, w, (x, h0)), grads(ref, w, (x, h0))):
         assert torch.allclose(u, v, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("T", [5, 70])
+def test_bf16_autocast(method, T):
+    # a linear layer under autocast hands the traces a bf16 input; they must still run in float32
+    g = torch.Generator().manual_seed(3)
+    lin = torch.nn.Linear(6, 6)
+    x = torch.randn(2, T, 6, generator=g, requires_grad=True)
+    h0 = torch.randn(2, 3, 6, generator=g, requires_grad=True)
+    w = torch.randn(2, T, 3, 6, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        u = lin(x)
+        assert u.dtype == torch.bfloat16
+        fast = ema.traces(u, ALPHAS, h0, method=method, chunk=16)
+        loss = (fast * w).sum()
+    assert fast.dtype == torch.float32
+    gu, gh = torch.autograd.grad(loss, (u, h0))
+    ub = u.detach().float().requires_grad_(True)  # the same bf16 values, outside autocast
+    ref = ema.traces_ref(ub, ALPHAS, h0)
+    assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
+    gu_ref, gh_ref = grads(ref, w, (ub, h0))
+    assert gu.dtype == torch.bfloat16  # autograd casts dL/du back to u's dtype: bf16 rounding
+    assert torch.allclose(gu.float(), gu_ref, atol=1e-2, rtol=1e-2)
+    assert torch.allclose(gh, gh_ref, atol=1e-5, rtol=1e-5)
 
 
 def test_nothing_saved_for_backward_and_expanded_grad():
     x = torch.randn(2, 40, 3, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        y = ema.traces(x, ALPHAS)
-    assert saved == []  # the backward recomputes nothing and stores nothing
-    (gx,) = torch.autograd.grad(y.sum(), x)  # y.sum() hands backward an expanded gradient
-    (gr,) = torch.autograd.grad(ema.traces_ref(x, ALPHAS).sum(), x)
-    assert torch.allclose(gx, gr, atol=1e-5)
+        y = ema.traces(x, ALPHAS, method="scan")
+    assert saved == []  # the scan's backward recomputes nothing and stores nothing
+    for method in METHODS:
+        (gx,) = torch.autograd.grad(ema.traces(x, ALPHAS, method=method).sum(), x)  # expanded grad
+        (gr,) = torch.autograd.grad(ema.traces_ref(x, ALPHAS).sum(), x)
+        assert torch.allclose(gx, gr, atol=1e-5)
+    assert y.shape == (2, 40, 3, 3)
 
 
-def test_bf16_and_noncontiguous_inputs():
+@pytest.mark.parametrize("method", METHODS)
+def test_bf16_and_noncontiguous_inputs(method):
     x = torch.randn(4, 2, 50)
-    y = ema.traces(x.transpose(1, 2), ALPHAS)  # (2, 50, 4) non-contiguous view
+    y = ema.traces(x.transpose(1, 2), ALPHAS, method=method)  # (2, 50, 4) non-contiguous view
     assert torch.allclose(y, ema.traces_ref(x.transpose(1, 2), ALPHAS), atol=1e-6)
-    yb = ema.traces(x.transpose(1, 2).bfloat16(), ALPHAS)
+    yb = ema.traces(x.transpose(1, 2).bfloat16(), ALPHAS, method=method)
     assert yb.dtype == torch.float32  # computed and returned in float32
     assert torch.allclose(yb, ema.traces_ref(x.transpose(1, 2).bfloat16().float(), ALPHAS), atol=1e-6)
 
 
-def test_float64_gradcheck():
+@pytest.mark.parametrize("method", METHODS)
+def test_float64_gradcheck(method):
     x = torch.randn(1, 19, 3, dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(1, 2, 3, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x, h: ema.traces(x, (0.3, 0.9), h, chunk=4), (x, h0))
+    assert torch.autograd.gradcheck(lambda x, h: ema.traces(x, (0.3, 0.9), h, method=method, chunk=4), (x, h0))
+
+
+def test_auto_picks_scan_on_cpu_and_bad_method():
+    x = torch.randn(1, 9, 2)
+    assert torch.equal(ema.traces(x, ALPHAS), ema.traces(x, ALPHAS, method="scan"))
+    with pytest.raises(ValueError, match="method must be one of"):
+        ema.traces(x, ALPHAS, method="fft")
+    with pytest.raises(ValueError, match="chunk must be a positive int"):
+        ema.traces(x, ALPHAS, chunk=0)
 
 
 def test_step_streams_the_same_traces():
@@ -70,13 +117,15 @@ def test_step_streams_the_same_traces():
     for x_t in x.unbind(1):
         h = ema.step(x_t, h, ALPHAS)
         states.append(h)
-    assert torch.allclose(torch.stack(states, 1), ema.traces(x, ALPHAS), atol=1e-6)
+    for method in METHODS:
+        assert torch.allclose(torch.stack(states, 1), ema.traces(x, ALPHAS, method=method), atol=1e-6)
 
 
 def test_definition_by_hand():
     x = torch.tensor([[[1.0], [0.0], [2.0]]])  # (1, 3, 1)
-    h = ema.traces(x, (0.5,))[0, :, 0, 0]
-    assert torch.allclose(h, torch.tensor([0.5, 0.25, 1.125]))
+    for method in METHODS:
+        h = ema.traces(x, (0.5,), method=method, chunk=2)[0, :, 0, 0]
+        assert torch.allclose(h, torch.tensor([0.5, 0.25, 1.125]))
 
 
 @pytest.mark.parametrize("bad", [(0.0,), (1.5,), (-0.1, 0.5), ()])
@@ -92,47 +141,115 @@ def test_bad_rank_and_h0():
         ema.traces(torch.zeros(1, 2, 3), ALPHAS, h0=torch.zeros(1, 2, 3))
 
 
+def test_single_decay_gradients():
+    # S = 1 takes the copy branch of the scan backward's sum over traces
+    x = torch.randn(2, 50, 4, requires_grad=True)
+    h0 = torch.randn(2, 1, 4, requires_grad=True)
+    for method in METHODS:
+        fast, ref = ema.traces(x, (0.3,), h0, method=method, chunk=8), ema.traces_ref(x, (0.3,), h0)
+        assert torch.allclose(fast, ref, atol=1e-6)
+        gf = torch.autograd.grad(fast.pow(2).sum(), (x, h0))
+        gr = torch.autograd.grad(ref.pow(2).sum(), (x, h0))
+        for u, v in zip(gf, gr):
+            assert torch.allclose(u, v, atol=1e-5)
+
+
+# ---- selective traces ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("T", [1, 16, 45, 300])
-def test_selective_fast_equals_loop(T):
+def test_selective_fast_equals_loop(method, T):
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, T, 4, generator=g, requires_grad=True)
     logits = torch.randn(2, T, 4, generator=g, requires_grad=True)
-    h0 = torch.randn(2, 4, generator=g)
+    h0 = torch.randn(2, 4, generator=g, requires_grad=True)
     # sigmoid(3 z) gives decays near 0 and near 1; two graphs so each can be differentiated
-    fast = ema.selective_traces(x, torch.sigmoid(3 * logits), h0)
+    fast = ema.selective_traces(x, torch.sigmoid(3 * logits), h0, method=method)
     ref = ema.selective_traces_ref(x, torch.sigmoid(3 * logits), h0)
     assert torch.allclose(fast, ref, atol=1e-5)
-    gf = torch.autograd.grad(fast.square().sum(), (x, logits))
-    gr = torch.autograd.grad(ref.square().sum(), (x, logits))
+    gf = torch.autograd.grad(fast.square().sum(), (x, logits, h0))
+    gr = torch.autograd.grad(ref.square().sum(), (x, logits, h0))
     for u, v in zip(gf, gr):
         assert torch.allclose(u, v, atol=1e-4)
 
 
-def test_selective_with_constant_decay_is_an_ema():
+@pytest.mark.parametrize("method", METHODS)
+def test_selective_with_constant_decay_is_an_ema(method):
     x = torch.randn(1, 30, 2)
     a = torch.full_like(x, 0.1)
-    assert torch.allclose(ema.selective_traces(x, a), ema.traces(x, (0.1,))[:, :, 0], atol=1e-6)
+    assert torch.allclose(ema.selective_traces(x, a, method=method), ema.traces(x, (0.1,))[:, :, 0], atol=1e-6)
 
 
-def test_selective_extreme_decays():
+@pytest.mark.parametrize("method,chunk", [("scan", 8), ("matmul", 2), ("matmul", 4), ("matmul", None)])
+def test_selective_extreme_decays(method, chunk):
     # a = 1 forgets everything, a = 0 keeps the state, a = 0.01 is the slowest decay we use
     g = torch.Generator().manual_seed(2)
     x = torch.randn(2, 70, 3, generator=g, requires_grad=True)
     a = torch.tensor([1.0, 0.0, 0.01]).repeat(2, 70, 1)
     a[:, ::7] = torch.rand(2, 10, 3, generator=g)
     a.requires_grad_(True)
-    h0 = torch.randn(2, 3, generator=g)
-    fast, ref = ema.selective_traces(x, a, h0, chunk=8), ema.selective_traces_ref(x, a, h0)
-    assert torch.allclose(fast, ref, atol=1e-5)
-    for u, v in zip(torch.autograd.grad(fast.sum(), (x, a)), torch.autograd.grad(ref.sum(), (x, a))):
-        assert torch.allclose(u, v, atol=1e-4)
+    h0 = torch.randn(2, 3, generator=g, requires_grad=True)
+    fast = ema.selective_traces(x, a, h0, method=method, chunk=chunk)
+    ref = ema.selective_traces_ref(x, a, h0)
+    assert torch.isfinite(fast).all() and torch.allclose(fast, ref, atol=1e-5)
+    gf = torch.autograd.grad(fast.sum(), (x, a, h0))
+    gr = torch.autograd.grad(ref.sum(), (x, a, h0))
+    for u, v in zip(gf, gr):
+        assert torch.isfinite(u).all() and torch.allclose(u, v, atol=1e-4)
 
 
-def test_single_decay_gradients():
-    # S = 1 takes the copy branch of the backward's sum over traces
-    x = torch.randn(2, 50, 4, requires_grad=True)
-    h0 = torch.randn(2, 1, 4, requires_grad=True)
-    fast, ref = ema.traces(x, (0.3,), h0, chunk=8), ema.traces_ref(x, (0.3,), h0)
-    assert torch.allclose(fast, ref, atol=1e-6)
-    for u, v in zip(torch.autograd.grad(fast.pow(2).sum(), (x, h0)), torch.autograd.grad(ref.pow(2).sum(), (x, h0))):
-        assert torch.allclose(u, v, atol=1e-5)
+@pytest.mark.parametrize("method", METHODS)
+def test_selective_bf16_autocast(method):
+    g = torch.Generator().manual_seed(4)
+    lin = torch.nn.Linear(5, 5)
+    x = torch.randn(3, 40, 5, generator=g, requires_grad=True)
+    z = torch.randn(3, 40, 5, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        u = lin(x)  # bf16
+        h = ema.selective_traces(u, torch.sigmoid(u + z), method=method)
+    assert u.dtype == torch.bfloat16 and h.dtype == torch.float32
+    ub = u.detach().float()
+    assert torch.allclose(h, ema.selective_traces_ref(ub, torch.sigmoid(ub + z)), atol=1e-5)
+    (gx,) = torch.autograd.grad(h.square().sum(), x)
+    assert torch.isfinite(gx).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_selective_float64_gradcheck(method):
+    x = torch.randn(2, 11, 2, dtype=torch.float64, requires_grad=True)
+    a = torch.rand(2, 11, 2, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    fn = lambda x, a, h: ema.selective_traces(x, a, h, method=method, chunk=3)
+    assert torch.autograd.gradcheck(fn, (x, a, h0), fast_mode=True)
+
+
+def test_selective_chunk_len_nests_three_levels():
+    for T in (1, 9, 28, 1000, 1024, 4096, 100_000):
+        L = ema.selective_chunk_len(T)
+        assert L >= 2 and L ** 3 >= T and (L == 2 or (L - 1) ** 3 < T)
+
+
+# ---- operators per call ---------------------------------------------------------------------
+
+
+def count_ops(fn):
+    """aten operators launched by fn() (forward and backward), counted by torch.profiler."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key.startswith("aten::"))
+
+
+def test_matmul_operator_count_does_not_grow_with_T():
+    def fwd_bwd(fn, T):
+        x = torch.randn(1, T, 8, requires_grad=True)
+        fn(x).square().sum().backward()  # first call builds the cached constants
+        return count_ops(lambda: fn(x).square().sum().backward())
+
+    ema_mm = lambda x: ema.traces(x, ALPHAS, method="matmul")
+    sel_mm = lambda x: ema.selective_traces(x, torch.sigmoid(x), method="matmul")
+    ema_scan = lambda x: ema.traces(x, ALPHAS, method="scan")
+    for fn in (ema_mm, sel_mm):  # a few ops of slack: torch picks kernels by size
+        short, long = fwd_bwd(fn, 128), fwd_bwd(fn, 2048)
+        assert abs(long - short) <= 0.1 * short, (short, long)
+    assert fwd_bwd(ema_scan, 2048) > 2 * fwd_bwd(ema_scan, 128)  # the scan's L + N steps do grow
