@@ -1,419 +1,495 @@
-"""The boundary, measured: the predictor ablation, two controls, and the content probe.
+"""The LM ablation: which reader of the EMA traces, on real text, and where the loss goes.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN". The paper
 swaps SPEN's predictor (static linear map, causal linear attention, full causal softmax
-attention, all reading the same EMA traces) and finds the same loss, 7.60 vs 7.60 nats at its
-small scale: the gap to GPT-2 sits in the traces, not in what reads them. This script runs
-that ablation at a size a CPU can train, plus the two controls the paper only argues for:
-    linear, linear_attn, softmax_attn   SPEN with each predictor (the paper's ablation)
-    selective                           SPEN whose trace decays are computed from the input
-                                        (a_t = sigmoid(W x_t + b), ours: the positive control)
-    gpt                                 GPT-2 style transformer (gpt.py), same width and depth
-Every variant trains with the same token budget, width, depth and, for seed s, the same data
-order (train.py's get_batch is a pure function of (seed, step)), over >= 2 seeds.
+attention, all reading the same EMA traces), finds the same loss (7.60 vs 7.60 nats) and
+concludes that no reader can recover what the traces lost. That argument holds for readers of
+the trace STATE only (readers.py), so both families run here, with two controls:
+    linear                SPEN, the paper's predictor: a linear map of h_{t-1}^1..S   (state)
+    linear_attn_state     SPEN, linear attention over the S trace slots of h_{t-1}      (state)
+    softmax_state         SPEN, softmax attention over the S trace slots of h_{t-1}     (state)
+    linear_attn_history   SPEN, linear attention over every past (position, trace)    (history)
+    softmax_history       SPEN, softmax attention over every past (position, trace)   (history)
+    selective             SPEN linear with input-dependent decays (ours: a control)     (state)
+    gpt                   GPT-2 style transformer (gpt.py), same width and depth
+Every variant trains with the same width, depth, token budget and, for seed s, the same data
+order (data.get_batch is a pure function of (seed, step)); every loss is read against the
+yardsticks of the validation corpus (data.baselines: add-one unigram and interpolated bigram,
+counted on its train split).
 
-Then the content probe ("structure kept, content lost" made visible): a linear classifier
-decodes the identity of the token k steps back, k = 0..64, from
-    (a) raw EMA traces of token embeddings, h_t = sum_k a (1 - a)^k E[x_{t-k}], one per a in
-        (0.5, 0.1, 0.02) and the three concatenated. E is the trained SPEN's (linear, seed 0)
-        token embedding table, the vectors its first block's traces average; random N(0, 1)
-        embeddings when no checkpoint is given (the test);
-    (b) the trained SPENs' hidden states (linear/ema and selective), (c) the GPT's hidden states;
-for (b) and (c) every layer is probed and the figure shows the layer with the best mean accuracy
-over k (all layers are in content.json). The figure overlays the analytic trace weight
-a (1 - a)^k and the role (structure) accuracy the SPCN's traces reach in probe.py
-(results/probe/results.json; plotted without it, and said so, when that file is absent).
+Where the loss goes (Zoology's "associative recall hits", Arora et al. 2023): on a fixed set of
+validation windows, a target token w_i is a HIT when the bigram (w_{i-1}, w_i) already occurred
+earlier in the window (some j < i - 1 with w_j = w_{i-1} and w_{j+1} = w_i): an in-context copy
+could predict it. Each variant's per-token loss is split into hits and all other tokens, beside
+the bigram's and unigram's per-token losses on the same tokens.
 
 Shape glossary
-    B sequences, T tokens per sequence, C width, S number of traces (3), L layers,
-    N probe samples (positions), K classes (the K most frequent tokens), G lags (65).
+    B windows, T tokens per window (block_size), V vocabulary, n seeds per variant.
 
-Choices (ours; the paper has no such experiment)
-    - Classifier: ridge regression onto one-hot labels (a linear least-squares classifier),
-      features standardised on the training positions, lambda = 1e-3 * N per feature. It is
-      closed form (one C x C solve per lag), so all 65 lags x all feature sets cost seconds,
-      and it has no optimiser settings to tune. Ties broken by argmax.
-    - Classes: only positions whose lag-k token is among the K = 32 most frequent tokens of the
-      probe sample are used (others are dropped for that lag), so chance is the majority-class
-      rate among those (reported per lag as `chance`, about 0.1 for BPE text).
-    - Positions t >= 64 of each length-T sequence, so every lag has a real token; sequences are
-      split 75/25 into train/test, so no test position shares a sequence with a training one.
-    - Seed noise rule (ablate.md): a variant differs from `linear` when |mean difference| >
-      2 x standard error of the difference, SE = sqrt(s_v^2 / n + s_lin^2 / n) with sample
-      standard deviations over the n seeds; otherwise "within seed noise". With n = 2 this is a
-      weak test; the per-seed values are printed so a reader can judge.
+Noise rule: a difference of means counts when |d| > 2 SE, SE = sqrt(s_1^2 / n + s_2^2 / n),
+s the sample standard deviations over the n seeds; otherwise "within seed noise". Applied to
+every variant against `linear`, and to each history reader against its state counterpart.
 
-Run (expected output and time)
-    python ablate.py --preset cpu --out_dir results/ablate     # 5 variants x 2 seeds + probe
-        # 10 runs x 100 steps: 8 min 43 s on 2 quiet x86_64 cores (~50 s a run, probe 8 s);
-        # 36 min while ~6 other jobs shared the cores. Writes ablate.json, ablate.md,
-        # curves.png, content.json, content.png; run folders (checkpoints, logs,
-        # metrics.jsonl) under DIR/runs/. Result (results/ablate/ablate.md): linear 5.99,
-        # linear_attn 6.03, softmax_attn 6.02, selective 6.00, gpt 6.17 nats (mean of 2 seeds,
-        # 102k tokens each).
-    python ablate.py --preset gpu --out_dir out/ablate_gpu     # larger, one GPU
-    python ablate.py --content_only --out_dir results/ablate  # re-run the probe on saved runs
-A run folder whose result.json holds the same train.py arguments is reused, so an interrupted
-ablation resumes at the next unfinished run, and more cores can be used by running disjoint
---variants in separate processes (OMP_NUM_THREADS=1 each) with the same --out_dir and
---no-content, then the full command once to collect them (what results/ablate was made with).
+Run
+    python ablate.py                                  # preset cpu: 7 variants x 2 seeds, + content.py
+    python ablate.py --out_dir results/ablate         # refresh the committed reference
+    python ablate.py --preset gpu --out_dir out/ablate_gpu   # larger, one CUDA GPU, offline (see PRESETS)
+    python ablate.py --content_only                   # only the content probe of finished runs
+Writes ablate.json, ablate.md, curves.png (validation loss against tokens, with the yardsticks),
+hits.png (the hit split) and, through content.py, content.json / content.png under --out_dir
+(default out/ablate); run folders (checkpoints, logs, metrics.jsonl, result.json) under
+OUT/runs/. A run whose result.json holds the same TrainConfig is reused, so an interrupted
+ablation resumes at the next unfinished run. The reference numbers are in results/ablate/.
 """
 
-import argparse
+import contextlib
+import dataclasses
 import json
 import math
+import multiprocessing as mp
 import os
+import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+import checkpoint
+import cli
+import content
 import data as data_lib
-import ema
 import train
 
-VARIANTS = {  # name -> train.py flags; everything else is shared
-    "linear": dict(model="spen", predictor="linear", context="ema"),
-    "linear_attn": dict(model="spen", predictor="linear_attn", context="ema"),
-    "softmax_attn": dict(model="spen", predictor="softmax_attn", context="ema"),
-    "selective": dict(model="spen", predictor="linear", context="selective"),
+VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
+    "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
+    "linear_attn_state": dict(model="spen", predictor="linear_attn", reads="state", context="ema"),
+    "softmax_state": dict(model="spen", predictor="softmax_attn", reads="state", context="ema"),
+    "linear_attn_history": dict(model="spen", predictor="linear_attn", reads="history", context="ema"),
+    "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
+    "selective": dict(model="spen", predictor="linear", reads="state", context="selective"),
     "gpt": dict(model="gpt"),
 }
+FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
+          "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
+          "gpt": "tokens (KV cache)"}
+PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
+SHARED = ("data", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
+          "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
+HIT_SEED = train.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
 PRESETS = {
-    # train.py's cpu preset (4 blocks, width 128, T 128, B 8, builtin corpus) shortened so that
-    # 5 variants x 2 seeds fit ~15-20 min on 2 quiet cores: 100 steps x 1,024 tokens = 102k
-    # tokens each. Measured: ~2.4 CPU-seconds per step (the 50304-wide output layer dominates).
-    "cpu": dict(train_preset="cpu", max_iters=100, seeds=2, eval_interval=25, eval_iters=10,
-                probe_seqs=128),
-    # One GPU: 6 blocks of width 384, T 256, 32 x 256 = 8k tokens/step, 2,000 steps = 16M tokens
-    # of WikiText-103 (103M tokens, so no repetition; the builtin corpus has only 645k). Needs
-    # the hub once to build the token cache (python data.py --dataset wikitext103). Untested here.
-    "gpu": dict(train_preset="cpu", max_iters=2000, seeds=2, eval_interval=100, eval_iters=20,
-                n_layer=6, n_embd=384, block_size=256, batch_size=32, lr=1e-3, min_lr=1e-4,
-                warmup_iters=100, data="wikitext103", probe_seqs=512),
+    "cpu": {},  # the field defaults
+    # One GPU, offline, on builtin: 4 blocks of width 256, T 256, 32 x 256 = 8,192 tokens per step,
+    # 1,500 steps = 12.3M tokens per run, i.e. ~19 passes over builtin's 645k train tokens, so
+    # dropout 0.1 and the best validation loss are reported beside the last. A local corpus of
+    # >= 12M tokens (--data files:PATH) removes the repetition.
+    "gpu": dict(n_layer=4, n_embd=256, block_size=256, batch_size=32, max_iters=1500, lr=1e-3, min_lr=1e-4,
+                warmup_iters=100, dropout=0.1, eval_interval=100, eval_iters=20, hit_seqs=256, workers=1,
+                device="cuda"),
 }
-TRAIN_FLAGS = ("n_layer", "n_embd", "block_size", "batch_size", "lr", "min_lr", "warmup_iters",
-               "eval_interval", "eval_iters", "data", "device", "dtype")
-ALPHAS = (0.5, 0.1, 0.02)  # the paper's fast, medium, slow decays
-MAX_LAG = 64
 
 
-def get_parser():
-    p = argparse.ArgumentParser(description="Predictor ablation + controls + content probe (see docstring).",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    g = p.add_argument_group("I/O")
-    g.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="size of the ablation")
-    g.add_argument("--out_dir", default="results/ablate", help="folder for ablate.json/md, curves.png, content.*; runs in OUT/runs")
-    g.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS))
-    g.add_argument("--content", action=argparse.BooleanOptionalAction, default=True, help="run the content probe after the ablation")
-    g.add_argument("--content_only", action="store_true", help="skip training; probe the runs already in OUT/runs")
-    g.add_argument("--probe_json", default="results/probe/results.json", help="probe.py results (role accuracy line)")
-    g = p.add_argument_group("training (default: the preset)")
-    g.add_argument("--max_iters", type=int, help="optimizer steps per run")
-    g.add_argument("--seeds", type=int, help="seeds per variant (>= 2 for a noise estimate)")
-    for f, t in (("n_layer", int), ("n_embd", int), ("block_size", int), ("batch_size", int), ("lr", float),
-                 ("min_lr", float), ("warmup_iters", int), ("eval_interval", int), ("eval_iters", int)):
-        g.add_argument(f"--{f}", type=t, help=f"passed to train.py --{f}")
-    g.add_argument("--data", help="passed to train.py --data (and --eval_data); default: the train preset's")
-    g = p.add_argument_group("content probe")
-    g.add_argument("--top_k", type=int, default=32, help="K, classify among the K most frequent tokens")
-    g.add_argument("--probe_seqs", type=int, help="B, sequences sampled from the validation split")
-    g = p.add_argument_group("system")
-    g.add_argument("--device", help="passed to train.py --device (auto: cuda if available)")
-    g.add_argument("--dtype", choices=["auto", "fp32", "bf16", "fp16"], help="passed to train.py --dtype")
-    return p
+@dataclass
+class AblateConfig:
+    out_dir: str = cli.arg("out/ablate", "folder for ablate.json/md, curves.png, hits.png, content.*; runs in "
+                           "OUT/runs", group="I/O")
+    variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
+    content: bool = cli.arg(True, "run the content probe (content.py) on the seed-0 runs afterwards", group="I/O")
+    content_only: bool = cli.arg(False, "train nothing: only the content probe of the runs in OUT/runs", group="I/O")
+    probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")
+    data: str = cli.arg("builtin", "corpus (train and validation splits): builtin | files:PATH | ...", group="data")
+    block_size: int = cli.arg(128, "T, tokens per sequence", group="data")
+    n_layer: int = cli.arg(2, "blocks, every variant", group="model")
+    n_embd: int = cli.arg(64, "C, width, every variant", group="model")
+    dropout: float = cli.arg(0.0, "dropout, every variant", group="model")
+    max_iters: int = cli.arg(60, "optimizer steps per run (the token budget)", group="optimization")
+    batch_size: int = cli.arg(8, "B, sequences per step", group="optimization")
+    lr: float = cli.arg(3e-3, "peak learning rate, every variant", group="optimization")
+    min_lr: float = cli.arg(3e-4, "final learning rate of the cosine", group="optimization")
+    warmup_iters: int = cli.arg(10, "linear warmup steps", group="optimization")
+    seeds: int = cli.arg(2, "seeds per variant (>= 2 for a noise estimate)", group="evaluation")
+    eval_interval: int = cli.arg(20, "steps between validation losses (the curves)", group="evaluation")
+    eval_iters: int = cli.arg(10, "validation batches per evaluation (a fixed set)", group="evaluation")
+    hit_seqs: int = cli.arg(64, "validation windows of the hit split (a fixed set)", group="evaluation")
+    workers: int = cli.arg(2, "runs trained at a time, one CPU thread each (1: in this process)", group="system")
+    device: str = cli.arg("cpu", "passed to train.py: cpu | cuda | auto", group="system")
+
+    def __post_init__(self):
+        self.variants = tuple(self.variants)
+        bad = [v for v in self.variants if v not in VARIANTS]
+        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
+        for name in ("seeds", "hit_seqs", "workers"):
+            cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
+        if not self.content_only:
+            for name in self.variants:
+                train_config(self, name, 0)  # train.py's own checks of every setting, as one line
 
 
-def resolve(args):
-    """Command line > ablate preset; returns a dict of the settings actually used."""
-    a = dict(PRESETS[args.preset])
-    a.update({k: v for k, v in vars(args).items() if v is not None})
-    if a["seeds"] < 1 or a["max_iters"] < 1:
-        raise SystemExit("--seeds and --max_iters must be >= 1")
-    names = [v for v in a["variants"].split(",") if v]
-    bad = [v for v in names if v not in VARIANTS]
-    if bad or not names:
-        raise SystemExit(f"--variants: unknown {bad}; choose from {','.join(VARIANTS)}")
-    a["variants"] = names
-    return a
+def run_dir(cfg, name, seed):
+    return os.path.join(cfg.out_dir, "runs", f"{name}_s{seed}")
 
 
-def run_dir(a, name, seed):
-    return os.path.join(a["out_dir"], "runs", f"{name}_s{seed}")
+def train_config(cfg, name, seed):
+    """The TrainConfig of one run: train.py's cpu preset < the shared settings < the variant."""
+    shared = {f: getattr(cfg, f) for f in SHARED}
+    return train.make_config("cpu", **shared, eval_data=cfg.data, grad_accum=1, seed=seed,
+                             out_dir=run_dir(cfg, name, seed), log_interval=max(1, cfg.max_iters // 10),
+                             **VARIANTS[name])
 
 
-def train_one(a, name, seed):
-    """Train one variant at one seed in-process; returns train.main's result dict. A run folder
-    whose result.json records the same train.py arguments is reused, not retrained."""
-    argv = ["--preset", a["train_preset"], "--out_dir", run_dir(a, name, seed), "--max_iters", str(a["max_iters"]),
-            "--seed", str(seed), "--log_interval", str(max(1, a["max_iters"] // 10))]
-    for k, v in VARIANTS[name].items():
-        argv += [f"--{k}", str(v)]
-    for k in TRAIN_FLAGS:
-        if a.get(k) is not None:
-            argv += [f"--{k}", str(a[k])]
-    if a.get("data") is not None:
-        argv += ["--eval_data", a["data"]]
-    done = os.path.join(run_dir(a, name, seed), "result.json")
-    if os.path.exists(done) and json.load(open(done)).get("argv") == argv:
-        print(f"   reusing {done}", flush=True)
-        return json.load(open(done))
-    res = train.main(train.get_parser().parse_args(argv))
-    with open(os.path.join(run_dir(a, name, seed), "result.json"), "w") as f:
-        json.dump({**res, "argv": argv}, f, indent=2)
-    return res
+# ---- where the loss goes -------------------------------------------------------------------
 
 
-def summarize(a, results):
-    """results: {name: [result per seed]} -> the ablate.json dict (issue 4's shape)."""
-    variants = {}
-    for name, rs in results.items():
-        losses = [r["val_loss"] for r in rs]
-        variants[name] = dict(val_loss=losses, val_loss_mean=float(np.mean(losses)),
-                              val_loss_std=float(np.std(losses, ddof=1)) if len(losses) > 1 else 0.0,
-                              params=rs[0]["params"], tokens=rs[0]["tokens"],
-                              seconds=float(np.mean([r["seconds"] for r in rs])))
-    return dict(variants=variants, preset=a["preset"], max_iters=a["max_iters"])
+def recall_hits(w):
+    """w (B, T+1) token windows -> (B, T) bool: hit[b, t] says the target w[b, t+1] follows
+    w[b, t] as it did earlier in the window (some j < t with w[j] = w[t], w[j+1] = w[t+1])."""
+    big = w[:, :-1] * (int(w.max()) + 1) + w[:, 1:]  # (B, T) bigram ids of (w_t, w_{t+1})
+    same = big[:, :, None] == big[:, None, :]  # (B, T, T): [t, j] bigram t equals bigram j
+    earlier = torch.ones(w.size(1) - 1, w.size(1) - 1, dtype=torch.bool).tril(-1)  # j < t
+    return (same & earlier).any(-1)
 
 
-def noise_verdict(v, ref):
-    """(difference, 2 x SE, within-noise?) of v's mean loss against ref's (rule in the docstring)."""
+def recall_hits_loop(w):
+    """The plain-loop definition of recall_hits, the reference it is tested against."""
+    B, T = w.size(0), w.size(1) - 1
+    hit = torch.zeros(B, T, dtype=torch.bool)
+    for b in range(B):
+        for t in range(T):
+            hit[b, t] = any(w[b, j] == w[b, t] and w[b, j + 1] == w[b, t + 1] for j in range(t))
+    return hit
+
+
+def hit_windows(cfg, val):
+    """The fixed validation windows of the hit split: (hit_seqs, T+1) int64."""
+    x, y = data_lib.get_batch(val, cfg.hit_seqs, cfg.block_size, step=0, seed=HIT_SEED)  # (B, T) each
+    return torch.cat([x, y[:, -1:]], 1)
+
+
+@torch.no_grad()
+def token_nll(model, w, chunk=16):
+    """Per-token cross-entropy (B, T) of model on windows w (B, T+1): input w[:, :-1], target w[:, 1:]."""
+    model.eval()
+    out = []
+    for i in range(0, len(w), chunk):
+        logits, _ = model(w[i:i + chunk, :-1])  # (b, T, V)
+        out.append(F.cross_entropy(logits.float().transpose(1, 2), w[i:i + chunk, 1:], reduction="none"))
+    return torch.cat(out)
+
+
+def split(nll, hits):
+    """dict(loss_hit, loss_other, hit_fraction, loss_all) of per-token losses (B, T) under a hit mask."""
+    nll = torch.as_tensor(nll, dtype=torch.float64)
+    return dict(loss_hit=nll[hits].mean().item(), loss_other=nll[~hits].mean().item(),
+                hit_fraction=hits.double().mean().item(), loss_all=nll.mean().item())
+
+
+def yardstick_nll(name, w):
+    """Per-token losses (B, T) of the unigram and bigram yardsticks (data.py) on windows w."""
+    counts = data_lib.ngram_counts(data_lib.load_split(name, "train"))
+    lam = data_lib.baselines(name)["bigram_lambda"]
+    p_uni, p_ml = data_lib.token_probs(counts, w.flatten().numpy())  # p_ml[i] uses token i - 1
+    p_uni, p_ml = (torch.from_numpy(p).view(w.shape)[:, 1:] for p in (p_uni, p_ml))  # targets w[:, 1:]
+    return dict(unigram=-p_uni.log(), bigram=-(lam * p_ml + (1 - lam) * p_uni).log())
+
+
+# ---- training (one run per job, cfg.workers at a time) -------------------------------------
+
+
+class RunInterrupted(Exception):
+    """A run stopped before its end for a reason other than Ctrl-C (e.g. train.py's NaN guard)."""
+
+
+def same_run(stored, key):
+    """Did a finished run use TrainConfig `key`? A field added to TrainConfig since then counts as
+    equal when `key` holds its default (the run used that behaviour); a removed field is ignored."""
+    defaults = {f.name: f.default for f in dataclasses.fields(train.TrainConfig)}
+    return stored is not None and all(stored.get(k, defaults.get(k)) == v for k, v in key.items())
+
+
+def run_one(job):
+    """Train (or reuse) one (variant, seed) and split its per-token loss; returns its record."""
+    cfg, name, seed = job
+    tcfg = train_config(cfg, name, seed)
+    key = json.loads(json.dumps(dataclasses.asdict(tcfg)))
+    hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED)
+    path = os.path.join(tcfg.out_dir, "result.json")
+    rec = json.load(open(path)) if os.path.exists(path) else {}
+    if not same_run(rec.get("train_config"), key):
+        try:
+            with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
+                res = train.main(tcfg)
+        except SystemExit as e:  # train.py stops with a message (a NaN guard) or 130 (Ctrl-C, checkpoint saved)
+            if e.code == 130:
+                raise KeyboardInterrupt from None
+            raise RunInterrupted(f"{name} seed {seed} stopped: {e}") from None
+        rec = dict(train_config=key, result={k: res[k] for k in ("val_loss", "best_val", "params", "tokens",
+                                                                 "seconds", "step", "kind")}, reused=False)
+    else:
+        rec["reused"] = True
+    if rec.get("hit_key") != hit_key:
+        device = "cuda" if tcfg.device == "auto" and torch.cuda.is_available() else tcfg.device.replace("auto", "cpu")
+        model, _ = checkpoint.load_model(os.path.join(tcfg.out_dir, "ckpt_last.pt"), device)
+        w = hit_windows(cfg, data_lib.load_split(cfg.data, "val"))
+        rec.update(hit_key=hit_key, split=split(token_nll(model, w.to(device)).cpu(), recall_hits(w)))
+    checkpoint.atomic_write(path, lambda tmp: json.dump(rec, open(tmp, "w"), indent=2))
+    return dict(rec, name=name, seed=seed, run=tcfg.out_dir)
+
+
+def _worker(job):
+    """A worker process: one run on one thread; an expected stop is one line, not a traceback."""
+    torch.set_num_threads(1)  # small models: one thread per run, one run per core
+    try:
+        run_one(job)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except RunInterrupted as e:
+        sys.exit(f"ablate.py: {e}")
+
+
+def _record(job):
+    """The record run_one left in a finished run's result.json."""
+    cfg, name, seed = job
+    rec = json.load(open(os.path.join(run_dir(cfg, name, seed), "result.json")))
+    return dict(rec, name=name, seed=seed, run=run_dir(cfg, name, seed))
+
+
+def _stop(procs):
+    """After Ctrl-C: each worker got it too and saves its checkpoint at its next step; wait, then
+    SIGTERM (train.py saves on that as well) and, last, SIGKILL whatever still runs."""
+    for stop in (None, "terminate", "kill"):
+        for p in procs:
+            if stop and p.is_alive():
+                getattr(p, stop)()
+        for p in procs:
+            p.join(timeout=30)
+
+
+def run_all(cfg, jobs):
+    """Run the jobs, cfg.workers at a time, each in its own process (workers=1: in this one); one
+    line per finished run with an overall ETA. A failed run stops the ablation (RunInterrupted)."""
+    t0, records, pending, running = time.time(), [], list(jobs), {}
+    ctx = mp.get_context("spawn")  # a fresh interpreter per run: no forked thread pools
+    try:
+        while pending or running:
+            if cfg.workers == 1:
+                run_one(pending[0])
+                done = [pending.pop(0)]
+            else:
+                while pending and len(running) < cfg.workers:
+                    p = ctx.Process(target=_worker, args=(pending[0],))
+                    p.start()
+                    running[p] = pending.pop(0)
+                time.sleep(0.2)
+                done = []
+                for p in [p for p in running if not p.is_alive()]:
+                    job = running.pop(p)
+                    if p.exitcode == 130:
+                        raise KeyboardInterrupt
+                    if p.exitcode != 0:
+                        raise RunInterrupted(f"{job[1]} seed {job[2]} exited with status {p.exitcode}; see "
+                                             f"{run_dir(cfg, job[1], job[2])}/log.txt")
+                    done.append(job)
+            for job in done:
+                r = _record(job)
+                records.append(r)
+                el, n = time.time() - t0, len(records)
+                cost = "reused" if r["reused"] else f"{r['result']['seconds']:.0f} s"
+                print(f"[{n}/{len(jobs)}] {r['name']:<20s} seed {r['seed']} | val {r['result']['val_loss']:.3f} | "
+                      f"hit {r['split']['loss_hit']:.3f} other {r['split']['loss_other']:.3f} | {cost} | "
+                      f"elapsed {el:.0f} s, ETA {el / n * (len(jobs) - n):.0f} s", flush=True)
+    finally:
+        _stop(running)  # nothing left on success; after Ctrl-C or a failure, the runs still going
+    return records
+
+
+# ---- summary, tables, figures --------------------------------------------------------------
+
+
+def mean_std(xs):
+    m = float(np.mean(xs))
+    return m, float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def compare(v, ref):
+    """The noise rule (docstring) for v against ref: dict(delta, two_se, verdict)."""
     n_v, n_r = len(v["val_loss"]), len(ref["val_loss"])
-    diff = v["val_loss_mean"] - ref["val_loss_mean"]
+    d = v["val_loss_mean"] - ref["val_loss_mean"]
+    if min(n_v, n_r) < 2:
+        return dict(delta=d, two_se=None, verdict="1 seed: no noise estimate")
     two_se = 2 * math.sqrt(v["val_loss_std"] ** 2 / n_v + ref["val_loss_std"] ** 2 / n_r)
-    return diff, two_se, abs(diff) <= two_se
+    return dict(delta=d, two_se=two_se, verdict="within seed noise" if abs(d) <= two_se else
+                ("lower" if d < 0 else "higher"))
 
 
-def write_md(a, summary, path, wall):
-    v = summary["variants"]
-    lines = [f"# Predictor ablation (preset {a['preset']}, {a['max_iters']} steps, {a['seeds']} seeds)", "",
-             "| variant | val loss mean ± std | per seed | Δ vs linear | 2·SE | verdict | params | tokens | s/run |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in v.items():
-        per_seed = ", ".join(f"{x:.3f}" for x in r["val_loss"])
-        if name == "linear" or "linear" not in v:
-            delta, se, verdict = "—", "—", "reference"
-        else:
-            d, s2, within = noise_verdict(r, v["linear"])
-            delta, se = f"{d:+.3f}", f"{s2:.3f}"
-            verdict = "within seed noise" if within else ("better than linear" if d < 0 else "worse than linear")
-            if min(len(r["val_loss"]), len(v["linear"]["val_loss"])) < 2:
-                se, verdict = "—", "1 seed: no noise estimate"
-        lines.append(f"| {name} | {r['val_loss_mean']:.3f} ± {r['val_loss_std']:.3f} | {per_seed} | {delta} | {se} | "
-                     f"{verdict} | {r['params']:,} | {r['tokens']:,} | {r['seconds']:.0f} |")
-    lines += ["", "Validation loss in nats (train.py's fixed validation batches) after the last step. "
-              "Rule: a difference from `linear` is outside seed noise when |Δ| > 2·SE, "
-              "SE = sqrt(s_v²/n + s_linear²/n) over the n seeds (sample std). "
-              "Seed s uses the same data order for every variant.",
-              f"Training time summed over all runs: {sum(r['seconds'] * len(r['val_loss']) for r in v.values()):.0f} s "
-              f"(s/run is the mean per run); wall time of the invocation that wrote this file: {wall:.0f} s "
-              f"(runs reused from earlier invocations are not in it)."]
+def summarize(cfg, records, yard, yard_split, seconds):
+    """records of every run -> the ablate.json dict."""
+    out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yard,
+               yardstick_split=yard_split, noise_rule="a difference counts when |d| > 2 SE, "
+               "SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds", variants={}, history_vs_state={})
+    for name in cfg.variants:
+        rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
+        losses = [r["result"]["val_loss"] for r in rs]
+        m, s = mean_std(losses)
+        v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
+                 best_val=[r["result"]["best_val"] for r in rs],
+                 minus_bigram=m - yard["bigram"], minus_unigram=m - yard["unigram"],
+                 params=rs[0]["result"]["params"], tokens=rs[0]["result"]["tokens"],
+                 seconds=[round(r["result"]["seconds"], 1) for r in rs], runs=[r["run"] for r in rs])
+        for k in ("loss_hit", "loss_other", "hit_fraction"):
+            v[k] = float(np.mean([r["split"][k] for r in rs]))
+            v[k + "_per_seed"] = [r["split"][k] for r in rs]
+        out["variants"][name] = v
+    vs = out["variants"]
+    for name, v in vs.items():
+        v["vs_linear"] = compare(v, vs["linear"]) if "linear" in vs and name != "linear" else None
+    for hist, state in PAIRS:
+        if hist in vs and state in vs:
+            out["history_vs_state"][f"{hist} - {state}"] = compare(vs[hist], vs[state])
+    return out
+
+
+def write_md(res, path):
+    s, y, vs = res["settings"], res["yardsticks"], res["variants"]
+    tokens = next(iter(vs.values()))["tokens"]
+    lines = [f"# LM ablation: trace readers, state vs history, on `{s['data']}`", "",
+             f"`python ablate.py` settings: {s['n_layer']} blocks, width {s['n_embd']}, T = {s['block_size']}, "
+             f"{s['max_iters']} steps x {s['batch_size']} x {s['block_size']} = {tokens:,} tokens per run, lr "
+             f"{s['lr']:g} -> {s['min_lr']:g}, dropout {s['dropout']:g}, {s['seeds']} seed(s). Training time summed "
+             f"over the runs (train.py's own clock): {sum(sum(v['seconds']) for v in vs.values()):.0f} s; wall time of "
+             f"this invocation {res['seconds']:.0f} s (reused runs cost nothing in it).", "",
+             f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
+             f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}** nats/token.", "",
+             "| variant | reads | val loss mean ± std | per seed | − bigram | Δ vs linear | 2·SE | verdict | "
+             "best val | params |", "|---" * 10 + "|"]
+    for name, v in vs.items():
+        c = v["vs_linear"]
+        cells = ["—", "—", "reference"] if c is None else \
+            [f"{c['delta']:+.3f}", "—" if c["two_se"] is None else f"{c['two_se']:.3f}", c["verdict"]]
+        lines.append(f"| {name} | {v['family']} | {v['val_loss_mean']:.3f} ± {v['val_loss_std']:.3f} | "
+                     + ", ".join(f"{x:.3f}" for x in v["val_loss"]) + f" | {v['minus_bigram']:+.3f} | "
+                     + " | ".join(cells) + f" | {np.mean(v['best_val']):.3f} | {v['params']:,} |")
+    if res["history_vs_state"]:
+        lines += ["", "History reader against its state counterpart (same reader, lossless input):", "",
+                  "| comparison | Δ | 2·SE | verdict |", "|---|---|---|---|"]
+        for k, c in res["history_vs_state"].items():
+            se = "—" if c["two_se"] is None else f"{c['two_se']:.3f}"
+            lines.append(f"| {k} | {c['delta']:+.3f} | {se} | {c['verdict']} |")
+    ys = res["yardstick_split"]
+    lines += ["", f"Where the loss goes: per-token loss on {s['hit_seqs']} fixed validation windows, split into "
+              "recall hits (the bigram (w_(i-1), w_i) occurred earlier in the window: "
+              f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", "",
+              "| model | loss on hits | loss on others | all tokens | hits − others |", "|---|---|---|---|---|"]
+    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in ("bigram", "unigram"))]:
+        all_ = r.get("loss_all", r["hit_fraction"] * r["loss_hit"] + (1 - r["hit_fraction"]) * r["loss_other"])
+        lines.append(f"| {name} | {r['loss_hit']:.3f} | {r['loss_other']:.3f} | {all_:.3f} | "
+                     f"{r['loss_hit'] - r['loss_other']:+.3f} |")
+    lines += ["", "Validation loss in nats after the last step (train.py's fixed validation batches; best val: the "
+              "lowest over the evaluations, mean over seeds); "
+              "seed s reads the same training batches in every variant. Noise rule: " + res["noise_rule"] + "."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
 def read_curve(run):
     """(tokens, val_loss) lists from a run folder's metrics.jsonl."""
-    res = json.load(open(os.path.join(run, "result.json")))
-    per_step = res["tokens"] / max(1, res["step"])
+    cfg = json.load(open(os.path.join(run, "result.json")))["train_config"]
+    per_step = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
     xs, ys = [], []
     for line in open(os.path.join(run, "metrics.jsonl")):
-        rec = json.loads(line)
+        rec = json.loads(line) if line.strip().endswith("}") else {}
         if "val_loss" in rec:
             xs.append(rec["step"] * per_step)
             ys.append(rec["val_loss"])
     return xs, ys
 
 
-def plot_curves(a, path):
+def plot_curves(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, name in enumerate(a["variants"]):
-        for s in range(a["seeds"]):
-            xs, ys = read_curve(run_dir(a, name, s))
-            ax.plot(xs, ys, color=f"C{i}", alpha=0.9 if s == 0 else 0.45, label=name if s == 0 else None)
-    lo = min(min(l.get_ydata()) for l in ax.lines)
-    hi = max(l.get_ydata()[1] for l in ax.lines if len(l.get_ydata()) > 1)  # skip the step-0 ~10.8
-    ax.set_ylim(lo - 0.05, hi + 0.1)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, v) in enumerate(res["variants"].items()):
+        for s, run in enumerate(v["runs"]):
+            xs, ys = read_curve(run)
+            ax.plot(xs, ys, color=f"C{i}", ls="--" if "history" in v["family"] else "-",
+                    alpha=0.9 if s == 0 else 0.4, label=name if s == 0 else None)
+    y = res["yardsticks"]
+    for k, ls in (("unigram", ":"), ("bigram", "-.")):
+        ax.axhline(y[k], color="k", ls=ls, lw=1.2, label=f"{k} yardstick ({y[k]:.2f})")
+    ax.set_ylim(min(y["bigram"], *(v["val_loss_mean"] for v in res["variants"].values())) - 0.3, y["unigram"] + 1.5)
     ax.set_xlabel("training tokens")
     ax.set_ylabel("validation loss (nats)")
-    ax.set_title(f"SPEN predictors vs selective traces vs GPT ({a['preset']}; {a['seeds']} seeds, faint = other seeds)")
-    ax.legend()
+    ax.set_title(f"validation loss on {res['settings']['data']} (dashed: history readers; faint: other seeds)")
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-# ---- the content probe -------------------------------------------------------------------
-
-def ridge_probe(X, labels, train_rows, lam=1e-3):
-    """Linear classifier for each lag. X (N, F) features; labels (N, G) class ids in [0, K) or -1
-    (ignored); train_rows (N,) bool. Returns (accuracy (G,), chance (G,)) on the other rows.
-    W = argmin ||X_tr W - Y||^2 + lam N ||W||^2, Y one-hot, predict argmax X_te W."""
-    X = X.double()
-    mu, sd = X[train_rows].mean(0), X[train_rows].std(0) + 1e-8
-    X = torch.cat([(X - mu) / sd, torch.ones(len(X), 1, dtype=X.dtype)], 1)  # (N, F+1), bias column
-    K = int(labels.max()) + 1
-    acc, chance = [], []
-    for g in range(labels.size(1)):
-        y = labels[:, g]
-        tr, te = train_rows & (y >= 0), ~train_rows & (y >= 0)
-        Xtr = X[tr]
-        Y = torch.nn.functional.one_hot(y[tr], K).double()  # (n, K)
-        A = Xtr.T @ Xtr + lam * len(Xtr) * torch.eye(X.size(1), dtype=X.dtype)  # (F+1, F+1)
-        W = torch.linalg.solve(A, Xtr.T @ Y)  # (F+1, K)
-        pred = (X[te] @ W).argmax(1)
-        acc.append((pred == y[te]).double().mean().item())
-        chance.append(torch.bincount(y[te], minlength=K).max().item() / max(1, int(te.sum())))
-    return acc, chance
-
-
-def probe_tokens(a, top_k):
-    """Sample B validation sequences; return idx (B, T), labels (N, G) and train_rows (N,)
-    for positions t in [MAX_LAG, T): labels[n, k] = class of token x_{t-k} or -1 if not top-K."""
-    val = data_lib.load_split(a["eval_data"], "val")
-    B, T = a["probe_seqs"], a["block_size"]
-    if T <= MAX_LAG:
-        raise SystemExit(f"content probe needs block_size > {MAX_LAG}, got {T}")
-    idx, _ = data_lib.get_batch(val, B, T, step=0, seed=train.EVAL_SEED + 1)  # (B, T)
-    counts = torch.bincount(idx.flatten())
-    top = counts.argsort(descending=True)[:top_k]
-    cls = torch.full((int(counts.numel()),), -1, dtype=torch.long)
-    cls[top] = torch.arange(len(top))
-    t = torch.arange(MAX_LAG, T)
-    lags = torch.arange(MAX_LAG + 1)
-    labels = cls[idx[:, t[:, None] - lags[None, :]]]  # (B, T', G)
-    labels = labels.reshape(-1, len(lags))  # (N, G), row = (sequence, position)
-    train_rows = (torch.arange(B) < int(0.75 * B)).repeat_interleave(len(t))  # split by sequence
-    return idx, labels, train_rows
-
-
-def positions(h):
-    """(B, T, F) -> (N, F) rows for positions t >= MAX_LAG, matching probe_tokens' order."""
-    return h[:, MAX_LAG:].reshape(-1, h.size(-1))
-
-
-def load_run(path):
-    """Rebuild a trained SPEN or GPT from a train.py checkpoint (train.py's loader and its errors)."""
-    return train.build_from_checkpoint(train.load_checkpoint(path), path).eval()
-
-
-@torch.no_grad()
-def content_probe(a, runs):
-    """runs: {name: checkpoint path} for the trained models ('linear' also supplies E).
-    Returns the content.json dict."""
-    t0 = time.time()
-    idx, labels, train_rows = probe_tokens(a, a["top_k"])
-    out = dict(lags=list(range(MAX_LAG + 1)), top_k=a["top_k"], alphas=list(ALPHAS), samples=int(len(labels)),
-               raw={}, models={}, embedding="")
-    if "linear" in runs:
-        E = _embedding_table(load_run(runs["linear"]))  # (V, C)
-        out["embedding"] = f"trained SPEN token embeddings ({runs['linear']})"
-    else:
-        g = torch.Generator().manual_seed(0)
-        E = torch.randn(int(idx.max()) + 1, a.get("n_embd") or 64, generator=g)
-        out["embedding"] = "random N(0, 1) embeddings (no trained SPEN given)"
-    x = E[idx].float()  # (B, T, C)
-    h = ema.traces(x, ALPHAS)  # (B, T, S, C)
-    for s, al in enumerate(ALPHAS):
-        acc, chance = ridge_probe(positions(h[:, :, s]), labels, train_rows)
-        out["raw"][str(al)] = acc
-        out["chance"] = chance
-    acc, _ = ridge_probe(positions(h.flatten(2)), labels, train_rows)
-    out["raw"]["all"] = acc
-    for name, path in runs.items():
-        m = load_run(path)
-        hs = m.hidden_states(idx)  # L + 1 tensors (B, T, C)
-        per_layer = [ridge_probe(positions(hl.float()), labels, train_rows)[0] for hl in hs]
-        best = int(np.argmax([np.mean(p) for p in per_layer]))
-        out["models"][name] = dict(layers=per_layer, best_layer=best, best=per_layer[best], checkpoint=path)
-    out["seconds"] = time.time() - t0
-    return out
-
-
-def _embedding_table(model):
-    """The (V, C) token embedding weight of a SPEN or GPT (the first nn.Embedding)."""
-    emb = next(mod for mod in model.modules() if isinstance(mod, torch.nn.Embedding))
-    return emb.weight
-
-
-def plot_content(res, probe_json, path):
+def plot_hits(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    k = np.array(res["lags"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
-    wax = ax1.twinx()
-    for i, al in enumerate(ALPHAS):
-        ax1.plot(k, res["raw"][str(al)], color=f"C{i}", label=f"EMA trace a={al}")
-        wax.plot(k, al * (1 - al) ** k, color=f"C{i}", ls=":", lw=1)
-    ax1.plot(k, res["raw"]["all"], color="k", label="3 traces concatenated")
-    wax.set_yscale("log")
-    wax.set_ylim(1e-6, 1)
-    wax.set_ylabel("analytic trace weight a(1-a)^k (dotted)")
-    ax1.set_title("token identity in raw EMA traces of token embeddings")
-    ax2.plot(k, res["raw"]["all"], color="k", alpha=0.4, label="raw traces (3 concatenated)")
-    for i, (name, r) in enumerate(res["models"].items()):
-        ax2.plot(k, r["best"], color=f"C{i + 3}", label=f"{name} hidden state (layer {r['best_layer']})")
-    note = "role accuracy: results/probe/results.json absent"
-    if probe_json and os.path.exists(probe_json):
-        pr = json.load(open(probe_json))
-        w = pr["within"]
-        ax2.axhline(w["traces"], color="g", ls="--", label=f"role (structure) accuracy from traces, probe.py ({w['traces']:.2f})")
-        ax2.axhline(w["instantaneous"], color="g", ls=":", label=f"role accuracy without traces, probe.py ({w['instantaneous']:.2f})")
-        note = ""
-    ax2.set_title("trained models' hidden states" + (f"\n({note})" if note else ""))
-    for ax in (ax1, ax2):
-        ax.plot(k, res["chance"], color="grey", ls="--", lw=1, label="chance (majority class)")
-        ax.set_xlabel("lag k (tokens back)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="center right")
-    ax1.set_ylabel(f"accuracy decoding token x_(t-k) (top {res['top_k']} tokens)")
-    ax1.set_ylim(0, 1.02)
+    rows = {**res["variants"], **{f"{k} (yardstick)": res["yardstick_split"][k] for k in ("bigram", "unigram")}}
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.bar(x - 0.2, [r["loss_hit"] for r in rows.values()], 0.4, label="recall hits (in-context copy possible)")
+    ax.bar(x + 0.2, [r["loss_other"] for r in rows.values()], 0.4, label="all other tokens")
+    ax.set_xticks(x, list(rows), rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("per-token validation loss (nats)")
+    hf = res["yardstick_split"]["bigram"]["hit_fraction"]
+    ax.set_title(f"where the loss goes: {hf:.0%} of validation tokens are recall hits")
+    ax.set_ylim(0, 1.2 * max(r["loss_other"] for r in rows.values()))
+    ax.legend(fontsize=8, ncol=2, loc="upper center")
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return note
 
 
-def main(args):
-    ema.configure_allocator()
-    a = resolve(args)
-    tp = train.PRESETS[a["train_preset"]]
-    a.setdefault("block_size", tp["block_size"])
-    a["eval_data"] = a.get("data") or tp["eval_data"]
-    os.makedirs(a["out_dir"], exist_ok=True)
+def content_config(cfg):
+    return content.ContentConfig(runs=os.path.join(cfg.out_dir, "runs"), out_dir=cfg.out_dir,
+                                 probe_json=cfg.probe_json)
+
+
+def main(cfg):
+    """The ablation (unless content_only), then the content probe; returns the ablate.json dict."""
+    if cfg.content_only:
+        return content.main(content_config(cfg))
     t0 = time.time()
-    if not a["content_only"]:
-        results = {name: [] for name in a["variants"]}
-        for s in range(a["seeds"]):  # seed-major: an interrupted run has every variant at seed 0
-            for name in a["variants"]:
-                print(f"== ablate: {name} seed {s} ({time.time() - t0:.0f} s elapsed)", flush=True)
-                results[name].append(train_one(a, name, s))
-        wall = time.time() - t0
-        summary = summarize(a, results)
-        summary["seconds"] = wall  # this invocation only; reused runs cost nothing here
-        with open(os.path.join(a["out_dir"], "ablate.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        write_md(a, summary, os.path.join(a["out_dir"], "ablate.md"), wall)
-        plot_curves(a, os.path.join(a["out_dir"], "curves.png"))
-        print(open(os.path.join(a["out_dir"], "ablate.md")).read(), flush=True)
-    if a["content"] or a["content_only"]:
-        runs = {n: os.path.join(run_dir(a, n, 0), "ckpt_last.pt") for n in ("linear", "selective", "gpt")
-                if os.path.exists(os.path.join(run_dir(a, n, 0), "ckpt_last.pt"))}
-        res = content_probe(a, runs)
-        res["role_accuracy_note"] = plot_content(res, a["probe_json"], os.path.join(a["out_dir"], "content.png"))
-        with open(os.path.join(a["out_dir"], "content.json"), "w") as f:
-            json.dump(res, f, indent=2)
-        print(f"content probe: {res['seconds']:.0f} s; acc at k=0/8/64: " + ", ".join(
-            f"{n} {v[0]:.2f}/{v[8]:.2f}/{v[64]:.2f}" for n, v in
-            [*((f"raw a={al}", res["raw"][str(al)]) for al in ALPHAS),
-             *((n, r["best"]) for n, r in res["models"].items())]), flush=True)
-    print(f"ablate: done in {time.time() - t0:.0f} s", flush=True)
+    val = data_lib.load_split(cfg.data, "val")  # a missing corpus fails here, before any write
+    yard = data_lib.baselines(cfg.data)
+    w = hit_windows(cfg, val)
+    hits = recall_hits(w)
+    yard_split = {k: split(nll, hits) for k, nll in yardstick_nll(cfg.data, w).items()}
+    jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
+    records = run_all(cfg, jobs)
+    res = summarize(cfg, records, {k: yard[k] for k in ("dataset", "unigram", "bigram")}, yard_split, time.time() - t0)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    with open(os.path.join(cfg.out_dir, "ablate.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
+    plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))
+    plot_hits(res, os.path.join(cfg.out_dir, "hits.png"))
+    print(open(os.path.join(cfg.out_dir, "ablate.md")).read(), flush=True)
+    if cfg.content:
+        res["content"] = content.main(content_config(cfg))
+    return res
+
+
+def get_parser():
+    return cli.parser(AblateConfig, "LM ablation of SPEN's trace readers (state and history) with a selective "
+                      "control and GPT, against n-gram yardsticks (see the module docstring).", presets=PRESETS)
 
 
 if __name__ == "__main__":
-    main(get_parser().parse_args())
+    config = cli.parse(AblateConfig, get_parser(), presets=PRESETS)
+    try:
+        cli.main_guard(lambda: main(config), content.ContentError, checkpoint.CheckpointError,
+                       data_lib.DataUnavailable, ValueError, prog="ablate.py")  # ValueError: ConfigError, data.py's
+    except (KeyboardInterrupt, RunInterrupted) as e:
+        print(f"ablate.py: {'interrupted' if isinstance(e, KeyboardInterrupt) else e}; finished runs are reused "
+              "when the same command runs again (unfinished ones start over)", file=sys.stderr)
+        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)

@@ -1,18 +1,21 @@
-"""Tests for ablate.py: a tiny ablation writes ablate.json in issue 4's exact shape plus
-ablate.md and curves.png; the content probe writes content.json and decodes the current
-token far better than the token 64 steps back from the fast (a = 0.5) trace. ~7 s on 2 cores
-(one thread: with two, a loaded machine made it ~50 s)."""
+"""Tests for ablate.py: a tiny ablation writes ablate.json with both reader families, the
+yardsticks and the recall-hit split, plus ablate.md, curves.png and hits.png; reruns reuse the
+finished runs; the hit mask equals its loop definition; bad settings are one-line errors."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import ablate
+import cli
 
-TINY = ["--preset", "cpu", "--max_iters", "2", "--seeds", "2", "--n_layer", "1", "--n_embd", "32",
-        "--block_size", "80", "--batch_size", "2", "--eval_iters", "1", "--eval_interval", "2",
-        "--probe_seqs", "24", "--top_k", "8", "--probe_json", "does/not/exist.json"]
+VARIANTS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
+TINY = dict(variants=VARIANTS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,
+            eval_interval=2, hit_seqs=4, warmup_iters=1, workers=1, content=False)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -21,50 +24,88 @@ def tiny_run(tmp_path_factory):
     n = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: a second thread only spins when the cores are shared
     try:
-        ablate.main(ablate.get_parser().parse_args(TINY + ["--out_dir", out]))
+        res = ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=out, **TINY))
     finally:
         torch.set_num_threads(n)
-    return out
+    return out, res
 
 
-def test_ablate_json_shape_and_outputs(tiny_run):
-    res = json.load(open(os.path.join(tiny_run, "ablate.json")))
-    assert set(res) >= {"variants", "preset", "max_iters"}
-    assert res["preset"] == "cpu" and res["max_iters"] == 2
-    assert list(res["variants"]) == ["linear", "linear_attn", "softmax_attn", "selective", "gpt"]
+def test_ablate_json_has_both_families_yardsticks_and_hit_split(tiny_run):
+    out, _ = tiny_run
+    res = json.load(open(os.path.join(out, "ablate.json")))
+    assert list(res["variants"]) == list(VARIANTS)
+    families = {v["family"] for v in res["variants"].values()}
+    assert {"state", "history"} <= families
+    y = res["yardsticks"]
+    assert y["dataset"] == "builtin" and 0 < y["bigram"] < y["unigram"]
     for name, v in res["variants"].items():
-        assert set(v) == {"val_loss", "val_loss_mean", "val_loss_std", "params", "tokens", "seconds"}, name
-        assert len(v["val_loss"]) == 2 and all(x > 0 for x in v["val_loss"])
+        assert len(v["val_loss"]) == 2 and all(x > 0 for x in v["val_loss"]), name
         assert abs(v["val_loss_mean"] - sum(v["val_loss"]) / 2) < 1e-9
+        assert abs(v["minus_bigram"] - (v["val_loss_mean"] - y["bigram"])) < 1e-9
+        assert 0 < v["hit_fraction"] < 1 and v["loss_hit"] > 0 and v["loss_other"] > 0
         assert v["tokens"] == 2 * 2 * 80 and v["params"] > 0
-    # same seed => same data order: seed 0 and seed 1 differ, so their losses differ
+        assert (v["vs_linear"] is None) == (name == "linear")
+    assert list(res["history_vs_state"]) == ["softmax_history - softmax_state"]
+    # the yardsticks' split is over the same tokens as every model's
+    ys = res["yardstick_split"]
+    assert ys["bigram"]["hit_fraction"] == res["variants"]["gpt"]["hit_fraction"]
+    assert ys["bigram"]["loss_hit"] < ys["bigram"]["loss_other"]  # a seen bigram is a likely one
     lin = res["variants"]["linear"]["val_loss"]
-    assert lin[0] != lin[1]
-    md = open(os.path.join(tiny_run, "ablate.md")).read()
-    assert "within seed noise" in md or "than linear" in md
-    assert os.path.getsize(os.path.join(tiny_run, "curves.png")) > 1000
+    assert lin[0] != lin[1]  # seeds differ in init and data order
+    md = open(os.path.join(out, "ablate.md")).read()
+    assert "bigram" in md and "loss on hits" in md and "History reader" in md
+    for png in ("curves.png", "hits.png"):
+        assert os.path.getsize(os.path.join(out, png)) > 1000
 
 
-def test_content_probe_fast_trace_forgets(tiny_run):
-    res = json.load(open(os.path.join(tiny_run, "content.json")))
-    assert res["lags"] == list(range(65)) and set(res["raw"]) == {"0.5", "0.1", "0.02", "all"}
-    fast = res["raw"]["0.5"]
-    assert fast[0] > fast[64] + 0.3, (fast[0], fast[64])  # a(1-a)^64 ~ 3e-20: nothing left
-    assert set(res["models"]) == {"linear", "selective", "gpt"}
-    assert "absent" in res["role_accuracy_note"]  # we pointed --probe_json at a missing file
-    assert os.path.getsize(os.path.join(tiny_run, "content.png")) > 1000
+def test_rerun_in_worker_processes_reuses_finished_runs(tiny_run, capsys):
+    out, first = tiny_run
+    again = ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=out,
+                                  **dict(TINY, variants=("linear", "gpt"), seeds=1, workers=2)))
+    assert capsys.readouterr().out.count("| reused |") == 2
+    for name in ("linear", "gpt"):
+        assert again["variants"][name]["val_loss"] == first["variants"][name]["val_loss"][:1]
 
 
-def test_ridge_probe_recovers_a_linear_code():
-    """Classes written as orthogonal one-hot features are decoded perfectly; noise is not."""
+def test_recall_hits_match_the_loop_and_count_repeats():
     g = torch.Generator().manual_seed(0)
-    y = torch.randint(0, 5, (400, 1), generator=g)
-    X = torch.nn.functional.one_hot(y[:, 0], 5).float() + 0.01 * torch.randn(400, 5, generator=g)
-    rows = torch.arange(400) < 300
-    acc, chance = ablate.ridge_probe(X, torch.cat([y, torch.randint(0, 5, (400, 1), generator=g)], 1), rows)
-    assert acc[0] == 1.0 and acc[1] < 0.5 and 0.15 < chance[0] < 0.45
+    w = torch.randint(0, 5, (6, 41), generator=g)
+    assert torch.equal(ablate.recall_hits(w), ablate.recall_hits_loop(w))
+    w = torch.tensor([[7, 8, 9, 7, 8, 7, 9]])  # targets 8 9 7 8 7 9
+    assert ablate.recall_hits(w).tolist() == [[False, False, False, True, False, False]]
 
 
-def test_bad_variant_is_a_clear_error():
-    with pytest.raises(SystemExit, match="unknown"):
-        ablate.resolve(ablate.get_parser().parse_args(["--variants", "linear,lstm"]))
+def test_split_weights_hits_and_others():
+    nll = torch.tensor([[1.0, 3.0, 5.0, 7.0]])
+    hits = torch.tensor([[True, False, False, True]])
+    s = ablate.split(nll, hits)
+    assert s == dict(loss_hit=4.0, loss_other=4.0, hit_fraction=0.5, loss_all=4.0)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(variants=("linear", "lstm")), "--variants must be names from"),
+    (dict(seeds=0), "--seeds must be >= 1"),
+    (dict(max_iters=0), "--max_iters must be an integer >= 1"),  # train.py's own check
+    (dict(block_size=1), "--block_size must be >= 2"),
+])
+def test_bad_settings_are_config_errors(overrides, message, tmp_path):
+    with pytest.raises(cli.ConfigError, match=message):
+        cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path / "o"), **overrides)
+    assert not (tmp_path / "o").exists()
+
+
+def test_content_only_without_runs_is_one_line_and_writes_nothing(tmp_path):
+    out = tmp_path / "fresh"
+    p = subprocess.run([sys.executable, "ablate.py", "--content_only", "--out_dir", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "python ablate.py --out_dir" in p.stderr
+    assert not out.exists()
+
+
+def test_same_run_tolerates_a_new_field_at_its_default_only():
+    key = {k: v for k, v in ablate.dataclasses.asdict(ablate.train.make_config("cpu")).items()}
+    old = {k: v for k, v in key.items() if k != "dropout"}  # a run saved before `dropout` existed
+    assert ablate.same_run(key, key) and ablate.same_run(old, key)
+    assert not ablate.same_run(old, dict(key, dropout=0.1))
+    assert not ablate.same_run(dict(key, lr=1.0), key) and not ablate.same_run(None, key)
