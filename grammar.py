@@ -14,17 +14,24 @@ Shape/size glossary
 
 Productions (both grammars; probabilities in `_Sampler`)
     S     -> NP_subj VP "."
-    NP    -> Det ("very"? Adj){0..2} N  (PP | RC)?      main-clause and PP noun phrases
+    NP    -> Det AdjP N  (PP | RC)?                     main-clause and PP noun phrases
+    AdjP  -> nothing | "very"? Adj | "very"? AdjG AdjD  0, 1 or 2 adjectives
     VP    -> Vt NP_obj PP? | Vi PP?
-    PP    -> Prep Det ("very"? Adj){0..2} N
-    RC    -> "that" Vt Det N                           subject-relative  ("that chases the cat")
-           | "whom" Det N RC2? Vt                       object-relative   ("whom the cat chases")
-    RC2   -> "whom" Det N Vt                            centre-embedded object-relative, depth 2
-    Noun phrases inside relative clauses are bare (Det N); RC2 makes "the dog whom the cat
-    whom the fox sees chases sleeps ." (depth 2: the "deep-embedded" roles). The relativizer
-    marks the clause type (like who/whom), so the clause's structure is visible in the
-    function words; an unmarked "that"/"which" for both types was tried first: the SPCN's
-    rc_verb transfer on the validation split was the same (0.45 vs 0.44).
+    PP    -> Prep Det AdjP N
+    RC    -> "that" Vt Det N                            subject-relative  ("that chases the cat")
+           | "which" Det N RC2? Vt                      object-relative   ("which the cat chases")
+    RC2   -> "which" Det N Vt                           centre-embedded object-relative, depth 2
+    Adjectives are gradable (AdjG: size, age, temper) or descriptive (AdjD: colour, pattern,
+    coat); "very" goes only before a gradable one, and two adjectives are one of each, in that
+    order ("the very big brown dog"), so they never repeat or contradict each other. No content
+    word starts with a vowel, so "a" is always the right article. Noun phrases inside relative
+    clauses are bare (Det N); RC2 makes "the dog which the cat which the fox sees chases
+    sleeps ." (depth 2: the "deep-embedded" roles). The relativizer marks the clause type
+    ("that" subject-relative, "which" object-relative), so the clause's structure is visible
+    in the function words.
+    Every random choice is an index into a word class (and the adjective groups are index
+    ranges), so A and B under one seed make the same draws: the same role sequences, and B is
+    A with its content words swapped index for index.
 
 The 20 roles, and their kind. A role is STRUCTURAL when the classes of the preceding words
 (determiner, adjective, noun, verb, preposition, relativizer, ...) decide it for whatever word
@@ -43,14 +50,14 @@ it is decides: after a main-clause or PP determiner, 0-2 adjectives precede the 
     pp_det     structural  determiner right after a preposition
     pp_adj     content     adjective inside a PP (vs its noun)
     pobj       content     head noun of a PP (vs an adjective)
-    rel        structural  relativizer "that"/"whom" opening a relative clause (any depth)
+    rel        structural  relativizer "that"/"which" opening a relative clause (any depth)
     rc_det     structural  determiner inside a relative clause (its NPs are bare: Det N)
     rc_subj    structural  subject noun of a depth-1 object-relative clause (after Rel Det)
     rc_verb    structural  verb of a depth-1 relative clause (after Rel, or Rel Det N [RC2])
     rc_obj     structural  object noun of a subject-relative clause (after Rel Vt Det)
     deep_subj  structural  subject noun of the depth-2 clause   (deep-embedded)
     deep_verb  structural  verb of the depth-2 clause, first of the stacked verbs (deep-embedded)
-    intens     structural  "very", before an adjective
+    intens     structural  "very", before a gradable adjective
     end        structural  the final "."
 DEEP_ROLES = (deep_subj, deep_verb) are the "deep-embedded" roles the probe reports.
 
@@ -62,7 +69,7 @@ Public API
         sentences, no sentence shared between train, val and test (val is for tuning)
     encode(sentences) -> (word ids (N, T) int64, role ids (N, T) int64, lengths (N,)), padded
 
-Run `python grammar.py` to print a few aligned A/B sentences and the corpus statistics (< 1 s).
+Run `python grammar.py` to print a few aligned A/B sentences and the corpus statistics.
 """
 
 import random
@@ -71,18 +78,22 @@ import torch
 
 # --- lexicon ---------------------------------------------------------------------------------
 
-DETS = ["the", "a", "this", "every", "some"]
-RELS = ["that", "whom"]
+DETS = ["the", "a", "this", "every", "my"]
+RELS = ["that", "which"]  # subject-relative, object-relative
 PREPS = ["in", "on", "near", "under", "behind", "with"]
 FUNCTION_WORDS = DETS + RELS + PREPS + ["very", "."]  # shared by A and B (15)
 
+# No content word starts with a vowel, so "a" is always right ("a big dog", never "a old").
+# Adjectives come in two index groups of N_GRADABLE: 0..7 gradable (size, age, temper: they
+# take "very" and come first), 8..15 descriptive (colour, pattern, coat: no "very", second),
+# so two adjectives are always different, in English order, and never antonyms.
 LEXICON = {
     "A": {  # animals
         "noun": ["dog", "cat", "fox", "wolf", "bear", "deer", "horse", "mouse", "rabbit", "lion",
-                 "tiger", "eagle", "owl", "snake", "frog", "duck", "goat", "sheep", "cow", "pig",
-                 "hawk", "otter", "seal", "crow", "bee", "mole"],
-        "adj": ["big", "small", "old", "young", "brown", "grey", "wild", "tame", "fast", "slow",
-                "hungry", "sleepy", "fierce", "gentle", "furry", "spotted"],
+                 "tiger", "raven", "badger", "snake", "frog", "duck", "goat", "sheep", "cow", "pig",
+                 "hawk", "heron", "seal", "crow", "bee", "mole"],
+        "adj": ["big", "small", "young", "hungry", "sleepy", "fierce", "gentle", "lazy",
+                "brown", "grey", "black", "white", "spotted", "striped", "furry", "shaggy"],
         "vt": ["chases", "bites", "sees", "follows", "hunts", "watches", "licks", "feeds",
                "scares", "finds", "smells", "grabs", "catches", "nudges", "greets", "kicks",
                "hears", "stalks"],
@@ -92,14 +103,15 @@ LEXICON = {
         "noun": ["car", "truck", "bus", "van", "train", "tram", "bike", "taxi", "jeep",
                  "tractor", "plane", "jet", "boat", "ship", "yacht", "ferry", "scooter", "wagon",
                  "sedan", "coupe", "lorry", "rocket", "drone", "glider", "canoe", "trailer"],
-        "adj": ["red", "blue", "shiny", "rusty", "new", "heavy", "light", "electric", "quiet",
-                "loud", "cheap", "sturdy", "sleek", "dented", "fancy", "green"],
+        "adj": ["heavy", "quiet", "noisy", "cheap", "fancy", "sleek", "sturdy", "speedy",
+                "new", "red", "blue", "green", "shiny", "rusty", "dented", "diesel"],
         "vt": ["tows", "passes", "hits", "blocks", "overtakes", "bumps", "rams", "pulls", "loads",
                "hauls", "lifts", "drags", "escorts", "refuels", "fixes", "trails", "scrapes",
                "tugs"],
         "vi": ["stalls", "honks", "idles", "brakes", "speeds", "skids"],
     },
 }
+N_GRADABLE = 8  # adjectives 0..7 of each lexicon are gradable (see above)
 CLASSES = ("noun", "adj", "vt", "vi")
 GRAMMARS = ("A", "B")
 VOCAB = FUNCTION_WORDS + [w for g in GRAMMARS for c in CLASSES for w in LEXICON[g][c]]
@@ -120,7 +132,7 @@ assert all(len(LEXICON["A"][c]) == len(LEXICON["B"][c]) for c in CLASSES)  # ali
 # --- sampling --------------------------------------------------------------------------------
 
 P_ADJ = (0.5, 0.3, 0.2)  # number of adjectives 0, 1, 2 in a main-clause or PP noun phrase
-P_VERY = 0.2             # "very" before an adjective
+P_VERY = 0.2             # "very" before a gradable adjective
 P_TRANSITIVE = 0.7       # main verb transitive (else intransitive)
 P_RC = 0.35              # a subject or object NP carries a relative clause
 P_OBJ_REL = 0.6          # given an RC: object-relative (else subject-relative)
@@ -145,14 +157,22 @@ class _Sampler:
             else self.lex[cls]
         return options[self.rng.randrange(len(options))]
 
+    def adjective(self, lo, hi, role):
+        """One adjective of index lo..hi-1, after "very" (P_VERY) when it is gradable."""
+        k = lo + self.rng.randrange(hi - lo)
+        if k < N_GRADABLE and self.rng.random() < P_VERY:
+            self.emit("very", "intens")
+        self.emit(self.lex["adj"][k], role)
+
     def full_np(self, det_role, adj_role, noun_role):
-        """Det ("very"? Adj){0..2} N, the noun phrase of the main clause and of PPs."""
+        """Det Adj? N | Det AdjGradable AdjDescriptive N: the main-clause and PP noun phrase."""
         self.emit(self.pick("det"), det_role)
         n_adj = self.rng.choices((0, 1, 2), weights=P_ADJ)[0]
-        for _ in range(n_adj):
-            if self.rng.random() < P_VERY:
-                self.emit("very", "intens")
-            self.emit(self.pick("adj"), adj_role)
+        if n_adj == 1:
+            self.adjective(0, len(self.lex["adj"]), adj_role)
+        elif n_adj == 2:  # "the very big brown dog": two different adjectives, in English order
+            self.adjective(0, N_GRADABLE, adj_role)
+            self.adjective(N_GRADABLE, len(self.lex["adj"]), adj_role)
         self.emit(self.pick("noun"), noun_role)
 
     def pp(self):
@@ -160,12 +180,12 @@ class _Sampler:
         self.full_np("pp_det", "pp_adj", "pobj")
 
     def rc(self):
-        if self.rng.random() < P_OBJ_REL:  # whom the cat [whom the fox sees] chases
-            self.emit("whom", "rel")
+        if self.rng.random() < P_OBJ_REL:  # which the cat [which the fox sees] chases
+            self.emit("which", "rel")
             self.emit(self.pick("det"), "rc_det")
             self.emit(self.pick("noun"), "rc_subj")
             if self.rng.random() < P_DEEP:
-                self.emit("whom", "rel")
+                self.emit("which", "rel")
                 self.emit(self.pick("det"), "rc_det")
                 self.emit(self.pick("noun"), "deep_subj")
                 self.emit(self.pick("vt"), "deep_verb")

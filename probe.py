@@ -1,4 +1,4 @@
-"""Role probes: SPCN activity vs activity + EMA traces, against a supervised BiGRU tagger.
+"""Role probes: SPCN traces, with and without Hebbian learning, against supervised GRU taggers.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Small scale: SPCN", its results
 table: probe accuracy within Grammar A with instantaneous activity (0.795) and with traces
@@ -6,64 +6,143 @@ table: probe accuracy within Grammar A with instantaneous activity (0.795) and w
 84%, relative-clause verb in transfer 89.3% (SPCN) vs 7.9% (BiGRU), BiGRU better on content
 (noun) roles in transfer.
 
-What one run does, for each seed s (data split, SPCN projection, probe and BiGRU all seeded):
+What one run does, for each seed s (data split, SPCN projection, probes and taggers all seeded):
     1. grammar.split: A/B train, val, test sentences (aligned; no sentence shared by splits)
-    2. SPCN trained by PGHU on A-train text, no labels (or loaded with --load_spcn)
+    2. SPCN trained by PGHU on A-train text, no labels (or loaded with --load_spcn), and its
+       untrained control: the same frozen projection and traces, P = 0, no PGHU update
+       (`--spcn_epochs 0` makes the two the same network)
     3. representations per word: instantaneous = bottom-up activity a_t (B, T, D);
-       traces = [percept r_t, EMA traces h_t] (B, T, (S+1) D)
-    4. multinomial logistic-regression probes (L2, L-BFGS) fit on A-train roles; tested on
+       traces = [percept r_t, EMA traces h_t] (B, T, (S+1) 2D)
+    4. multinomial logistic-regression probes (L2, L-BFGS) fit on A-train roles, for the
+       trained SPCN (instantaneous and traces) and the untrained one (traces); tested on
        A-test (within) and B-test (transfer)
-    5. BiGRU tagger (word embeddings -> bidirectional GRU -> linear) trained with Adam on
-       A-train roles, epoch chosen on A-val; tested on A-test and B-test. B's words never occur
-       in training, so their embeddings stay at their random initialisation.
+    5. two supervised taggers, word embeddings -> GRU -> linear, trained with Adam on A-train
+       roles, epoch chosen on A-val: the paper's bidirectional GRU (reads the whole sentence)
+       and a causal GRU, the same with its backward direction removed (reads the left context
+       only, like the SPCN). B's words never occur in training, so their embeddings stay at
+       their random initialisation.
 Accuracies are per token; "per role" is the recall of that role; deep-embedded = tokens whose
-role is in grammar.DEEP_ROLES; content = roles whose ROLE_KIND is 'content'.
+role is in grammar.DEEP_ROLES; content / structural = roles by grammar.ROLE_KIND.
 
-Shape glossary: B sentences, T words, D SPCN units, S traces, N tokens (non-padding), R roles.
+Shape glossary: B sentences, T words, D SPCN units, S traces, N tokens (non-padding), F
+features, R roles, E embedding, H GRU hidden size per direction.
 
 Decisions (README "Differences from the paper")
     - The SPCN side of "transfer" is the traces probe; "deep_embedded" in results.json is the
       transfer accuracy on the deep-embedded roles (the paper reports it beside transfer
       overall); the within-A figure is stored as "deep_embedded_within".
-    - Probe L2 and the SPCN's settings were chosen on the validation splits, never on test:
-      A-val accuracy is flat (0.997-0.999) for L2 in 1e-4..3e-2 while B-val transfer of rc_verb
-      rises (0.48 -> 0.59), so L2 = 1e-2; g = 1 predictive units raised B-val transfer overall
-      from 0.68 to 0.75 at equal A-val accuracy.
-    - The BiGRU is bidirectional and reads the whole sentence; the SPCN is causal (left context).
+    - Probe L2 and the SPCN's settings were chosen on the validation splits, never on test.
+    - The causal GRU has the BiGRU's widths (E, H) in one direction, so about half its
+      recurrent parameters; results.json["params"] gives both counts.
 
-Run: `python probe.py --out_dir results/probe` -> results.json, results.md, roles.png, one
-progress line per stage and seed. Measured: 385 s wall (184 s CPU) with one thread on a 2-core
-CPU shared with other jobs (load ~9); about 3 minutes when the machine is quiet. Expect, mean
-over 3 seeds: within A instantaneous 0.533, traces 0.998, BiGRU 1.000; transfer SPCN 0.764,
-BiGRU 0.841; rc_verb transfer SPCN 0.579, BiGRU 0.823; deep-embedded transfer SPCN 0.985,
-BiGRU 0.848; content roles in transfer SPCN 0.481, BiGRU 0.721.
+Run: `python probe.py` (3 seeds) -> out/probe/results.json, results.md, roles.png, one progress
+line per stage and seed; `python probe.py --out_dir results/probe` refreshes the committed
+reference, results/probe/results.md holds its numbers.
 """
 
-import argparse
 import json
 import os
 import statistics
 import time
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
-import ema
+import cli
 import grammar
 import spcn
 
 PAPER = {"within_instantaneous": 0.795, "within_traces": 0.960, "spcn_over_bigru": 0.96,
          "transfer_spcn": 0.618, "deep_embedded": 0.84, "rc_verb_transfer_spcn": 0.893,
          "rc_verb_transfer_bigru": 0.079}
+# the four readers of the grammar, in table order
+WHO = {"spcn": "SPCN, PGHU", "untrained": "SPCN, untrained", "gru": "causal GRU", "bigru": "BiGRU"}
+
+_D = spcn.SPCNConfig()
+
+
+@dataclass
+class ProbeConfig:
+    out_dir: str = cli.arg("out/probe", "where results.json, results.md, roles.png are written", group="I/O")
+    load_spcn: str = cli.arg("", "spcn.pt from `python spcn.py` (its own settings; else train one per seed)",
+                             group="I/O")
+    n_train: int = cli.arg(2000, "training sentences per grammar", group="data")
+    n_val: int = cli.arg(500, "validation sentences (tuning, tagger epoch choice)", group="data")
+    n_test: int = cli.arg(1000, "held-out test sentences", group="data")
+    data_seed: int = cli.arg(0, "split seed = data_seed + seed", group="data")
+    n_columns: int = cli.arg(_D.n_columns, "K columns", group="model (SPCN)")
+    column_size: int = cli.arg(_D.column_size, "U units per column", group="model (SPCN)")
+    k: int = cli.arg(_D.k, "winners per column, 1..column_size", group="model (SPCN)")
+    alphas: tuple = cli.arg(_D.alphas, "trace decays in (0, 1]", group="model (SPCN)")
+    feedback_gain: float = cli.arg(_D.feedback_gain, "g: amplitude of the predictive units", group="model (SPCN)")
+    spcn_epochs: int = cli.arg(2, "PGHU passes over A-train (0: no learning, the untrained net)",
+                               group="optimization")
+    spcn_lr: float = cli.arg(_D.lr, "PGHU rate eta (0: no learning)", group="optimization")
+    l2: float = cli.arg(1e-2, "probe L2 penalty (chosen on the val splits)", group="optimization")
+    probe_iters: int = cli.arg(100, "L-BFGS iterations per probe", group="optimization")
+    gru_embd: int = cli.arg(32, "E: tagger word embedding size", group="optimization")
+    gru_hidden: int = cli.arg(64, "H: tagger hidden size per direction", group="optimization")
+    gru_epochs: int = cli.arg(6, "tagger epochs (best on A-val kept)", group="optimization")
+    gru_batch: int = cli.arg(32, "tagger sentences per step", group="optimization")
+    gru_lr: float = cli.arg(3e-3, "tagger Adam learning rate", group="optimization")
+    seeds: int = cli.arg(3, "number of seeds", group="evaluation")
+    threads: int = cli.arg(1, "torch CPU threads (1: the per-word SPCN steps are small matmuls)",
+                           group="system")
+
+    def __post_init__(self):
+        self.alphas = tuple(self.alphas)
+        req = cli.require
+        for name, lo in (("n_train", 1), ("n_val", 1), ("n_test", 1), ("seeds", 1), ("spcn_epochs", 0),
+                         ("probe_iters", 1), ("gru_embd", 1), ("gru_hidden", 1), ("gru_epochs", 1),
+                         ("gru_batch", 1), ("threads", 1)):
+            v = getattr(self, name)
+            req(isinstance(v, int) and v >= lo, "--{} must be an integer >= {}, got {!r}", name, lo, v)
+        req(self.spcn_lr >= 0, "--spcn_lr must be >= 0 (0: no learning), got {}", self.spcn_lr)
+        req(self.l2 >= 0, "--l2 must be >= 0, got {}", self.l2)
+        req(self.gru_lr > 0, "--gru_lr must be > 0, got {}", self.gru_lr)
+        req(bool(self.out_dir) and not os.path.isfile(self.out_dir),
+            "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
+        req(not self.load_spcn or os.path.isfile(self.load_spcn),
+            "--load_spcn: no file at {}; make one with `python spcn.py`", self.load_spcn)
+        self.spcn_config(0)  # validates the SPCN's fields, with their flag names
+
+    def spcn_config(self, seed):
+        return spcn.SPCNConfig(n_columns=self.n_columns, column_size=self.column_size, k=self.k,
+                               alphas=self.alphas, feedback_gain=self.feedback_gain,
+                               lr=self.spcn_lr, seed=seed)
 
 
 # --- representations and linear probes -----------------------------------------------------
 
 
 def representations(model, ids):
-    """ids (B, T) -> {'instantaneous': a (B, T, D), 'traces': [r, h] (B, T, (S+1) D)}."""
-    a, r, h, _ = model.run(ids)
-    return {"instantaneous": a, "traces": torch.cat([r, h.flatten(2)], dim=-1)}
+    """Reference: one padded run. ids (B, T) -> ({'instantaneous': a (B, T, D), 'traces':
+    [r, h] (B, T, (S+1) 2D)}, mean squared prediction error per unit and token)."""
+    a, r, h, err = model.run(ids)
+    return {"instantaneous": a, "traces": torch.cat([r, h.flatten(2)], dim=-1)}, err
+
+
+def features(model, ids, batch_size=256):
+    """Fast path of tokens(representations(...)): the same per-token features (N, F), in the
+    order of ids[ids >= 0], computed in batches of similar length so that padding costs
+    nothing (a sentence's features do not depend on its batch). Returns (dict, error)."""
+    lengths = (ids >= 0).sum(1)  # (B,)
+    offsets = lengths.cumsum(0) - lengths  # (B,) row of each sentence's first token
+    order = lengths.argsort(descending=True, stable=True)  # (B,) longest first
+    out, sq = {}, 0.0
+    for i in range(0, len(ids), batch_size):
+        idx = order[i:i + batch_size]
+        L = int(lengths[idx].max())
+        reps, err = representations(model, ids[idx, :L])  # (b, L, ...)
+        mask = torch.arange(L) < lengths[idx, None]  # (b, L)
+        rows = (offsets[idx, None] + torch.arange(L))[mask]  # (n,)
+        for kind, x in reps.items():
+            if kind not in out:
+                out[kind] = torch.empty(int(lengths.sum()), x.shape[-1])  # (N, F)
+            out[kind][rows] = x[mask]
+        sq += err * int(mask.sum())
+    return out, sq / max(int(lengths.sum()), 1)
 
 
 def tokens(x, roles):
@@ -72,15 +151,20 @@ def tokens(x, roles):
     return x[keep], roles[keep]
 
 
-def fit_probe(X, y, l2, iters, n_classes=len(grammar.ROLES)):
+def fit_probe(X, y, l2, iters, n_classes=len(grammar.ROLES), drop_constant=True):
     """Multinomial logistic regression on standardised features, full-batch L-BFGS.
 
     minimise  mean_n CE(softmax(W^T z_n + b), y_n) + l2 * ||W||^2,  z = (x - mu) / sd.
     X (N, F), y (N,) -> predict(X) -> (N,) role ids.
+    drop_constant: a feature constant on the training tokens has z = 0 there, so its weights
+    get zero gradient and stay at their zero start; leaving it out gives the same probe,
+    faster (the untrained SPCN's predictive units are all zero).
     """
-    mu, sd = X.mean(0), X.std(0) + 1e-3  # (F,)
-    Z = (X - mu) / sd  # (N, F)
-    W = torch.zeros(X.shape[1], n_classes, requires_grad=True)  # (F, R)
+    keep = (X.amax(0) > X.amin(0)).nonzero().squeeze(1) if drop_constant else torch.arange(X.shape[1])
+    Z = X[:, keep]  # (N, F') a copy, standardised in place
+    mu, sd = Z.mean(0), Z.std(0) + 1e-3  # (F',)
+    Z.sub_(mu).div_(sd)
+    W = torch.zeros(Z.shape[1], n_classes, requires_grad=True)  # (F', R)
     b = torch.zeros(n_classes, requires_grad=True)  # (R,)
     opt = torch.optim.LBFGS([W, b], max_iter=iters, line_search_fn="strong_wolfe")
 
@@ -92,20 +176,21 @@ def fit_probe(X, y, l2, iters, n_classes=len(grammar.ROLES)):
 
     opt.step(closure)
     W, b = W.detach(), b.detach()
-    return lambda X: (((X - mu) / sd) @ W + b).argmax(-1)
+    return lambda X: (((X[:, keep] - mu) / sd) @ W + b).argmax(-1)
 
 
-# --- the supervised baseline ------------------------------------------------------------------
+# --- the supervised baselines -----------------------------------------------------------------
 
 
-class BiGRUTagger(torch.nn.Module):
-    """Word embeddings -> 1-layer bidirectional GRU -> linear role classifier."""
+class GRUTagger(torch.nn.Module):
+    """Word embeddings -> 1-layer GRU -> linear role classifier. bidirectional=True is the
+    paper's BiGRU (each word sees the whole sentence); False is causal (words up to t only)."""
 
-    def __init__(self, vocab_size, n_embd, n_hidden, n_roles):
+    def __init__(self, vocab_size, n_embd, n_hidden, n_roles, bidirectional):
         super().__init__()
         self.emb = torch.nn.Embedding(vocab_size, n_embd)  # N(0, 1) init, PyTorch default
-        self.gru = torch.nn.GRU(n_embd, n_hidden, batch_first=True, bidirectional=True)
-        self.head = torch.nn.Linear(2 * n_hidden, n_roles)
+        self.gru = torch.nn.GRU(n_embd, n_hidden, batch_first=True, bidirectional=bidirectional)
+        self.head = torch.nn.Linear((2 if bidirectional else 1) * n_hidden, n_roles)
 
     def forward(self, ids, lengths):
         """ids (B, T) with padding -1, lengths (B,) -> logits (B, T, R)."""
@@ -114,36 +199,36 @@ class BiGRUTagger(torch.nn.Module):
                                                          enforce_sorted=False)
         out, _ = self.gru(packed)
         out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True,
-                                                        total_length=ids.shape[1])  # (B, T, 2H)
+                                                        total_length=ids.shape[1])  # (B, T, 2H or H)
         return self.head(out)  # (B, T, R)
 
 
-def train_bigru(train, val, args, seed):
+def train_tagger(train, val, cfg, seed, bidirectional):
     """Adam on A-train roles; keep the epoch with the best A-val accuracy. Returns the model."""
     torch.manual_seed(seed)
-    model = BiGRUTagger(len(grammar.VOCAB), args.gru_embd, args.gru_hidden, len(grammar.ROLES))
-    opt = torch.optim.Adam(model.parameters(), lr=args.gru_lr)
+    model = GRUTagger(len(grammar.VOCAB), cfg.gru_embd, cfg.gru_hidden, len(grammar.ROLES), bidirectional)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.gru_lr)
     ids, roles, lengths = train
     g = torch.Generator().manual_seed(seed)
     best, best_state = -1.0, None
-    for _ in range(args.gru_epochs):
+    for _ in range(cfg.gru_epochs):
         model.train()
         order = torch.randperm(len(ids), generator=g)
-        for i in range(0, len(ids), args.gru_batch):
-            j = order[i:i + args.gru_batch]
+        for i in range(0, len(ids), cfg.gru_batch):
+            j = order[i:i + cfg.gru_batch]
             logits = model(ids[j], lengths[j])  # (b, T, R)
             loss = F.cross_entropy(logits.flatten(0, 1), roles[j].flatten(), ignore_index=-1)
             opt.zero_grad()
             loss.backward()
             opt.step()
-        acc = accuracy(bigru_predict(model, val), val[1])["overall"]
+        acc = accuracy(tagger_predict(model, val), val[1])["overall"]
         if acc > best:
             best, best_state = acc, {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(best_state)
     return model
 
 
-def bigru_predict(model, data):
+def tagger_predict(model, data):
     ids, roles, lengths = data
     model.eval()
     with torch.no_grad():
@@ -155,12 +240,13 @@ def bigru_predict(model, data):
 
 
 def accuracy(pred, roles):
-    """pred (N,) and roles (B, T) or (N,) -> overall, deep, content and per-role accuracy."""
+    """pred (N,) and roles (B, T) or (N,) -> overall, deep, content, structural and per-role."""
     y = roles[roles >= 0] if roles.dim() > 1 else roles
     ok = (pred == y).float()
     mask = lambda names: torch.isin(y, torch.tensor([grammar.ROLE_ID[r] for r in names]))
     out = {"overall": ok.mean().item(), "deep": ok[mask(grammar.DEEP_ROLES)].mean().item(),
-           "content": ok[mask(grammar.CONTENT_ROLES)].mean().item()}
+           "content": ok[mask(grammar.CONTENT_ROLES)].mean().item(),
+           "structural": ok[~mask(grammar.CONTENT_ROLES)].mean().item()}
     for i, r in enumerate(grammar.ROLES):
         out[r] = ok[y == i].mean().item() if (y == i).any() else float("nan")
     return out
@@ -175,53 +261,67 @@ def rc_verb_by_context(pred, roles):
     """Accuracy on rc_verb split by the role of the word before it. pred (N,), roles (B, T)."""
     prev = torch.cat([torch.full_like(roles[:, :1], -1), roles[:, :-1]], dim=1)  # (B, T)
     y, prev = roles[roles >= 0], prev[roles >= 0]  # (N,)
-    is_rc = y == grammar.ROLE_ID["rc_verb"]
-    return {ctx: (pred[is_rc & (prev == grammar.ROLE_ID[ctx])] == y[is_rc & (prev == grammar.ROLE_ID[ctx])])
-            .float().mean().item() for ctx in RC_VERB_CONTEXTS}
+    out = {}
+    for c in RC_VERB_CONTEXTS:
+        sel = (y == grammar.ROLE_ID["rc_verb"]) & (prev == grammar.ROLE_ID[c])  # (N,)
+        out[f"rc_verb_after_{c}"] = (pred[sel] == y[sel]).float().mean().item()
+    return out
 
 
-def run_seed(args, seed, log):
-    """Everything for one seed -> {'within_instantaneous': acc dict, ..., 'transfer_bigru': ...}."""
+def score(pred, roles):
+    return {**accuracy(pred, roles), **rc_verb_by_context(pred, roles)}
+
+
+def probe_spcn(model, who, enc, cfg, out, log, seed):
+    """Probe one SPCN's representations; fills out[f'{within|transfer}_{who}'] (and the
+    instantaneous rows for the trained one) and out['prediction_error'][who]."""
+    feats = {key: features(model, enc[key][0]) for key in [("A", "train"), ("A", "test"), ("B", "test")]}
+    out["prediction_error"][who] = {"within": feats[("A", "test")][1], "transfer": feats[("B", "test")][1]}
+    y = enc[("A", "train")][1]
+    y = y[y >= 0]  # (N,) A-train roles, in the order of the features
+    for kind in ("instantaneous", "traces") if who == "spcn" else ("traces",):
+        name = who if kind == "traces" else "instantaneous"
+        predict = fit_probe(feats[("A", "train")][0][kind], y, cfg.l2, cfg.probe_iters)
+        for gr, split_name in (("A", "within"), ("B", "transfer")):
+            out[f"{split_name}_{name}"] = score(predict(feats[(gr, "test")][0][kind]), enc[(gr, "test")][1])
+        log(f"seed {seed}: probe {WHO[who] + ' ' + kind:30s} within {out['within_' + name]['overall']:.3f}"
+            f"  transfer {out['transfer_' + name]['overall']:.3f}")
+
+
+def run_seed(cfg, seed, log, loaded=None):
+    """Everything for one seed -> {'within_instantaneous': scores, ..., 'transfer_bigru': ...,
+    'prediction_error': {...}, 'params': {...}}."""
     torch.manual_seed(seed)
-    data = grammar.split(args.n_train, args.n_val, args.n_test, seed=args.data_seed + seed)
+    data = grammar.split(cfg.n_train, cfg.n_val, cfg.n_test, seed=cfg.data_seed + seed)
     enc = {(gr, s): grammar.encode(data[gr][s]) for gr in grammar.GRAMMARS
            for s in ("train", "val", "test")}
-    log(f"seed {seed}: data {args.n_train}/{args.n_val}/{args.n_test} sentences per grammar")
+    log(f"seed {seed}: data {cfg.n_train}/{cfg.n_val}/{cfg.n_test} sentences per grammar")
 
-    if args.load_spcn:
-        model = spcn.load(args.load_spcn)
+    model = loaded
+    if model is None:
+        model = spcn.SPCN(cfg.spcn_config(seed))
+        errs = model.fit(data["A"]["train"], epochs=cfg.spcn_epochs, log=None)
+        log(f"seed {seed}: SPCN trained by PGHU, prediction error " +
+            (f"{errs[0]:.4f} -> {errs[-1]:.4f}" if errs else "- (0 epochs: untrained)"))
+    untrained = spcn.SPCN(model.cfg)  # the same frozen projection, P = 0
+    out = {"prediction_error": {}}
+    probe_spcn(model, "spcn", enc, cfg, out, log, seed)
+    if torch.equal(model.P, untrained.P) and torch.equal(model.W_ff, untrained.W_ff):
+        # no PGHU change (0 epochs or eta = 0): the same network, so the same numbers
+        for split_name in ("within", "transfer"):
+            out[f"{split_name}_untrained"] = out[f"{split_name}_spcn"]
+        out["prediction_error"]["untrained"] = out["prediction_error"]["spcn"]
     else:
-        cfg = spcn.SPCNConfig(n_columns=args.n_columns, column_size=args.column_size, k=args.k,
-                              alphas=tuple(args.alphas), feedback_gain=args.feedback_gain,
-                              lr=args.spcn_lr, seed=seed)
-        model = spcn.SPCN(cfg)
-        errs = model.fit(data["A"]["train"], epochs=args.spcn_epochs, log=None)
-        log(f"seed {seed}: SPCN trained by PGHU, prediction error {errs[0]:.4f} -> {errs[-1]:.4f}")
+        probe_spcn(untrained, "untrained", enc, cfg, out, log, seed)
 
-    reps = {key: representations(model, enc[key][0]) for key in
-            [("A", "train"), ("A", "test"), ("B", "test")]}
-    out = {}
-    for kind in ("instantaneous", "traces"):
-        X, y = tokens(reps[("A", "train")][kind], enc[("A", "train")][1])
-        predict = fit_probe(X, y, args.l2, args.probe_iters)
+    out["params"] = {}
+    for who, bidirectional in (("bigru", True), ("gru", False)):
+        tagger = train_tagger(enc[("A", "train")], enc[("A", "val")], cfg, seed, bidirectional)
+        out["params"][who] = sum(p.numel() for p in tagger.parameters())
         for gr, split_name in (("A", "within"), ("B", "transfer")):
-            Xt, yt = tokens(reps[(gr, "test")][kind], enc[(gr, "test")][1])
-            name = f"{split_name}_{'spcn' if kind == 'traces' else 'instantaneous'}"
-            pred = predict(Xt)
-            out[name] = accuracy(pred, yt)
-            out[name].update({f"rc_verb_after_{c}": v for c, v in
-                              rc_verb_by_context(pred, enc[(gr, "test")][1]).items()})
-        log(f"seed {seed}: probe on {kind:13s} within {out['within_' + ('spcn' if kind == 'traces' else kind)]['overall']:.3f}"
-            f"  transfer {out['transfer_' + ('spcn' if kind == 'traces' else kind)]['overall']:.3f}")
-
-    gru = train_bigru(enc[("A", "train")], enc[("A", "val")], args, seed)
-    for gr, split_name in (("A", "within"), ("B", "transfer")):
-        pred = bigru_predict(gru, enc[(gr, "test")])
-        out[f"{split_name}_bigru"] = accuracy(pred, enc[(gr, "test")][1])
-        out[f"{split_name}_bigru"].update({f"rc_verb_after_{c}": v for c, v in
-                                           rc_verb_by_context(pred, enc[(gr, "test")][1]).items()})
-    log(f"seed {seed}: BiGRU within {out['within_bigru']['overall']:.3f}"
-        f"  transfer {out['transfer_bigru']['overall']:.3f}")
+            out[f"{split_name}_{who}"] = score(tagger_predict(tagger, enc[(gr, "test")]), enc[(gr, "test")][1])
+        log(f"seed {seed}: {WHO[who]:14s} within {out['within_' + who]['overall']:.3f}"
+            f"  transfer {out['transfer_' + who]['overall']:.3f}")
     return out
 
 
@@ -233,69 +333,103 @@ def mean_std(values):
 
 
 def summarise(runs, seconds):
-    """Per-seed accuracy dicts -> the results.json dictionary (means, with stds beside)."""
+    """Per-seed score dicts -> the results.json dictionary (means, with stds beside)."""
     def agg(name, key):
         return mean_std([r[name][key] for r in runs])
 
+    every = lambda split_name, key: {w: (f"{split_name}_{w}", key) for w in WHO}
+    within = every("within", "overall")
+    within["traces"] = within.pop("spcn")
+    table = {"within": {"instantaneous": ("within_instantaneous", "overall"), **within},
+             "transfer": every("transfer", "overall"),
+             "deep_embedded": every("transfer", "deep"),
+             "deep_embedded_within": every("within", "deep"),
+             "content_transfer": every("transfer", "content"),
+             "structural_transfer": every("transfer", "structural"),
+             "transfer_instantaneous": {"spcn": ("transfer_instantaneous", "overall")},
+             "rc_verb_transfer_by_context": {f"{w}_after_{c}": (f"transfer_{w}", f"rc_verb_after_{c}")
+                                             for c in RC_VERB_CONTEXTS for w in WHO}}
     res, std = {}, {}
-    table = {"within": {"instantaneous": ("within_instantaneous", "overall"),
-                        "traces": ("within_spcn", "overall"), "bigru": ("within_bigru", "overall")},
-             "transfer": {"spcn": ("transfer_spcn", "overall"), "bigru": ("transfer_bigru", "overall")},
-             "deep_embedded": {"spcn": ("transfer_spcn", "deep"), "bigru": ("transfer_bigru", "deep")},
-             "deep_embedded_within": {"spcn": ("within_spcn", "deep"), "bigru": ("within_bigru", "deep")},
-             "content_transfer": {"spcn": ("transfer_spcn", "content"),
-                                  "bigru": ("transfer_bigru", "content")},
-             "transfer_instantaneous": {"spcn": ("transfer_instantaneous", "overall")}}
-    table["rc_verb_transfer_by_context"] = {
-        f"{who}_after_{c}": (f"transfer_{who}", f"rc_verb_after_{c}")
-        for c in RC_VERB_CONTEXTS for who in ("spcn", "bigru")}
     for group, entries in table.items():
         res[group], std[group] = {}, {}
         for k, (name, key) in entries.items():
             res[group][k], std[group][k] = agg(name, key)
     res["roles"], std["roles"] = {}, {}
-    cols = {"within_spcn": "within_spcn", "within_bigru": "within_bigru",
-            "transfer_spcn": "transfer_spcn", "transfer_bigru": "transfer_bigru"}
     for r in grammar.ROLES:
-        res["roles"][r] = {"kind": grammar.ROLE_KIND[r]}
-        std["roles"][r] = {}
-        for col, name in cols.items():
-            res["roles"][r][col], std["roles"][r][col] = agg(name, r)
+        res["roles"][r], std["roles"][r] = {"kind": grammar.ROLE_KIND[r]}, {}
+        for split_name in ("within", "transfer"):
+            for w in WHO:
+                col = f"{split_name}_{w}"
+                res["roles"][r][col], std["roles"][r][col] = agg(col, r)
+    res["prediction_error"], std["prediction_error"] = {}, {}
+    for w in ("spcn", "untrained"):
+        res["prediction_error"][w], std["prediction_error"][w] = {}, {}
+        for split_name in ("within", "transfer"):
+            res["prediction_error"][w][split_name], std["prediction_error"][w][split_name] = \
+                mean_std([r["prediction_error"][w][split_name] for r in runs])
+    res["params"] = runs[0]["params"]
+    res["per_seed"] = [{name: {k: v[k] for k in ("overall", "deep", "content", "structural", "rc_verb")}
+                        for name, v in r.items() if name.startswith(("within_", "transfer_"))}
+                       for r in runs]
     res["spcn_over_bigru_within"] = res["within"]["traces"] / res["within"]["bigru"]
     res["seeds"], res["seconds"], res["std"], res["paper"] = len(runs), seconds, std, PAPER
     return res
 
 
-def write_markdown(res, path, argv):
+def command(cfg):
+    """The command line that reproduces cfg: the flags that differ from the defaults."""
+    flags = []
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if v != f.default:
+            flags.append(f"--{f.name} " + (" ".join(map(str, v)) if isinstance(v, tuple) else str(v)))
+    return " ".join(["python probe.py"] + flags)
+
+
+def write_markdown(res, path, cfg):
     s, p = res["std"], PAPER
-    f = lambda g, k: f"{res[g][k]:.3f} ± {s[g][k]:.3f}"
+    cell = lambda g, k: f"{res[g][k]:.3f} ± {s[g][k]:.3f}"
+    row = lambda label, g, keys, paper_spcn="-", paper_bigru="-": (
+        f"| {label} | " + " | ".join(cell(g, k) for k in keys) + f" | {paper_spcn} | {paper_bigru} |")
+    four = ("spcn", "untrained", "gru", "bigru")
     rv = res["roles"]["rc_verb"], s["roles"]["rc_verb"]
+    pe, pes = res["prediction_error"], s["prediction_error"]
     lines = [
-        f"# Role probes: SPCN (EMA traces) vs supervised BiGRU ({res['seeds']} seeds, "
-        f"{res['seconds']:.0f} s)", "", f"Command: `python probe.py {' '.join(argv)}`", "",
-        "| quantity | this run (mean ± std) | paper |", "|---|---|---|",
-        f"| probe within A, instantaneous activity | {f('within', 'instantaneous')} | {p['within_instantaneous']:.3f} |",
-        f"| probe within A, activity + EMA traces | {f('within', 'traces')} | {p['within_traces']:.3f} |",
-        f"| BiGRU within A | {f('within', 'bigru')} | - |",
-        f"| SPCN / BiGRU within A | {res['spcn_over_bigru_within']:.1%} | {p['spcn_over_bigru']:.0%} |",
-        f"| transfer A -> B overall, SPCN | {f('transfer', 'spcn')} | {p['transfer_spcn']:.3f} |",
-        f"| transfer A -> B overall, BiGRU | {f('transfer', 'bigru')} | - |",
-        f"| deep-embedded roles, transfer, SPCN | {f('deep_embedded', 'spcn')} | {p['deep_embedded']:.2f} |",
-        f"| deep-embedded roles, transfer, BiGRU | {f('deep_embedded', 'bigru')} | - |",
-        f"| deep-embedded roles, within A, SPCN / BiGRU | {res['deep_embedded_within']['spcn']:.3f} / {res['deep_embedded_within']['bigru']:.3f} | - |",
-        f"| rc_verb transfer, SPCN | {rv[0]['transfer_spcn']:.3f} ± {rv[1]['transfer_spcn']:.3f} | {p['rc_verb_transfer_spcn']:.3f} |",
-        f"| rc_verb transfer, BiGRU | {rv[0]['transfer_bigru']:.3f} ± {rv[1]['transfer_bigru']:.3f} | {p['rc_verb_transfer_bigru']:.3f} |",
-        f"| content roles transfer, SPCN / BiGRU | {res['content_transfer']['spcn']:.3f} / {res['content_transfer']['bigru']:.3f} | BiGRU better |",
-        "", "rc_verb in transfer, by construction (SPCN / BiGRU): " + "; ".join(
-            f"{desc} {res['rc_verb_transfer_by_context'][f'spcn_after_{c}']:.3f} / "
-            f"{res['rc_verb_transfer_by_context'][f'bigru_after_{c}']:.3f}"
-            for c, desc in RC_VERB_CONTEXTS.items()),
+        f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
+        f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",
+        f"Command: `{command(cfg)}`", "",
+        "SPCN columns: linear probes on activity + EMA traces, fit on A-train roles (the SPCN itself "
+        "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", "",
+        "| quantity | " + " | ".join(WHO.values()) + " | paper SPCN | paper BiGRU |",
+        "|---|---|---|---|---|---|---|",
+        row("within A", "within", ("traces", "untrained", "gru", "bigru"), f"{p['within_traces']:.3f}"),
+        f"| within A, instantaneous activity only | {cell('within', 'instantaneous')} | - | - | - | "
+        f"{p['within_instantaneous']:.3f} | - |",
+        "| within A, relative to the BiGRU | " + " | ".join(
+            f"{res['within'][k] / res['within']['bigru']:.1%}" for k in ("traces", "untrained", "gru", "bigru"))
+        + f" | {p['spcn_over_bigru']:.0%} | - |",
+        row("transfer A -> B, overall", "transfer", four, f"{p['transfer_spcn']:.3f}"),
+        row("deep-embedded roles, transfer", "deep_embedded", four, f"{p['deep_embedded']:.2f}"),
+        row("deep-embedded roles, within A", "deep_embedded_within", four),
+        row("structural roles, transfer", "structural_transfer", four),
+        row("content roles, transfer", "content_transfer", four, "-", "better than SPCN"),
+        "| rc_verb, transfer | " + " | ".join(
+            f"{rv[0]['transfer_' + w]:.3f} ± {rv[1]['transfer_' + w]:.3f}" for w in four)
+        + f" | {p['rc_verb_transfer_spcn']:.3f} | {p['rc_verb_transfer_bigru']:.3f} |"]
+    for c, desc in RC_VERB_CONTEXTS.items():
+        lines.append(row(f"rc_verb, transfer, {desc}", "rc_verb_transfer_by_context",
+                         [f"{w}_after_{c}" for w in four]))
+    lines += [
+        "| prediction error per unit, A-test / B-test | " + " | ".join(
+            f"{pe[w]['within']:.4f} / {pe[w]['transfer']:.4f}" for w in ("spcn", "untrained")) + " | - | - | - | - |",
+        f"| parameters | - | - | {res['params']['gru']:,} | {res['params']['bigru']:,} | - | - |",
         "", "## Per role (mean over seeds)", "",
-        "| role | kind | within SPCN | within BiGRU | transfer SPCN | transfer BiGRU |",
-        "|---|---|---|---|---|---|"]
+        "| role | kind | " + " | ".join(f"within {v}" for v in WHO.values()) + " | "
+        + " | ".join(f"transfer {v}" for v in WHO.values()) + " |",
+        "|---|---|" + "---|" * 8]
     for r, d in res["roles"].items():
-        lines.append(f"| {r} | {d['kind']} | {d['within_spcn']:.3f} | {d['within_bigru']:.3f} | "
-                     f"{d['transfer_spcn']:.3f} | {d['transfer_bigru']:.3f} |")
+        lines.append(f"| {r} | {d['kind']} | " + " | ".join(
+            f"{d[f'{sp}_{w}']:.3f}" for sp in ("within", "transfer") for w in four) + " |")
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
 
@@ -306,89 +440,60 @@ def plot_roles(res, path):
     import matplotlib.pyplot as plt
 
     roles = list(res["roles"])
-    fig, axes = plt.subplots(2, 1, figsize=(12, 6.5), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True)
     x = torch.arange(len(roles)).float()
+    bars = (("spcn", "tab:blue", "SPCN, PGHU (activity + traces)"),
+            ("untrained", "lightsteelblue", "SPCN, untrained (same traces, no PGHU)"),
+            ("gru", "tab:green", "causal GRU (supervised, left context)"),
+            ("bigru", "tab:orange", "BiGRU (supervised, both sides)"))
     for ax, split_name in zip(axes, ("within", "transfer")):
-        for off, who, color in ((-0.2, "spcn", "tab:blue"), (0.2, "bigru", "tab:orange")):
+        for i, (who, color, label) in enumerate(bars):
             vals = [res["roles"][r][f"{split_name}_{who}"] for r in roles]
-            ax.bar(x + off, vals, width=0.4, color=color,
-                   label="SPCN (activity + traces)" if who == "spcn" else "BiGRU (supervised)")
+            ax.bar(x + 0.2 * (i - 1.5), vals, width=0.2, color=color, label=label)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(f"{split_name} accuracy")
         ax.set_title("within Grammar A (held-out)" if split_name == "within"
                      else "transfer: trained on A, tested on B", fontsize=10)
-    axes[0].legend(loc="lower left", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.95))
     axes[1].set_xticks(x.tolist())
     axes[1].set_xticklabels(roles, rotation=60, ha="right", fontsize=8)
     for lab, r in zip(axes[1].get_xticklabels(), roles):
         lab.set_color("tab:red" if res["roles"][r]["kind"] == "content" else "black")
     fig.suptitle("Role accuracy per role (red labels: content roles)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def get_parser():
-    p = argparse.ArgumentParser(description="SPCN role probes vs a supervised BiGRU (A -> B).")
-    io = p.add_argument_group("I/O")
-    io.add_argument("--out_dir", default="results/probe", help="where results.* are written")
-    io.add_argument("--load_spcn", default="", help="spcn.pt from `python spcn.py` (else train)")
-    data = p.add_argument_group("data")
-    data.add_argument("--n_train", type=int, default=2000, help="training sentences per grammar")
-    data.add_argument("--n_val", type=int, default=500, help="validation sentences (tuning)")
-    data.add_argument("--n_test", type=int, default=1000, help="held-out test sentences")
-    data.add_argument("--data_seed", type=int, default=0, help="split seed = data_seed + seed")
-    model = p.add_argument_group("model (SPCN)")
-    d = spcn.SPCNConfig()
-    model.add_argument("--n_columns", type=int, default=d.n_columns, help="K columns")
-    model.add_argument("--column_size", type=int, default=d.column_size, help="U units per column")
-    model.add_argument("--k", type=int, default=d.k, help="winners per column")
-    model.add_argument("--alphas", type=float, nargs="+", default=list(d.alphas), help="trace decays")
-    model.add_argument("--feedback_gain", type=float, default=d.feedback_gain,
-                       help="g: top-down bias in the percept's competition")
-    opt = p.add_argument_group("optimization")
-    opt.add_argument("--spcn_epochs", type=int, default=2, help="PGHU passes over A-train")
-    opt.add_argument("--spcn_lr", type=float, default=d.lr, help="PGHU rate eta")
-    opt.add_argument("--l2", type=float, default=1e-2, help="probe L2 penalty (chosen on the val splits)")
-    opt.add_argument("--probe_iters", type=int, default=100, help="L-BFGS iterations per probe")
-    opt.add_argument("--gru_embd", type=int, default=32, help="BiGRU word embedding size")
-    opt.add_argument("--gru_hidden", type=int, default=64, help="BiGRU hidden size per direction")
-    opt.add_argument("--gru_epochs", type=int, default=6, help="BiGRU epochs (best on A-val kept)")
-    opt.add_argument("--gru_batch", type=int, default=32, help="BiGRU sentences per step")
-    opt.add_argument("--gru_lr", type=float, default=3e-3, help="BiGRU Adam learning rate")
-    ev = p.add_argument_group("evaluation")
-    ev.add_argument("--seeds", type=int, default=3, help="number of seeds (>= 1)")
-    sysg = p.add_argument_group("system")
-    sysg.add_argument("--threads", type=int, default=1,
-                      help="torch CPU threads (1: the per-word SPCN steps are small matmuls)")
-    return p
+    return cli.parser(ProbeConfig, "SPCN role probes (trained and untrained) vs supervised causal GRU "
+                                   "and BiGRU taggers, within Grammar A and A -> B.")
 
 
-def main(args, argv=None):
-    ema.configure_allocator()
-    torch.set_num_threads(args.threads)
-    if args.seeds < 1 or min(args.n_train, args.n_val, args.n_test) < 1:
-        raise ValueError("--seeds, --n_train, --n_val and --n_test must all be >= 1")
-    os.makedirs(args.out_dir, exist_ok=True)
+def main(cfg):
+    """Run every seed, then write results.json, results.md and roles.png -> the results dict."""
+    torch.set_num_threads(cfg.threads)
+    loaded = spcn.load(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
     t0 = time.time()
     log = lambda msg: print(f"[{time.time() - t0:6.1f} s] {msg}", flush=True)
-    runs = [run_seed(args, s, log) for s in range(args.seeds)]
+    runs = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
     res = summarise(runs, time.time() - t0)
-    res["args"] = vars(args)
-    with open(os.path.join(args.out_dir, "results.json"), "w") as fh:
+    res["args"] = asdict(cfg)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    with open(os.path.join(cfg.out_dir, "results.json"), "w") as fh:
         json.dump(res, fh, indent=1)
-    write_markdown(res, os.path.join(args.out_dir, "results.md"),
-                   argv if argv is not None else [f"--out_dir {args.out_dir}"])
-    plot_roles(res, os.path.join(args.out_dir, "roles.png"))
-    log(f"wrote {args.out_dir}/results.json, results.md, roles.png | within: instantaneous "
-        f"{res['within']['instantaneous']:.3f} traces {res['within']['traces']:.3f} BiGRU "
-        f"{res['within']['bigru']:.3f} | transfer: SPCN {res['transfer']['spcn']:.3f} BiGRU "
-        f"{res['transfer']['bigru']:.3f} | rc_verb transfer SPCN "
-        f"{res['roles']['rc_verb']['transfer_spcn']:.3f} BiGRU "
-        f"{res['roles']['rc_verb']['transfer_bigru']:.3f}")
+    write_markdown(res, os.path.join(cfg.out_dir, "results.md"), cfg)
+    plot_roles(res, os.path.join(cfg.out_dir, "roles.png"))
+    w, t, rv = res["within"], res["transfer"], res["roles"]["rc_verb"]
+    log(f"wrote {cfg.out_dir}/results.json, results.md, roles.png | within: instantaneous "
+        f"{w['instantaneous']:.3f} SPCN {w['traces']:.3f} untrained {w['untrained']:.3f} GRU {w['gru']:.3f} "
+        f"BiGRU {w['bigru']:.3f} | transfer: SPCN {t['spcn']:.3f} untrained {t['untrained']:.3f} GRU "
+        f"{t['gru']:.3f} BiGRU {t['bigru']:.3f} | rc_verb transfer: SPCN {rv['transfer_spcn']:.3f} untrained "
+        f"{rv['transfer_untrained']:.3f} GRU {rv['transfer_gru']:.3f} BiGRU {rv['transfer_bigru']:.3f}")
     return res
 
 
 if __name__ == "__main__":
-    import sys
-    main(get_parser().parse_args(), sys.argv[1:])
+    cfg = cli.parse(ProbeConfig, get_parser())
+    cli.main_guard(lambda: main(cfg), spcn.LoadError, OSError)

@@ -24,8 +24,9 @@ The Precision-Gated Hebbian Update, for every unit i (post) and trace input j (p
     P_ji  <- P_ji + eta * pi_i * mean_b h_{t-1,j} e_{t,i}
 a Hebbian product of pre-synaptic trace and post-synaptic error (the delta rule of predictive
 coding), with a rate that is larger for units whose error is reliable (high precision). It is
-a batch LMS step, stable while eta * max(pi) * lambda_max(E[h h^T]) < 2; measured here
-lambda_max ~ 34 and max(pi) ~ 2.5, so eta = 0.01 gives 0.85 (g = 3, scaling h by 3, diverged).
+a batch LMS step, stable while eta * max(pi) * lambda_max(E[h h^T]) < 2: with the default
+traces lambda_max is about 34 and max(pi) about 2.5, so eta = 0.01 gives 0.85 (a larger g
+scales h, hence lambda_max by g^2, and breaks it).
 
 Code name -> paper symbol
     W_ff  frozen random feedforward projection       P  feedback (predictive) weights
@@ -43,18 +44,22 @@ Decisions where the paper is silent (README "Differences from the paper")
     - Sentences are processed independently, with traces starting at zero.
     - Precision is per unit (not per synapse) and normalised to mean 1, so eta keeps its scale.
 
+Untrained: SPCN(cfg) before fit() is the same frozen projection and traces with P = 0, so no
+prediction (p = 0, q = 0, error = k / U per unit); probe.py probes it as the control for what
+PGHU adds.
+
 Run `python spcn.py` to train on Grammar A and save the weights: prints the prediction error
-per epoch, falling (0.1083 -> 0.1060 over 2 epochs; 0.109 is the error of no prediction), and
-writes out_spcn/spcn.pt atomically: 17 s CPU on one core (31 s wall on a loaded 2-core CPU).
+per epoch (it falls) and writes out/spcn/spcn.pt atomically; `python probe.py --load_spcn
+out/spcn/spcn.pt` probes it. `--epochs 0` saves the untrained network.
 """
 
-import argparse
 import os
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
+import cli
 import grammar
 from ema import step
 
@@ -67,10 +72,30 @@ class SPCNConfig:
     k: int = 4                       # winners per column (sparsity k / U = 12.5%)
     alphas: tuple = (0.5, 0.2, 0.05)  # alpha_s: trace decays, half-lives ~1, 3, 14 words
     feedback_gain: float = 1.0       # g: amplitude of the predictive units (0 = none)
-    lr: float = 0.01                 # eta: PGHU learning rate
+    lr: float = 0.01                 # eta: PGHU learning rate (0 = no learning)
     var_rate: float = 0.01           # rho: rate of the running error variance
     eps: float = 1e-3                # floor added to the variance
     seed: int = 0                    # seed of the frozen random projection
+
+    def __post_init__(self):
+        """Refuse impossible settings with one line naming the flag (cli.ConfigError)."""
+        self.alphas = tuple(self.alphas)
+        req = cli.require
+        for name in ("vocab_size", "n_columns", "column_size"):
+            v = getattr(self, name)
+            req(isinstance(v, int) and v >= 1, "--{} must be an integer >= 1, got {!r}", name, v)
+        req(isinstance(self.k, int) and 1 <= self.k <= self.column_size,
+            "--k must be an integer in 1..column_size ({}), got {!r}", self.column_size, self.k)
+        req(len(self.alphas) >= 1 and all(isinstance(a, (int, float)) and 0 < a <= 1 for a in self.alphas),
+            "--alphas must be one or more trace decays in (0, 1], got {}", " ".join(map(str, self.alphas)))
+        req(self.feedback_gain >= 0, "--feedback_gain must be >= 0, got {}", self.feedback_gain)
+        req(self.lr >= 0, "--lr must be >= 0 (0: no learning), got {}", self.lr)
+        req(0 < self.var_rate <= 1, "--var_rate must be in (0, 1], got {}", self.var_rate)
+        req(self.eps > 0, "--eps must be > 0, got {}", self.eps)
+
+
+class LoadError(ValueError):
+    """A missing, unreadable or foreign spcn.pt; the message is one line naming the file."""
 
 
 def topk_columns(x, n_columns, k):
@@ -89,8 +114,6 @@ class SPCN(torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         D, S = cfg.n_columns * cfg.column_size, len(cfg.alphas)
-        if not 0 < cfg.k <= cfg.column_size:
-            raise ValueError(f"k must be in 1..column_size={cfg.column_size}, got {cfg.k}")
         g = torch.Generator().manual_seed(cfg.seed)
         # Frozen random projection, unit Gaussian: one-hot input, so each word's drive is a
         # row of W_ff and its bottom-up code is a random k-of-U pattern in every column.
@@ -176,48 +199,75 @@ def save(model, path):
 
 
 def load(path):
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no SPCN checkpoint at {path}; run `python spcn.py` first")
-    ck = torch.load(path, map_location="cpu")
-    cfg = ck["config"]
-    cfg["alphas"] = tuple(cfg["alphas"])
-    model = SPCN(SPCNConfig(**cfg))
-    model.load_state_dict(ck["state_dict"])
+    """spcn.pt from save() -> SPCN; LoadError (one line) for a missing, corrupt or foreign file."""
+    if not os.path.isfile(path):
+        raise LoadError(f"no SPCN checkpoint at {path}; make one with `python spcn.py`")
+    try:
+        ck = torch.load(path, map_location="cpu")
+        model = SPCN(SPCNConfig(**ck["config"]))
+        model.load_state_dict(ck["state_dict"])
+    except Exception as e:  # any unpickling, key or shape error means the same thing here
+        raise LoadError(f"{path} is not an SPCN checkpoint from `python spcn.py` "
+                        f"({type(e).__name__}); make one with `python spcn.py`") from None
     return model
 
 
+# --- the script: train on Grammar A and save ----------------------------------------------------
+
+_D = SPCNConfig()
+
+
+@dataclass
+class FitConfig:
+    out_dir: str = cli.arg("out/spcn", "folder for spcn.pt", group="I/O")
+    n_train: int = cli.arg(2000, "Grammar A training sentences", group="data")
+    data_seed: int = cli.arg(0, "seed of grammar.split", group="data")
+    n_columns: int = cli.arg(_D.n_columns, "K columns", group="model")
+    column_size: int = cli.arg(_D.column_size, "U units per column", group="model")
+    k: int = cli.arg(_D.k, "winners per column, 1..column_size", group="model")
+    alphas: tuple = cli.arg(_D.alphas, "trace decays alpha_s in (0, 1]", group="model")
+    feedback_gain: float = cli.arg(_D.feedback_gain, "g: amplitude of the predictive units", group="model")
+    lr: float = cli.arg(_D.lr, "eta: PGHU learning rate (0: no learning)", group="model")
+    var_rate: float = cli.arg(_D.var_rate, "rho: rate of the running error variance", group="model")
+    eps: float = cli.arg(_D.eps, "floor added to the error variance", group="model")
+    seed: int = cli.arg(_D.seed, "seed of the frozen random projection", group="model")
+    epochs: int = cli.arg(2, "PGHU passes over the training sentences (0: save the untrained net)",
+                          group="optimization")
+    batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization")
+
+    def __post_init__(self):
+        cli.require(bool(self.out_dir) and not os.path.isfile(self.out_dir),
+                    "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
+        cli.require(isinstance(self.n_train, int) and self.n_train >= 1,
+                    "--n_train must be an integer >= 1, got {!r}", self.n_train)
+        cli.require(isinstance(self.epochs, int) and self.epochs >= 0,
+                    "--epochs must be an integer >= 0 (0: untrained), got {!r}", self.epochs)
+        cli.require(isinstance(self.batch_size, int) and self.batch_size >= 1,
+                    "--batch_size must be an integer >= 1, got {!r}", self.batch_size)
+        self.model_config()  # validates the model fields
+
+    def model_config(self):
+        return SPCNConfig(**{f: getattr(self, f) for f in asdict(_D) if f != "vocab_size"})
+
+
 def get_parser():
-    p = argparse.ArgumentParser(description="Train the SPCN on Grammar A with PGHU (no labels).")
-    io = p.add_argument_group("I/O")
-    io.add_argument("--out_dir", default="out_spcn", help="folder for spcn.pt")
-    data = p.add_argument_group("data")
-    data.add_argument("--n_train", type=int, default=2000, help="Grammar A training sentences")
-    data.add_argument("--data_seed", type=int, default=0, help="seed of grammar.split")
-    model = p.add_argument_group("model")
-    for f, v in asdict(SPCNConfig()).items():
-        if f != "alphas":
-            model.add_argument(f"--{f}", type=type(v), default=v, help=f"SPCNConfig.{f}")
-    model.add_argument("--alphas", type=float, nargs="+", default=list(SPCNConfig.alphas),
-                       help="trace decays alpha_s in (0, 1]")
-    opt = p.add_argument_group("optimization")
-    opt.add_argument("--epochs", type=int, default=2, help="passes over the training sentences")
-    opt.add_argument("--batch_size", type=int, default=64, help="sentences per PGHU step")
-    return p
+    return cli.parser(FitConfig, "Train the SPCN on Grammar A with PGHU (no labels) and save it.")
 
 
-def main(args):
+def main(cfg):
+    """Train an SPCN as FitConfig says and save it to out_dir/spcn.pt -> {errors, path}."""
     torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
-    kw = {f: getattr(args, f) for f in asdict(SPCNConfig())}
-    kw["alphas"] = tuple(args.alphas)
-    model = SPCN(SPCNConfig(**kw))
-    train = grammar.split(args.n_train, 0, 0, seed=args.data_seed)["A"]["train"]
+    model = SPCN(cfg.model_config())
+    train = grammar.split(cfg.n_train, 0, 0, seed=cfg.data_seed)["A"]["train"]
     t0 = time.time()
-    errs = model.fit(train, epochs=args.epochs, batch_size=args.batch_size)
-    path = os.path.join(args.out_dir, "spcn.pt")
+    errs = model.fit(train, epochs=cfg.epochs, batch_size=cfg.batch_size)
+    path = os.path.join(cfg.out_dir, "spcn.pt")
     save(model, path)
-    print(f"saved {path} ({time.time() - t0:.1f} s); prediction error {errs[0]:.4f} -> {errs[-1]:.4f}")
+    curve = f"prediction error {errs[0]:.4f} -> {errs[-1]:.4f}" if errs else "untrained (0 epochs)"
+    print(f"saved {path} ({time.time() - t0:.1f} s); {curve}")
     return {"errors": errs, "path": path}
 
 
 if __name__ == "__main__":
-    main(get_parser().parse_args())
+    cfg = cli.parse(FitConfig, get_parser())
+    cli.main_guard(lambda: main(cfg), ValueError, OSError)

@@ -1,4 +1,5 @@
-"""grammar.py: sizes, disjoint lexicons, aligned A/B roles, determinism, held-out disjointness."""
+"""grammar.py: sizes, disjoint lexicons, aligned A/B roles, determinism, held-out disjointness,
+and a surface that reads as English (articles, adjectives)."""
 import pytest
 
 import grammar
@@ -56,3 +57,22 @@ def test_encode_and_bad_input():
     assert ((ids >= 0) == (roles >= 0)).all()
     with pytest.raises(ValueError, match="grammar must be"):
         grammar.sample("C", 3, seed=0)
+
+
+@pytest.mark.parametrize("g", grammar.GRAMMARS)
+def test_surface_reads_as_english(g):
+    """No "a" before a vowel, no adjective twice in one noun phrase, "very" only before a
+    gradable adjective, and two adjectives always gradable-then-descriptive."""
+    gradable = set(grammar.LEXICON[g]["adj"][:grammar.N_GRADABLE])
+    for words, roles in grammar.sample(g, 2000, seed=0):
+        for w, nxt in zip(words, words[1:]):
+            assert not (w == "a" and nxt[0] in "aeiou"), " ".join(words)
+            assert w != "very" or nxt in gradable, " ".join(words)
+        adjs = []  # the adjectives of the noun phrase being read
+        for w, r in zip(words + ["."], roles + ["end"]):
+            if r.endswith("_adj"):
+                adjs.append(w)
+            elif r != "intens":
+                assert len(adjs) == len(set(adjs)), " ".join(words)
+                assert len(adjs) < 2 or (adjs[0] in gradable and adjs[1] not in gradable), " ".join(words)
+                adjs = []

@@ -1,7 +1,13 @@
-"""spcn.py: PGHU lowers the prediction error, no autograd anywhere, sparse codes, save/load."""
+"""spcn.py: PGHU lowers the prediction error, no autograd anywhere, sparse codes, save/load,
+bad settings and bad checkpoint files refused with one line, the CLI (0 epochs = untrained)."""
+import re
+import runpy
+import sys
+
 import pytest
 import torch
 
+import cli
 import grammar
 import spcn
 
@@ -43,3 +49,51 @@ def test_shapes_and_sparsity():
     per_col = a[real].reshape(-1, 4, 8).sum(-1)  # (N, K)
     assert (per_col == 3).all()  # exactly k winners in every column
     assert (a[~real] == 0).all()
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(k=9, column_size=8), "--k must be an integer in 1..column_size (8)"),
+    (dict(k=0), "--k must be"),
+    (dict(n_columns=0), "--n_columns must be"),
+    (dict(column_size=-2), "--column_size must be"),
+    (dict(alphas=()), "--alphas must be"),
+    (dict(alphas=(0.5, 0.0)), "--alphas must be"),
+    (dict(alphas=(1.2,)), "--alphas must be"),
+    (dict(lr=-1.0), "--lr must be >= 0"),
+    (dict(feedback_gain=-1.0), "--feedback_gain must be"),
+    (dict(var_rate=0.0), "--var_rate must be")])
+def test_bad_config_is_one_line(kw, message):
+    with pytest.raises(cli.ConfigError, match=re.escape(message)) as e:
+        spcn.SPCNConfig(**kw)
+    assert "\n" not in str(e.value)
+
+
+def test_load_refuses_missing_corrupt_and_foreign_files(tmp_path):
+    with pytest.raises(spcn.LoadError, match="no SPCN checkpoint at"):
+        spcn.load(str(tmp_path / "none.pt"))
+    (tmp_path / "bad.pt").write_bytes(b"\x00garbage")
+    torch.save({"state_dict": {}, "config": {"n_columns": 4, "bogus": 1}}, tmp_path / "foreign.pt")
+    small = spcn.SPCN(spcn.SPCNConfig(n_columns=2, column_size=4, k=1))
+    ck = {"config": spcn.asdict(spcn.SPCNConfig()), "state_dict": small.state_dict()}
+    torch.save(ck, tmp_path / "mismatch.pt")  # weights of another size
+    for name in ("bad.pt", "foreign.pt", "mismatch.pt"):
+        with pytest.raises(spcn.LoadError, match="is not an SPCN checkpoint") as e:
+            spcn.load(str(tmp_path / name))
+        assert "\n" not in str(e.value)
+
+
+def test_cli_zero_epochs_saves_the_untrained_net_and_bad_flags_write_nothing(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sp"
+    monkeypatch.setattr(sys, "argv", ["spcn.py", "--out_dir", str(out), "--n_train", "20", "--epochs", "0",
+                                      "--n_columns", "2", "--column_size", "8", "--k", "2"])
+    runpy.run_module("spcn", run_name="__main__")
+    model = spcn.load(str(out / "spcn.pt"))
+    assert not model.P.any()  # no PGHU update
+    for argv in (["--k", "40"], ["--epochs", "-1"], ["--n_train", "0"], ["--alphas", "0.5", "2"],
+                 ["--batch_size", "0"]):
+        monkeypatch.setattr(sys, "argv", ["spcn.py", "--out_dir", str(tmp_path / "bad")] + argv)
+        with pytest.raises(SystemExit) as e:
+            runpy.run_module("spcn", run_name="__main__")
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and argv[0] in err[0], (argv, err)
+        assert not (tmp_path / "bad").exists()
