@@ -38,8 +38,8 @@ Run
 Writes ablate.json, ablate.md, curves.png (validation loss against tokens, with the yardsticks),
 hits.png (the hit split) and, through content.py, content.json / content.png under --out_dir
 (default out/ablate); run folders (checkpoints, logs, metrics.jsonl, result.json) under
-OUT/runs/. A run whose result.json holds the same TrainConfig is reused, so an interrupted
-ablation resumes at the next unfinished run. The reference numbers are in results/ablate/.
+OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a run stopped
+mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses nothing. The reference numbers are in results/ablate/.
 """
 
 import contextlib
@@ -216,6 +216,9 @@ def run_one(job):
     path = os.path.join(tcfg.out_dir, "result.json")
     rec = json.load(open(path)) if os.path.exists(path) else {}
     if not same_run(rec.get("train_config"), key):
+        last = os.path.join(tcfg.out_dir, "ckpt_last.pt")
+        if os.path.exists(last) and same_run(checkpoint.load(last)["train"], key):
+            tcfg = dataclasses.replace(tcfg, resume=True)  # interrupted: continue exactly from its checkpoint
         try:
             with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
                 res = train.main(tcfg)
@@ -491,5 +494,5 @@ if __name__ == "__main__":
                        data_lib.DataUnavailable, ValueError, prog="ablate.py")  # ValueError: ConfigError, data.py's
     except (KeyboardInterrupt, RunInterrupted) as e:
         print(f"ablate.py: {'interrupted' if isinstance(e, KeyboardInterrupt) else e}; finished runs are reused "
-              "when the same command runs again (unfinished ones start over)", file=sys.stderr)
+              "when the same command runs again (unfinished ones continue from their last checkpoint)", file=sys.stderr)
         sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
