@@ -44,8 +44,11 @@ def require(ok, message, *values):
         raise ConfigError(message.format(*values))
 
 
-def check_choice(name, value, choices):
-    require(value in choices, "--{} must be one of {}, got {!r}", name, ", ".join(map(str, choices)), value)
+def check_device(name, value):
+    """--NAME must spell a torch device this project runs on: auto | cpu | cuda | cuda:N | mps."""
+    kind, _, index = value.partition(":")
+    require(kind in ("auto", "cpu", "cuda", "mps") and (not index or (kind == "cuda" and index.isdigit())),
+            "--{} must be auto, cpu, cuda, cuda:N or mps, got {!r}", name, value)
 
 
 def _type_of(f):

@@ -81,9 +81,7 @@ class SampleConfig:
             lm.check_sampling(self.max_new_tokens, self.temperature, self.top_k or None)
         except ValueError as e:
             raise cli.ConfigError(f"--{e}") from None
-        dev = self.device.split(":")
-        cli.require(dev[0] in ("auto", "cpu", "cuda", "mps") and (len(dev) == 1 or (dev[0] == "cuda"
-                    and dev[1].isdigit())), "--device must be auto, cpu, cuda, cuda:N or mps, got {!r}", self.device)
+        cli.check_device("device", self.device)
 
 
 # ---- setup: device, model, prompt ------------------------------------------------------------

@@ -130,9 +130,7 @@ class TrainConfig:
         req(self.weight_decay >= 0, "--weight_decay must be >= 0, got {}", self.weight_decay)
         for name in ("beta1", "beta2", "dropout"):
             req(0 <= getattr(self, name) < 1, "--{} must be in [0, 1), got {}", name, getattr(self, name))
-        dev = self.device.split(":")
-        req(dev[0] in ("auto", "cpu", "cuda", "mps") and (len(dev) == 1 or (dev[0] == "cuda" and dev[1].isdigit())),
-            "--device must be auto, cpu, cuda, cuda:N or mps, got {!r}", self.device)
+        cli.check_device("device", self.device)
         req(not (self.resume and self.init_from != "scratch"), "--resume continues out_dir/ckpt_last.pt; "
             "drop --init_from {} (or start a new --out_dir without --resume)", self.init_from)
         req(not (self.eval_only and self.init_from == "scratch" and not self.resume),
