@@ -1,42 +1,43 @@
-"""bench.py: how fast the EMA context runs, against the machine's limits and against attention.
+"""bench.py: what the EMA context costs, against the machine's limits and against attention.
 
-Issue 5 / paper section "Large scale: SPEN" (the cost argument: linear in T to train, constant
-memory per generated token). One run measures, on the device it is given:
-  limits   copy bandwidth (GB/s, bytes read + written) and fp32 / bf16 matmul TFLOP/s
-  ema      ema.traces forward and forward+backward, B=8, C=768, S=3, T in {256, 1024, 4096}:
-           ms, effective GB/s, ratio to the copy floor (bytes that must move / copy bandwidth),
-           the reference loop beside it, the chunk length L swept at T=1024, one streaming
-           step vs recomputing a 1024-token prefix
-  blocks   one SPEN block vs one GPT block of the same width (C=256, as the pre-measured facts
-           of issue 5), forward+backward tokens/s at T in {256, 1024, 4096, 8192} with
-           B = 8192 / T; also the mixers alone (EMA traces + predictor vs self-attention)
-  gen      ms per generated token and peak memory at context P in {256, 1024, 4096, 16384}:
-           SPEN.step (state independent of P) vs GPT.step with a KV cache of P tokens, full
-           size models (130M / GPT-2 small), batch 1, one subprocess per model
-  train    CUDA only: tokens/s and MFU of the 130M SPEN training step (bf16 autocast, AdamW),
-           eager and torch.compile
-Every section runs twice, in fresh subprocesses, with and without ema.configure_allocator()
-(glibc keeps freed large blocks instead of unmapping them); the table shows both and their ratio.
-Speed claims are ratios within this one run: the machine may be shared.
+Paper section "Large scale: SPEN": an EMA context is linear in T to train and holds a constant
+state per generated token, and the paper trains its 130M SPEN on one H200. Each section below
+measures one part of that claim on the device it is given (JSON keys = section names):
+  limits     copy bandwidth (bytes read + written) and fp32 / bf16 matmul FLOP/s
+  ema        ema.traces, method "scan" and "matmul", forward and forward+backward, B=8, C=768,
+             S=3, T in {256, 1024, 4096}: ms and ratio to the bandwidth floor (bytes that must
+             move / copy bandwidth); the reference loop beside them and the largest difference
+             to it (fp32; on CUDA with TF32 off, must be <= 1e-5, and with TF32 on, reported);
+             the chunk length L swept at T=1024; one streaming step vs recomputing a prefix
+  gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
+  gen_gpt    full-size models, batch 1 (SPEN.step: state independent of P; GPT: KV cache of P)
+What training costs is in bench_train.py, run by the same workers: blocks (one SPEN block vs one
+GPT block, tokens/s), ops (operators per training step), memory (activation memory per token),
+compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run.
 
 Shape glossary: B batch, T time, C width, S traces, P context already seen, L chunk length.
 
-Departures: generation states are synthetic (random KV cache of P tokens, random EMA state):
-a step's cost does not depend on the values, and building a 16384-token prefix would take
-minutes. Peak memory on CPU is the process's peak RSS (VmHWM, reset before each context via
-/proc/self/clear_refs where the kernel allows it), which includes the model's weights.
+Run:  python bench.py                        # every CPU section -> out/bench/bench.json
+      python bench.py --threads 1            # one thread per op: steadier on a shared machine
+      python bench.py --sections ops,memory  # some sections only
+      python bench.py --quick                # tiny sizes, all but compile, CUDA-only ones too (tests/test_bench.py)
+      python bench.py --allocator both       # each section with and without the allocator tweak
+      python bench.py --device cuda --out results/bench/bench_cuda.json   # the GPU check
+The committed references: results/bench/bench.json (CPU), results/bench/bench_cuda.json (GPU),
+shown in the README's "Performance" section. Speed claims are ratios within one (shared) run.
 
-Run:  python bench.py                 # writes results/bench/bench.json; 12 min on the shared,
-                                      # loaded 2-core CPU (load ~7), a few minutes when quiet
-      python bench.py --threads 1     # on a busy machine: 2-thread ops stall on every fork/join
-      python bench.py --quick         # smoke run, ~15 s (tests/test_bench.py)
-      python bench.py --device cuda   # on a GPU: adds the 130M training step
-Expected output: one table per section (see the README "Performance" section for numbers).
-Internal: `--worker SECTIONS --worker_out F` runs sections in this process (BENCH_ALLOCATOR=on
-applies the allocator setting); this is how the driver runs each measurement subprocess.
+Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
+Python process, `python bench.py --worker SECTIONS --worker_out FILE [--device ... --threads
+... --quick]`, with BENCH_ALLOCATOR=on|off in its environment, and reads FILE: a JSON object
+{section name: result, "allocator": bool, "threads": int, "seconds": {section: s}}. A fresh
+process per job keeps peak-memory readings and the allocator setting from leaking between
+sections; --quick runs every section in one worker.
+
+Departures: generation states are synthetic (random KV cache of P tokens, random EMA state):
+a step's cost does not depend on the values. Peak memory on CPU is the process's peak RSS
+(VmHWM, reset via /proc/self/clear_refs where the kernel allows it), weights included.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -45,34 +46,67 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 
 import torch
 
+import cli
 import ema
 
 ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (paper); S = 3
-JOBS = (("limits", "ema", "blocks"), ("gen_spen",), ("gen_gpt",), ("train",))  # one subprocess each
+SECTIONS = ("limits", "ema", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train", "train_run")
+CUDA_ONLY = ("train", "train_run")
+JOBS = (("limits", "ema", "blocks"), ("gen_spen",), ("gen_gpt",), ("ops",), ("memory",), ("compile",),
+        ("train",), ("train_run",))  # one worker process each
 WARMUP = 3  # calls before timing (1 with --quick); see timed()
 
 
+class BenchError(RuntimeError):
+    """A measurement could not be made or a checked property failed; one line."""
+
+
+@dataclass
+class BenchConfig:
+    out: str = cli.arg("out/bench/bench.json", "JSON results file (the committed references: "
+                       "results/bench/bench.json, results/bench/bench_cuda.json)", group="I/O")
+    sections: str = cli.arg("", "comma-separated sections (default: every one the device runs): "
+                            + ", ".join(SECTIONS), group="what")
+    quick: bool = cli.arg(False, "tiny sizes, every section in one worker: exercises every code path",
+                          group="what")
+    device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
+    threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
+    allocator: str = cli.arg("on", "train.configure_allocator() in each worker: on | off | both (every "
+                             "job twice, the tables show both and their ratio)", choices=("on", "off", "both"),
+                             group="system")
+    worker: str = cli.arg("", "worker protocol (see the docstring): run these comma-separated sections in "
+                          "this process and write their JSON to --worker_out", group="worker protocol")
+    worker_out: str = cli.arg("", "worker protocol: the JSON file the worker writes", group="worker protocol")
+
+    def __post_init__(self):
+        names = self.section_list()
+        unknown = [s for s in names if s not in SECTIONS]
+        cli.require(not unknown, "--sections: unknown section(s) {}; choose from {}", ", ".join(unknown),
+                    ", ".join(SECTIONS))
+        cli.require(isinstance(self.threads, int) and self.threads >= 0, "--threads must be an int >= 0, got {}",
+                    self.threads)
+        kind = self.device.split(":")[0]
+        cli.require(kind in ("auto", "cpu", "cuda"), "--device must be auto, cpu, cuda or cuda:N, got {!r}",
+                    self.device)
+        cli.require(kind != "cuda" or torch.cuda.is_available(), "--device {}: this torch ({}) sees no CUDA "
+                    "GPU; use --device cpu", self.device, torch.__version__)
+        cli.require(not self.worker or self.worker_out, "--worker needs --worker_out FILE")
+        cli.require(bool(self.out), "--out must name a file")
+
+    def section_list(self):
+        return [s for s in (self.worker or self.sections).split(",") if s]
+
+
 def get_parser():
-    p = argparse.ArgumentParser(description="Speed of EMA traces, SPEN vs GPT blocks, generation.")
-    g = p.add_argument_group("I/O")
-    g.add_argument("--out", default="results/bench/bench.json", help="where to write the JSON results")
-    g = p.add_argument_group("system")
-    g.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    g.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: torch's default)")
-    g.add_argument("--quick", action="store_true", help="tiny sizes, one worker per allocator setting, < 30 s")
-    g.add_argument("--allocator", default="both", choices=("both", "on", "off"),
-                   help="run with ema.configure_allocator() 'on', 'off', or 'both' (and compare)")
-    g = p.add_argument_group("internal (used by bench.py to run one measurement subprocess)")
-    g.add_argument("--worker", default=None, help="comma-separated sections to run in this process")
-    g.add_argument("--worker_out", default=None, help="JSON file the worker writes")
-    return p
+    return cli.parser(BenchConfig, "Speed, memory and operator counts of EMA traces, SPEN and GPT.")
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing helpers
+# Timing and memory helpers
 
 
 def sync(device):
@@ -84,7 +118,7 @@ def timed(fn, device, reps, warmup=None):
     """Median and min wall time of fn() in ms over reps calls, after warmup calls, and the
     minor page faults per call (getrusage): ~0 once freed blocks are reused. Three warmup calls:
     glibc reuses a freed block for posix_memalign only once neighbouring free blocks have
-    coalesced (strace showed the heap growing for the first 3-4 calls, then steady)."""
+    coalesced (the heap grows for the first 3-4 calls, then stays)."""
     for _ in range(WARMUP if warmup is None else warmup):
         fn()
     sync(device)
@@ -129,6 +163,11 @@ def peak_mib(device):
     return proc_status("VmHWM")
 
 
+def spen_config(method="auto", **kw):
+    import spen
+    return spen.SPENConfig(trace_method=method, **kw)
+
+
 # ---------------------------------------------------------------------------------------------
 # Sections (each returns a JSON-able dict)
 
@@ -149,8 +188,22 @@ def bench_limits(device, quick):
     return out
 
 
+def max_error(method, x, g, tf32=False):
+    """Largest |difference| to the loop of ema.traces(method): values and dL/dx (float32)."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        fast, ref = ema.traces(xa, ALPHAS, method=method), ema.traces_ref(xb, ALPHAS)
+        (gf,), (gr,) = torch.autograd.grad(fast, xa, g), torch.autograd.grad(ref, xb, g)
+        return dict(value=(fast - ref).abs().max().item(), grad=(gf - gr).abs().max().item())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
 def bench_ema(device, quick, copy_gbs):
-    """ema.traces vs the loop; bytes: forward reads x, writes h; backward reads g, writes dx."""
+    """ema.traces (both methods) vs the copy floor and the loop; forward reads x and writes h,
+    backward reads g and writes dx. Asserts the 1e-5 agreement with the loop in fp32."""
     B, C, S = (2, 64, 3) if quick else (8, 768, 3)
     Ts, reps = ((64, 256), 2) if quick else ((256, 1024, 4096), 5)
     rows = []
@@ -158,30 +211,30 @@ def bench_ema(device, quick, copy_gbs):
         x = torch.randn(B, T, C, device=device)
         xg = x.clone().requires_grad_(True)
         g = torch.randn(B, T, S, C, device=device)
-        w = torch.tensor(ALPHAS, device=device).view(S, 1)
-        y = torch.empty(B, T, S, C, device=device)
         nbytes = 4 * (B * T * C + B * T * S * C)  # one direction
-        row = dict(T=T, B=B, C=C, S=S, L=ema.chunk_len(T), floor_fwd_ms=nbytes / copy_gbs / 1e6,
-                   floor_fb_ms=2 * nbytes / copy_gbs / 1e6)
-        # the cheapest possible PyTorch op producing h: one broadcast multiply x -> (B, T, S, C)
-        row["one_op"] = timed(lambda: torch.mul(x[:, :, None], w, out=y), device, reps)
-        row["fwd"] = timed(lambda: ema.traces(x, ALPHAS), device, reps)
-        row["fb"] = timed(lambda: ema.traces(xg, ALPHAS).backward(g), device, reps)
-        ref = dict(reps=1, warmup=1) if T >= 4096 else dict(reps=3)  # the loop takes ~1 s at T=4096
-        row["ref_fwd"] = timed(lambda: ema.traces_ref(x, ALPHAS), device, **ref)
-        row["ref_fb"] = timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, **ref)
-        for k in ("fwd", "fb"):
-            row[k]["gbs"] = (1 if k == "fwd" else 2) * nbytes / row[k]["ms_min"] / 1e6
-            row[k]["x_floor"] = row[k]["ms_min"] / row[f"floor_{k}_ms"]
+        row = dict(T=T, B=B, C=C, S=S, floor_fwd_ms=nbytes / copy_gbs / 1e6, floor_fb_ms=2 * nbytes / copy_gbs / 1e6)
+        for m in ("scan", "matmul"):
+            fwd = timed(lambda: ema.traces(x, ALPHAS, method=m), device, reps)
+            fb = timed(lambda: ema.traces(xg, ALPHAS, method=m).backward(g), device, reps)
+            for t, floor in ((fwd, row["floor_fwd_ms"]), (fb, row["floor_fb_ms"])):
+                t["x_floor"] = t["ms_min"] / floor
+            err = max_error(m, x, g)
+            if max(err.values()) > 1e-5:
+                raise BenchError(f"ema.traces(method={m!r}) differs from the loop by {max(err.values()):.2e} "
+                                 f"at T={T} (fp32, TF32 off): more than 1e-5")
+            row[m] = dict(fwd=fwd, fb=fb, max_err=err)
+            if device.type == "cuda":
+                row[m]["max_err_tf32"] = max_error(m, x, g, tf32=True)
+        ref = dict(reps=1, warmup=1) if T >= 4096 and device.type == "cpu" else dict(reps=3)
+        row["loop_fwd"] = timed(lambda: ema.traces_ref(x, ALPHAS), device, **ref)
+        row["loop_fb"] = timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, **ref)
         rows.append(row)
-    # chunk length sweep at the middle T (forward + backward)
-    T = Ts[len(Ts) // 2]
+    T = Ts[len(Ts) // 2]  # chunk length sweep at the middle T (forward + backward)
     xg = torch.randn(B, T, C, device=device, requires_grad=True)
     g = torch.randn(B, T, S, C, device=device)
-    sweep = {L: timed(lambda: ema.traces(xg, ALPHAS, chunk=L).backward(g), device, reps)["ms_min"]
-             for L in (16, 32, 64, 128, 256) if L <= T}
-    # streaming: one step of the (1, S, C) state vs recomputing the traces of a 1024-token prefix
-    P = 256 if quick else 1024
+    sweep = {m: {L: timed(lambda: ema.traces(xg, ALPHAS, method=m, chunk=L).backward(g), device, reps)["ms_min"]
+                 for L in (16, 32, 64, 128) if L <= T} for m in ("scan", "matmul")}
+    P = 256 if quick else 1024  # streaming: one step of the (1, S, C) state vs recomputing a prefix
     h, x_t, xp = torch.zeros(1, S, C, device=device), torch.randn(1, C, device=device), torch.randn(1, P, C, device=device)
     step_us = 1e3 * timed(lambda: ema.step(x_t, h, ALPHAS), device, reps=200)["ms"]
     prefix_ms = timed(lambda: ema.traces(xp, ALPHAS), device, reps)["ms"]
@@ -189,28 +242,15 @@ def bench_ema(device, quick, copy_gbs):
                 stream=dict(C=C, P=P, step_us=step_us, recompute_prefix_ms=prefix_ms))
 
 
-def bench_blocks(device, quick):
-    """One SPEN block vs one GPT block (same width), forward + backward, B * T = const tokens."""
-    import gpt
-    import spen
-    C, H = (64, 4) if quick else (256, 4)
-    Ts, tokens, reps = ((64, 256), 512, 2) if quick else ((256, 1024, 4096, 8192), 8192, 3)
-    scfg = spen.SPENConfig(n_embd=C, n_head=H, ffn_hidden=4 * C, ffn_topk=max(1, round(0.06 * 4 * C)))
-    gcfg = gpt.GPTConfig(n_embd=C, n_head=H, block_size=max(Ts))
-    sb, gb = spen.Block(scfg).to(device), gpt.Block(gcfg).to(device)
-    mixers = dict(spen=lambda u: sb.pred(u, spen.shift_right(sb.ctx(u))), gpt=lambda u: gb.attn(u))
-    rows = []
-    for T in Ts:
-        B = max(1, tokens // T)
-        x = torch.randn(B, T, C, device=device, requires_grad=True)
-        row = dict(T=T, B=B)
-        for name, fn in (("spen", sb), ("gpt", gb), ("spen_mixer", mixers["spen"]), ("gpt_mixer", mixers["gpt"])):
-            t = timed(lambda: fn(x).sum().backward(), device, reps, warmup=min(WARMUP, 2))  # ~3 s a call at T=8192
-            row[name] = dict(ms=t["ms_min"], tok_s=B * T / t["ms_min"] * 1e3)
-        row["ratio_block"] = row["gpt"]["ms"] / row["spen"]["ms"]
-        row["ratio_mixer"] = row["gpt_mixer"]["ms"] / row["spen_mixer"]["ms"]
-        rows.append(row)
-    return dict(C=C, n_head=H, tokens_per_batch=tokens, rows=rows)
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
 
 
 def bench_gen(device, quick, model_name):
@@ -221,8 +261,7 @@ def bench_gen(device, quick, model_name):
     small = dict(vocab_size=512, n_layer=2, n_embd=64, n_head=4) if quick else {}
     torch.manual_seed(0)
     if model_name == "spen":
-        extra = dict(ffn_hidden=256, ffn_topk=16) if quick else {}
-        model = spen.SPEN(spen.SPENConfig(**small, **extra))
+        model = spen.SPEN(spen_config(**small))
     else:
         model = gpt.GPT(gpt.GPTConfig(**small, block_size=max(contexts) + 64))
     model = model.to(device).eval()
@@ -253,87 +292,53 @@ def bench_gen(device, quick, model_name):
     return dict(model=model_name, params=model.num_params(), rss_model_mib=rss_model, rows=rows)
 
 
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
-
-
-def bench_train(device, quick):
-    """CUDA: tokens/s and MFU of the 130M SPEN training step, bf16 autocast, eager vs compile."""
-    if device.type != "cuda":
-        return dict(skipped="needs CUDA")
-    import spen
-    cfg = spen.SPENConfig(n_layer=2, n_embd=128, n_head=4, ffn_hidden=512, ffn_topk=31) if quick else spen.SPENConfig()
-    B, T, steps = (2, 128, 3) if quick else (16, 1024, 10)
-    out = dict(B=B, T=T, params=None)
-    for compiled in (False, True):
-        torch.manual_seed(0)
-        model = spen.SPEN(cfg).to(device)
-        out["params"] = model.num_params()
-        opt = model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), "cuda")
-        run = torch.compile(model) if compiled else model
-        idx = torch.randint(cfg.vocab_size, (B, T), device=device)
-
-        def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                _, loss = run(idx, idx)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        t = timed(step, device, reps=steps, warmup=3)
-        out["compile" if compiled else "eager"] = dict(
-            ms=t["ms"], tok_s=B * T / t["ms"] * 1e3,
-            mfu=model.estimate_mfu(B, t["ms"] / 1e3) if hasattr(model, "estimate_mfu") else None)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
-# Worker (one subprocess) and driver
+# Worker (one process) and driver
 
 
-def run_worker(args):
+def run_worker(cfg):
     global WARMUP
-    WARMUP = 1 if args.quick else WARMUP
-    device = torch.device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    on = os.environ.get("BENCH_ALLOCATOR") == "on"
-    res = dict(allocator=on and ema.configure_allocator(), threads=torch.get_num_threads())
-    for sec in args.worker.split(","):
+    WARMUP = 1 if cfg.quick else WARMUP
+    device = torch.device(cfg.device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    on = os.environ.get("BENCH_ALLOCATOR", "on") == "on"
+    if on:
+        from train import configure_allocator
+        on = configure_allocator()
+    res = dict(allocator=on, threads=torch.get_num_threads(), seconds={})
+    for sec in cfg.section_list():
         t0 = time.time()
-        if sec == "limits":
-            res["limits"] = bench_limits(device, args.quick)
+        if sec in CUDA_ONLY and device.type != "cuda" and not cfg.quick:
+            res[sec] = dict(skipped="needs CUDA")
+        elif sec == "limits":
+            res[sec] = bench_limits(device, cfg.quick)
         elif sec == "ema":
             gbs = res["limits"]["copy_gbs"] if "limits" in res else bench_limits(device, True)["copy_gbs"]
-            res["ema"] = bench_ema(device, args.quick, gbs)
-        elif sec == "blocks":
-            res["blocks"] = bench_blocks(device, args.quick)
+            res[sec] = bench_ema(device, cfg.quick, gbs)
         elif sec in ("gen_spen", "gen_gpt"):
-            res[sec] = bench_gen(device, args.quick, sec[4:])
-        elif sec == "train":
-            res["train"] = bench_train(device, args.quick)
-        res.setdefault("seconds", {})[sec] = time.time() - t0
-    with open(args.worker_out, "w") as f:
+            res[sec] = bench_gen(device, cfg.quick, sec[4:])
+        else:  # blocks, ops, memory, compile, train, train_run
+            import bench_train  # here, not at the top: bench_train imports this module
+            res[sec] = getattr(bench_train, f"bench_{sec}")(device, cfg.quick)
+        res["seconds"][sec] = time.time() - t0
+    with open(cfg.worker_out, "w") as f:
         json.dump(res, f)
+    return res
 
 
-def spawn(args, sections, allocator):
-    """Run sections in a fresh Python process; the allocator setting is per process."""
+def spawn(cfg, sections, allocator):
+    """Run sections in a fresh Python process (the worker protocol, see the docstring)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # no env override
     env["BENCH_ALLOCATOR"] = allocator
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "w.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(sections), "--worker_out", out,
-               "--device", args.device, "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
+               "--device", cfg.device, "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"bench worker {sections} (allocator {allocator}) failed:\n{r.stderr[-3000:]}")
+            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise BenchError(f"worker {'+'.join(sections)} (allocator {allocator}) failed: {last}")
         with open(out) as f:
             return json.load(f)
 
@@ -342,100 +347,111 @@ def machine(device):
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
-            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
     out = dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
                platform=platform.platform(), device=str(device))
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
+        out["gpu_memory_gb"] = torch.cuda.get_device_properties(device).total_memory / 1e9
     return out
 
 
 def print_tables(res):
-    """Tables: each figure with the allocator on, off, and off/on (slowdown without it)."""
+    """One table per section; with --allocator both, figures for on | off | off/on."""
     on, off = res["runs"].get("on"), res["runs"].get("off")
     base = on or off
 
-    def both(get, fmt="{:9.2f}", ratio=True):
+    def cells(get, fmt="{:9.2f}"):
         vals = [get(r) if r else None for r in (on, off)]
-        cells = [fmt.format(v) if v is not None else " " * 9 for v in vals]
-        if ratio:
-            cells.append(f"{vals[1] / vals[0]:6.2f}x" if None not in vals and vals[0] else " " * 7)
-        return " ".join(cells)
+        text = " ".join(fmt.format(v) for v in vals if v is not None)
+        if None not in vals and vals[0]:
+            text += f" {vals[1] / vals[0]:6.2f}x"
+        return text
 
-    lim = base["limits"]
-    print(f"\nmachine: {res['machine']['cpu']} ({res['machine']['cores']} cores), torch {res['machine']['torch']}, "
-          f"device {res['machine']['device']}, {base['threads']} threads")
-    print(f"limits (allocator on | off): copy {both(lambda r: r['limits']['copy_gbs'])} GB/s, "
-          f"fp32 matmul {lim['matmul_fp32_tflops']:.3f} TFLOP/s, bf16 matmul {lim['matmul_bf16_tflops']:.3f} TFLOP/s")
-    print("\nema.traces, ms (best of repeats)   columns: allocator on | off | off/on")
-    for i, row in enumerate(base["ema"]["rows"]):
-        print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']} L={row['L']}: copy floor "
-              f"{row['floor_fwd_ms']:.2f} fwd / {row['floor_fb_ms']:.2f} fwd+bwd")
-        for k, name in (("one_op", "one op x->h (floor in ops)"), ("fwd", "traces fwd"), ("fb", "traces fwd+bwd"),
-                        ("ref_fwd", "loop fwd"), ("ref_fb", "loop fwd+bwd")):
-            extra = ""
-            if k in ("fwd", "fb"):
-                extra = f"   {row[k]['x_floor']:.1f}x floor, {row[k]['gbs']:.0f} GB/s"
-            print(f"   {name:28s} {both(lambda r: r['ema']['rows'][i][k]['ms_min'])}{extra}"
-                  f"   faults/call {both(lambda r: r['ema']['rows'][i][k]['faults'], '{:7.0f}', False)}")
-    sw = base["ema"]["chunk_sweep"]
-    print(f" chunk sweep T={sw['T']} fwd+bwd ms: " + ", ".join(f"L={L} {v:.1f}" for L, v in sw["ms"].items()))
-    st = base["ema"]["stream"]
-    print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
-          f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
-    bl = base["blocks"]
-    print(f"\nSPEN block vs GPT block, C={bl['C']}, fwd+bwd, B*T={bl['tokens_per_batch']}, tokens/s   "
-          "ratio = GPT ms / SPEN ms (allocator on | off)")
-    for i, row in enumerate(bl["rows"]):
-        print(f" T={row['T']:5d}: SPEN {row['spen']['tok_s']:9.0f}  GPT {row['gpt']['tok_s']:9.0f}  block ratio "
-              f"{both(lambda r: r['blocks']['rows'][i]['ratio_block'])}  mixer ratio "
-              f"{both(lambda r: r['blocks']['rows'][i]['ratio_mixer'])}")
+    m = res["machine"]
+    print(f"\nmachine: {m.get('gpu', m['cpu'])} ({m['cores']} cores), torch {m['torch']}, device {m['device']}, "
+          f"{base['threads']} threads, allocator {'on | off | off/on' if on and off else 'on' if on else 'off'}")
+    if "limits" in base:
+        lim = base["limits"]
+        print(f"limits: copy {cells(lambda r: r['limits']['copy_gbs'])} GB/s, fp32 matmul "
+              f"{lim['matmul_fp32_tflops']:.3f} TFLOP/s, bf16 matmul {lim['matmul_bf16_tflops']:.3f} TFLOP/s")
+    if "ema" in base:
+        print("\nema.traces, ms (best of repeats), x floor = ms / bandwidth floor, err = max |fast - loop| (fp32)")
+        for i, row in enumerate(base["ema"]["rows"]):
+            print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']}: floor {row['floor_fwd_ms']:.2f} fwd / "
+                  f"{row['floor_fb_ms']:.2f} fwd+bwd; loop {row['loop_fwd']['ms_min']:.2f} / {row['loop_fb']['ms_min']:.2f}")
+            for meth in ("scan", "matmul"):
+                r = row[meth]
+                tf32 = f", TF32 err {max(r['max_err_tf32'].values()):.1e}" if "max_err_tf32" in r else ""
+                fwd = cells(lambda z: z["ema"]["rows"][i][meth]["fwd"]["ms_min"])
+                fb = cells(lambda z: z["ema"]["rows"][i][meth]["fb"]["ms_min"])
+                print(f"   {meth:6s} fwd {fwd} ({r['fwd']['x_floor']:.1f}x floor)  fwd+bwd {fb} "
+                      f"({r['fb']['x_floor']:.1f}x floor)  err {max(r['max_err'].values()):.1e}{tf32}")
+        sw = base["ema"]["chunk_sweep"]
+        for meth, ms in sw["ms"].items():
+            print(f" chunk sweep {meth} T={sw['T']} fwd+bwd ms: " + ", ".join(f"L={L} {v:.2f}" for L, v in ms.items()))
+        st = base["ema"]["stream"]
+        print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
+              f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
+    import bench_train
+    bench_train.print_blocks(base, cells)
     for name in ("gen_spen", "gen_gpt"):
-        if name not in base:
-            continue
-        gen = base[name]
-        print(f"\ngeneration {gen['model']} ({gen['params'] / 1e6:.1f}M params), batch 1: ms/token "
-              f"(on | off | off/on), state MiB, peak RSS MiB (on)")
-        for i, row in enumerate(gen["rows"]):
-            print(f" P={row['P']:6d}: {both(lambda r: r[name]['rows'][i]['ms'])}  state {row['state_mib']:8.1f}  "
-                  f"peak {row['peak_mib'] or 0:8.0f}")
-    tr = base.get("train")
-    if tr and "skipped" not in tr:
-        for k in ("eager", "compile"):
-            print(f"\n130M SPEN train step {k}: {tr[k]['tok_s']:.0f} tokens/s, MFU {tr[k]['mfu'] or 0:.1%}")
-    elif tr:
-        print(f"\ntrain step: skipped ({tr['skipped']}); run: python bench.py --device cuda")
+        if name in base:
+            gen = base[name]
+            print(f"\ngeneration {gen['model']} ({gen['params'] / 1e6:.1f}M params), batch 1: ms/token, "
+                  "state MiB, peak MiB")
+            for i, row in enumerate(gen["rows"]):
+                print(f" P={row['P']:6d}: {cells(lambda r: r[name]['rows'][i]['ms'])}  state {row['state_mib']:8.1f}  "
+                      f"peak {row['peak_mib'] or 0:8.0f}")
+    bench_train.print_tables(base)
+    skipped = [k for k in SECTIONS if isinstance(base.get(k), dict) and "skipped" in base[k]]
+    if skipped:
+        print(f"\nskipped ({', '.join(skipped)}): need CUDA; run: python bench.py --device cuda")
 
 
-def main(args):
-    if args.worker:
-        return run_worker(args)
+def main(cfg):
+    """Run the chosen sections (each job in a fresh worker process), print tables, write JSON."""
+    if cfg.worker:
+        return run_worker(cfg)
     t0 = time.time()
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(args.device)
-    jobs = [sum(JOBS, ())] if args.quick else [j for j in JOBS if j != ("train",) or device.type == "cuda"]
-    settings = ("on", "off") if args.allocator == "both" else (args.allocator,)
-    runs = {s: {} for s in settings}
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if cfg.device == "auto" else cfg.device)
+    cfg.device = str(device)
+    try:  # before any measurement: a bad --out fails in a second, not after the run
+        os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out {cfg.out}: cannot create its folder ({e.strerror}); name a writable path") from None
+    wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
+    if cfg.quick and not cfg.section_list():
+        wanted.remove("compile")  # compiling even a tiny model takes minutes on a small CPU
+    if cfg.quick:
+        jobs = [tuple(wanted)]
+    else:
+        jobs = [tuple(s for s in job if s in wanted) for job in JOBS]
+        jobs = [j for j in jobs if j]
+    settings = ("on", "off") if cfg.allocator == "both" else (cfg.allocator,)
+    runs = {s: dict(seconds={}) for s in settings}
     for sections in jobs:
         for s in settings:
-            print(f"running {'+'.join(sections)} with allocator {s} ...", flush=True)
-            out = spawn(args, sections, s)
-            seconds = {**runs[s].get("seconds", {}), **out.pop("seconds")}
-            runs[s].update(out, seconds=seconds)
-    res = dict(argv=sys.argv, machine=machine(device), quick=args.quick, runs=runs, seconds=time.time() - t0)
+            print(f"running {'+'.join(sections)} (allocator {s}) ...", flush=True)
+            out = spawn(cfg, sections, s)
+            runs[s]["seconds"].update(out.pop("seconds"))
+            runs[s].update(out)
+    res = dict(argv=sys.argv, config=asdict(cfg), machine=machine(device), quick=cfg.quick, runs=runs,
+               seconds=time.time() - t0)
     print_tables(res)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
+    tmp = cfg.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(res, f, indent=1)
-    os.replace(tmp, args.out)
-    secs = ", ".join(f"{k} {sum(r['seconds'].get(k, 0) for r in runs.values()):.0f}" for k in runs[settings[0]]["seconds"])
-    print(f"\nwrote {args.out} ({res['seconds']:.0f} s; per section, all settings: {secs} s)")
+    os.replace(tmp, cfg.out)
+    secs = ", ".join(f"{k} {v:.0f}" for k, v in runs[settings[0]]["seconds"].items())
+    print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")
     return res
 
 
 if __name__ == "__main__":
-    main(get_parser().parse_args())
+    import bench  # this file as the module bench_train imports: one BenchError, one WARMUP
+    config = cli.parse(bench.BenchConfig, bench.get_parser())
+    cli.main_guard(lambda: bench.main(config), bench.BenchError, OSError)
