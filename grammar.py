@@ -103,7 +103,7 @@ LEXICON = {
         "noun": ["car", "truck", "bus", "van", "train", "tram", "bike", "taxi", "jeep",
                  "tractor", "plane", "jet", "boat", "ship", "yacht", "ferry", "scooter", "wagon",
                  "sedan", "coupe", "lorry", "rocket", "drone", "glider", "canoe", "trailer"],
-        "adj": ["heavy", "quiet", "noisy", "cheap", "fancy", "sleek", "sturdy", "speedy",
+        "adj": ["heavy", "silent", "noisy", "cheap", "fancy", "sleek", "sturdy", "speedy",
                 "new", "red", "blue", "green", "shiny", "rusty", "dented", "diesel"],
         "vt": ["tows", "passes", "hits", "blocks", "overtakes", "bumps", "rams", "pulls", "loads",
                "hauls", "lifts", "drags", "escorts", "refuels", "fixes", "trails", "scrapes",

@@ -229,7 +229,7 @@ def cli_main(argv=None):
     try:
         return cli.main_guard(lambda: main(cfg), cli.ConfigError, checkpoint.CheckpointError, ValueError,
                               prog="sample.py")
-    except BrokenPipeError:  # `python sample.py | head`: the reader left; stop quietly (Python docs' recipe)
+    except BrokenPipeError:  # `python sample.py | head`: the reader left; stop without a traceback (the Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
 
