@@ -235,7 +235,7 @@ def run_one(job):
         model, _ = checkpoint.load_model(os.path.join(tcfg.out_dir, "ckpt_last.pt"), device)
         w = hit_windows(cfg, data_lib.load_split(cfg.data, "val"))
         rec.update(hit_key=hit_key, split=split(token_nll(model, w.to(device)).cpu(), recall_hits(w)))
-    checkpoint.atomic_write(path, lambda tmp: json.dump(rec, open(tmp, "w"), indent=2))
+    checkpoint.atomic_json(rec, path)
     return dict(rec, name=name, seed=seed, run=tcfg.out_dir)
 
 

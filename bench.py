@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+import checkpoint
 import cli
 import ema
 
@@ -442,10 +443,7 @@ def main(cfg):
     res = dict(argv=sys.argv, config=asdict(cfg), machine=machine(device), quick=cfg.quick, runs=runs,
                seconds=time.time() - t0)
     print_tables(res)
-    tmp = cfg.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, cfg.out)
+    checkpoint.atomic_json(res, cfg.out)  # a failed write leaves no half file
     secs = ", ".join(f"{k} {v:.0f}" for k, v in runs[settings[0]]["seconds"].items())
     print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")
     return res

@@ -38,6 +38,7 @@ Run
 """
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -324,11 +325,16 @@ class GPT(nn.Module):
         names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
         if name not in names:
             raise ValueError(f"from_pretrained: unknown model {name!r}; choose one of {names}")
+        from sources import hub_unreachable
+        why = hub_unreachable()
+        if why:  # offline: only the local Hugging Face cache can serve, and without its retry storm
+            os.environ["HF_HUB_OFFLINE"] = "1"
         try:
             from transformers import GPT2LMHeadModel
             hf = GPT2LMHeadModel.from_pretrained(name)
         except Exception as e:  # offline, missing package, hub error: one clear line
             raise RuntimeError(f"could not load {name!r} from the Hugging Face hub ({type(e).__name__}); "
                                f"this needs network access and `pip install transformers`, or build a "
-                               f"GPT2LMHeadModel yourself and call GPT.from_hf(model)") from None
+                               f"GPT2LMHeadModel yourself and call GPT.from_hf(model)"
+                               + (f" [hub: {why}]" if why else "")) from None
         return cls.from_hf(hf)

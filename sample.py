@@ -90,13 +90,10 @@ class SampleConfig:
 def load(init_from, device):
     """(model in eval mode on device, a one-line description) from a checkpoint or GPT-2."""
     if init_from in GPT2_NAMES:
-        why = data_lib.hub_unreachable()
-        if why:  # offline: only the local Hugging Face cache can serve, and without retries
-            os.environ["HF_HUB_OFFLINE"] = "1"
         try:
             model = GPT.from_pretrained(init_from)
         except RuntimeError as e:
-            raise SampleError(f"--init_from {init_from}: {e}{f' [hub: {why}]' if why else ''}") from None
+            raise SampleError(f"--init_from {init_from}: {e}") from None
         return model.to(device).eval(), f"{init_from} (OpenAI's weights), {model.num_params():,} parameters"
     model, ckpt = checkpoint.load_model(init_from, device)
     cfg = model.config

@@ -259,13 +259,10 @@ def load_model(cfg):
     """(model, checkpoint dict or None, cfg) for every way a run can start. With a checkpoint,
     the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
     if cfg.init_from == "gpt2":
-        why = data_lib.hub_unreachable()  # offline: use the local HF cache only, no retry storm
-        if why:
-            os.environ["HF_HUB_OFFLINE"] = "1"
         try:
             model = GPT.from_pretrained("gpt2")
         except RuntimeError as e:
-            raise checkpoint.CheckpointError(f"{e}{f' [hub: {why}]' if why else ''}") from None
+            raise checkpoint.CheckpointError(str(e)) from None
         return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0,
                                     block_size=min(cfg.block_size, model.config.block_size))
     if cfg.resume or cfg.init_from != "scratch":
