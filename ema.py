@@ -1,7 +1,13 @@
 """EMA traces: the only temporal context in SPCN and SPEN.
 
-Paper: "EMA Is Not All You Need" (arXiv 2604.08556), the trace h_t = (1 - a) h_{t-1} + a x_t
-with a fixed decay a, used at several timescales at once (SPEN: a = 0.5, 0.1, 0.02).
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556). The definition, at several fixed decays
+at once (SPEN: a = 0.5, 0.1, 0.02):
+    h_t^(s) = (1 - a_s) h_{t-1}^(s) + a_s x_t,     h_{-1}^(s) = h0 (zeros in the paper)
+and, as the positive control of the ablation (not in the paper), a decay computed from the
+input per step and channel:
+    h_t = (1 - a_t) h_{t-1} + a_t x_t
+The reference loops come first in this file (`traces_ref`, `step`, `selective_traces_ref`):
+they are the definition, one step per token. The fast paths below them compute the same numbers.
 
 Shape glossary
     B batch, T time, C channels (width), S number of traces (len(alphas)),
@@ -15,6 +21,8 @@ Code name -> paper symbol
 
 Public functions
     traces_ref(x, alphas, h0)            the plain loop over time: the readable definition.
+    step(x_t, h, alphas)                 one time step, O(1) memory, for streaming generation.
+    selective_traces_ref(x, a, h0)       the loop of the selective trace.
     traces(x, alphas, h0, method=)       the fast exact paths, chosen by `method`:
         "scan"    chunked two-level scan with a reversed-time backward: L + N Python steps, the
                   fewest bytes moved; best on a CPU, where an operator costs little.
@@ -22,45 +30,14 @@ Public functions
                   backward, whatever T is; for accelerators, where each operator is a kernel
                   launch of several microseconds.
         "auto"    matmul on CUDA, scan elsewhere.
-    step(x_t, h, alphas)                 one time step, O(1) memory, for streaming generation.
-    selective_traces(_ref)(x, a, h0)     the positive control (not in the paper): a_t computed
-                                         from the input, h_t = (1 - a_t) h_{t-1} + a_t x_t, per
-                                         channel; the same three methods.
+    selective_traces(x, a, h0, method=)  the same three methods for the selective trace.
 
 Precision: every method computes in the input's dtype, half-precision inputs in float32 (cast
 up, returned in float32), with torch.autocast switched off inside: the slow trace (a = 0.02)
-sums ~50 terms, which bf16's 8-bit mantissa would round visibly. Matmuls on CUDA follow torch's TF32 setting: with
-`torch.backends.cuda.matmul.allow_tf32 = True` (train.py sets it) their inputs are rounded to a
-10-bit mantissa (relative error ~5e-4, accumulation still float32); bench.py checks the 1e-5
-agreement with the loop with TF32 off and reports the TF32 error beside it.
-
-The scan (`_ChunkedTraces`), a two-level scan that writes h once:
-  1. cut time into N chunks of L steps; one small matmul gives each chunk's end state from a
-     zero start, E (S, L) @ x_chunk (L, C), E[s, j] = a_s (1 - a_s)^(L - 1 - j);
-  2. a loop over the N chunks carries the state across them: h_in(n + 1) = end(n) + (1 - a)^L h_in(n);
-  3. a loop over the L positions runs the recurrence itself, for all B * N chunks and S decays at
-     once: one `torch.lerp(h_{i-1}, x_i, a)` (= (1 - a) h_{i-1} + a x_i) per position, written
-     straight into the output with `out=`.
-The gradient of an EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
-dL/dx_t = sum_s a_s lambda_t^(s), dL/dh0 = (1 - a) lambda_0: the backward is the same two-level
-scan in reverse, and nothing is saved for it.
-
-The matrix form (`_traces_matmul`), exact for any L, all chunks at once:
-  1. within each chunk from a zero state, y_i = sum_{j<=i} a (1 - a)^(i-j) x_j: ONE batched
-     matmul of the (L S x L) decay matrix M[(i, s), j] with every chunk of x;
-  2. the state entering chunk n, h_in(n) = sum_{k<=n} (1 - a)^(L (n-k)) z_k over
-     z = (h0, end(0), ..., end(N-2)): ONE matmul with an (N x N) lower-triangular matrix per decay;
-  3. h_i = y_i + (1 - a)^(i+1) h_in: ONE multiply-add.
-Autograd differentiates these few operators (the backward is their transposes), so the operator
-count per call is constant in T. Work is O(T L S C) for step 1 and O(T^2 / L^2 S C) for step 2.
-
-The selective traces use the same two ideas with per-step decays d_t = 1 - a_t: the scan is
-the two-level scan through autograd, the matrix form a chunked solver of h_t = d_t h_{t-1} + b_t
-(`_recurrence`) whose in-chunk decay matrix is a cumulative product, nested three levels deep,
-with a hand-written backward (see the comment above `_check_selective` for why no logarithm).
-
-Numerics of the fixed-decay forms: every coefficient is a power (1 - a)^k <= 1 of a decay in [0, 1), built in
-float64 and cast: nothing overflows, and a power that underflows to 0 is its exact limit.
+sums ~50 terms, which bf16's 8-bit mantissa would round visibly. Matmuls on CUDA follow torch's
+TF32 setting: with `torch.backends.cuda.matmul.allow_tf32 = True` (train.py sets it) their inputs
+are rounded to a 10-bit mantissa (relative error ~5e-4, accumulation still float32); bench.py
+checks the 1e-5 agreement with the loop with TF32 off and reports the TF32 error beside it.
 
 Run `python -m pytest tests/test_ema.py` for the agreement tests; `python bench.py` measures
 speed and operator counts (results/bench/).
@@ -76,18 +53,50 @@ METHODS = ("auto", "scan", "matmul")
 HALF = (torch.float16, torch.bfloat16)  # computed and returned in float32
 
 
-def chunk_len(T):
-    """L of the scan for a sequence of T steps: about 16 chunks, L in [16, 256]. Any L >= 1 is
-    exact; this trades the L + N Python steps against the size of one (B, N, S, C) slice, which
-    should stay cache-sized."""
-    return max(16, min(256, T // 16))
+# ---------------------------------------------------------------------------------------------
+# The definition: the reference loops, one step per token. The fast paths below compute the
+# same numbers (tests/test_ema.py checks values and gradients).
 
 
-def matmul_chunk_len(T):
-    """L of the matrix form: 32 (or T if shorter). Step 1 costs 2 L S flops per output element,
-    step 2 costs 2 S T / L^2 of them: at L = 32 step 1 dominates up to T ~ 32k, and its flops
-    per byte written stay near an accelerator's fp32 balance point."""
-    return max(1, min(32, T))
+def traces_ref(x, alphas, h0=None):
+    """Reference loop. x (B, T, C) -> h (B, T, S, C); h_t = (1 - a) h_{t-1} + a x_t.
+
+    `unbind` (not x[:, t]) keeps the autograd backward linear in T.
+    """
+    alphas = _check(x, alphas, h0)
+    B, T, C = x.shape
+    a = torch.tensor(alphas, dtype=x.dtype, device=x.device).view(1, -1, 1)  # (1, S, 1)
+    h = x.new_zeros(B, len(alphas), C) if h0 is None else h0  # (B, S, C)
+    out = []
+    for x_t in x.unbind(1):  # x_t (B, C)
+        h = (1 - a) * h + a * x_t.unsqueeze(1)  # (B, S, C)
+        out.append(h)
+    return torch.stack(out, dim=1) if out else x.new_zeros(B, 0, len(alphas), C)  # (B, T, S, C)
+
+
+def step(x_t, h, alphas):
+    """One time step: x_t (B, C), h (B, S, C) -> next h (B, S, C). Constant memory per token."""
+    alphas = tuple(float(a) for a in alphas)
+    if x_t.dim() != 2 or h.dim() != 3 or h.shape != (x_t.shape[0], len(alphas), x_t.shape[1]):
+        raise ValueError(f"step expects x_t (B, C) and h (B, S={len(alphas)}, C); got "
+                         f"{tuple(x_t.shape)} and {tuple(h.shape)}")
+    a = torch.tensor(alphas, dtype=h.dtype, device=h.device).view(1, -1, 1)
+    return torch.lerp(h, x_t.unsqueeze(1).to(h.dtype), a)  # h + a (x - h) = (1 - a) h + a x
+
+
+def selective_traces_ref(x, a, h0=None):
+    """Reference loop: h_t = (1 - a_t) h_{t-1} + a_t x_t, with a_t (B, C) from a (B, T, C)."""
+    _check_selective(x, a, h0)
+    h = x.new_zeros(x.shape[0], x.shape[2]) if h0 is None else h0  # (B, C)
+    out = []
+    for x_t, a_t in zip(x.unbind(1), a.unbind(1)):
+        h = (1 - a_t) * h + a_t * x_t
+        out.append(h)
+    return torch.stack(out, dim=1) if out else x.new_zeros(x.shape)  # (B, T, C)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input checks (one-line ValueErrors that say what to fix) and the precision switch.
 
 
 def _resolve(method, device):
@@ -127,30 +136,59 @@ def _check_chunk(chunk):
         raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
 
 
-def traces_ref(x, alphas, h0=None):
-    """Reference loop. x (B, T, C) -> h (B, T, S, C); h_t = (1 - a) h_{t-1} + a x_t.
-
-    `unbind` (not x[:, t]) keeps the autograd backward linear in T.
-    """
-    alphas = _check(x, alphas, h0)
-    B, T, C = x.shape
-    a = torch.tensor(alphas, dtype=x.dtype, device=x.device).view(1, -1, 1)  # (1, S, 1)
-    h = x.new_zeros(B, len(alphas), C) if h0 is None else h0  # (B, S, C)
-    out = []
-    for x_t in x.unbind(1):  # x_t (B, C)
-        h = (1 - a) * h + a * x_t.unsqueeze(1)  # (B, S, C)
-        out.append(h)
-    return torch.stack(out, dim=1) if out else x.new_zeros(B, 0, len(alphas), C)  # (B, T, S, C)
+def _check_selective(x, a, h0):
+    if x.dim() != 3 or a.shape != x.shape:
+        raise ValueError(f"selective traces expect x and a of the same shape (B, T, C); got "
+                         f"{tuple(x.shape)} and {tuple(a.shape)}")
+    if h0 is not None and tuple(h0.shape) != (x.shape[0], x.shape[2]):
+        raise ValueError(f"h0 must have shape (B, C) = {(x.shape[0], x.shape[2])}, got {tuple(h0.shape)}")
 
 
-def step(x_t, h, alphas):
-    """One time step: x_t (B, C), h (B, S, C) -> next h (B, S, C). Constant memory per token."""
-    alphas = tuple(float(a) for a in alphas)
-    if x_t.dim() != 2 or h.dim() != 3 or h.shape != (x_t.shape[0], len(alphas), x_t.shape[1]):
-        raise ValueError(f"step expects x_t (B, C) and h (B, S={len(alphas)}, C); got "
-                         f"{tuple(x_t.shape)} and {tuple(h.shape)}")
-    a = torch.tensor(alphas, dtype=h.dtype, device=h.device).view(1, -1, 1)
-    return torch.lerp(h, x_t.unsqueeze(1).to(h.dtype), a)  # h + a (x - h) = (1 - a) h + a x
+# ---------------------------------------------------------------------------------------------
+# Fast paths.
+#
+# The scan (`_ChunkedTraces`), a two-level scan that writes h once:
+#   1. cut time into N chunks of L steps; one small matmul gives each chunk's end state from a
+#      zero start, E (S, L) @ x_chunk (L, C), E[s, j] = a_s (1 - a_s)^(L - 1 - j);
+#   2. a loop over the N chunks carries the state across them: h_in(n + 1) = end(n) + (1 - a)^L h_in(n);
+#   3. a loop over the L positions runs the recurrence itself, for all B * N chunks and S decays at
+#      once: one `torch.lerp(h_{i-1}, x_i, a)` (= (1 - a) h_{i-1} + a x_i) per position, written
+#      straight into the output with `out=`.
+# The gradient of an EMA is an EMA run backwards in time, lambda_t = g_t + (1 - a) lambda_{t+1},
+# dL/dx_t = sum_s a_s lambda_t^(s), dL/dh0 = (1 - a) lambda_0: the backward is the same two-level
+# scan in reverse, and nothing is saved for it.
+#
+# The matrix form (`_traces_matmul`), exact for any L, all chunks at once:
+#   1. within each chunk from a zero state, y_i = sum_{j<=i} a (1 - a)^(i-j) x_j: ONE batched
+#      matmul of the (L S x L) decay matrix M[(i, s), j] with every chunk of x;
+#   2. the state entering chunk n, h_in(n) = sum_{k<=n} (1 - a)^(L (n-k)) z_k over
+#      z = (h0, end(0), ..., end(N-2)): ONE matmul with an (N x N) lower-triangular matrix per decay;
+#   3. h_i = y_i + (1 - a)^(i+1) h_in: ONE multiply-add.
+# Autograd differentiates these few operators (the backward is their transposes), so the operator
+# count per call is constant in T. Work is O(T L S C) for step 1 and O(T^2 / L^2 S C) for step 2.
+#
+# The selective traces use the same two ideas with per-step decays d_t = 1 - a_t: the scan is
+# the two-level scan through autograd, the matrix form a chunked solver of h_t = d_t h_{t-1} + b_t
+# (`_recurrence`) whose in-chunk decay matrix is a cumulative product, nested three levels deep,
+# with a hand-written backward (see the comment above `_selective_scan` for why no logarithm).
+#
+# Numerics of the fixed-decay forms: every coefficient is a power (1 - a)^k <= 1 of a decay in
+# [0, 1), built in float64 and cast: nothing overflows, and a power that underflows to 0 is its
+# exact limit.
+
+
+def chunk_len(T):
+    """L of the scan for a sequence of T steps: about 16 chunks, L in [16, 256]. Any L >= 1 is
+    exact; this trades the L + N Python steps against the size of one (B, N, S, C) slice, which
+    should stay cache-sized."""
+    return max(16, min(256, T // 16))
+
+
+def matmul_chunk_len(T):
+    """L of the matrix form: 32 (or T if shorter). Step 1 costs 2 L S flops per output element,
+    step 2 costs 2 S T / L^2 of them: at L = 32 step 1 dominates up to T ~ 32k, and its flops
+    per byte written stay near an accelerator's fp32 balance point."""
+    return max(1, min(32, T))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,25 +363,6 @@ def traces(x, alphas, h0=None, *, method="auto", chunk=None):
 # NaN, P_j underflows to 0 after a few steps of large a (0 / 0), and the difference of two large
 # cumulative sums cancels. Both methods below use only products and lerps of numbers in [0, 1]:
 # no logarithm, no division, nothing overflows, and an underflow to 0 is the exact limit.
-
-
-def _check_selective(x, a, h0):
-    if x.dim() != 3 or a.shape != x.shape:
-        raise ValueError(f"selective traces expect x and a of the same shape (B, T, C); got "
-                         f"{tuple(x.shape)} and {tuple(a.shape)}")
-    if h0 is not None and tuple(h0.shape) != (x.shape[0], x.shape[2]):
-        raise ValueError(f"h0 must have shape (B, C) = {(x.shape[0], x.shape[2])}, got {tuple(h0.shape)}")
-
-
-def selective_traces_ref(x, a, h0=None):
-    """Reference loop: h_t = (1 - a_t) h_{t-1} + a_t x_t, with a_t (B, C) from a (B, T, C)."""
-    _check_selective(x, a, h0)
-    h = x.new_zeros(x.shape[0], x.shape[2]) if h0 is None else h0  # (B, C)
-    out = []
-    for x_t, a_t in zip(x.unbind(1), a.unbind(1)):
-        h = (1 - a_t) * h + a_t * x_t
-        out.append(h)
-    return torch.stack(out, dim=1)  # (B, T, C)
 
 
 def _selective_scan(x, a, h0, L):

@@ -174,12 +174,10 @@ class GPT(nn.Module):
     # ---- forward passes -------------------------------------------------------------------
 
     def _embed(self, idx, pos0=0):
-        """idx (B, T) int64 -> token + position embedding (B, T, C), positions pos0 .. pos0+T-1."""
+        """idx (B, T) int64 -> token + position embedding (B, T, C), positions pos0 .. pos0+T-1.
+        The ids are not checked here (reading them would stall the GPU every forward): step,
+        generate and the batch loader check them where they enter. The length is a shape."""
         T = idx.size(1)
-        if T == 0:
-            raise ValueError("an empty sequence (T = 0) has nothing to predict; give at least one token")
-        if not torch.compiler.is_compiling():  # a host sync; skipped inside compiled graphs
-            lm.check_tokens(idx, self.config.vocab_size)
         if pos0 + T > self.config.block_size:
             raise ValueError(f"sequence of {pos0 + T} tokens exceeds block_size {self.config.block_size}; "
                              f"crop the input or build the model with a larger block_size")
@@ -230,7 +228,10 @@ class GPT(nn.Module):
     def step(self, token, state):
         """token (B,) int64 -> (logits (B, V) for the next token, new state). Memory grows with
         the number of tokens seen (the KV cache); SPEN's linear state does not."""
-        logits, state = self.extend(token.view(-1, 1), state)
+        lm.check_tokens(token, self.config.vocab_size, "token")
+        if token.dim() != 1:
+            raise ValueError(f"token must be a (B,) tensor of token ids, got shape {tuple(token.shape)}")
+        logits, state = self.extend(token[:, None], state)
         return logits[:, -1, :], state  # (B, V)
 
     @torch.no_grad()
@@ -239,14 +240,14 @@ class GPT(nn.Module):
         cache. When the cache reaches block_size it is rebuilt from the last block_size tokens.
         temperature 0 means greedy; `generator` (torch.Generator) makes sampling reproducible."""
         lm.check_sampling(max_new_tokens, temperature, top_k)
+        lm.check_tokens(idx, self.config.vocab_size, "prompt")
         if idx.dim() != 2 or idx.shape[1] == 0:
             raise ValueError("generate needs a prompt of shape (B, T) with T >= 1 (e.g. the EOT id 50256)")
-        lm.check_tokens(idx, self.config.vocab_size, "prompt")
         state = None
         for _ in range(max_new_tokens):
             if state is None:
-                ctx = idx[:, -self.config.block_size:]
-                logits, state = self.extend(ctx, self.init_state(idx.size(0), idx.device))
+                context = idx[:, -self.config.block_size:]
+                logits, state = self.extend(context, self.init_state(idx.size(0), idx.device))
                 logits = logits[:, -1, :]  # (B, V)
             nxt = lm.sample_next(logits, temperature, top_k, generator)[:, None]  # (B, 1)
             idx = torch.cat((idx, nxt), dim=1)

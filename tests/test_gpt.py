@@ -1,5 +1,6 @@
 """Tests for gpt.py: exact Hugging Face GPT-2 logits, KV cache == full forward, causality,
-parameter count of GPT-2 small, token-id checks, determinism of generate."""
+parameter count of GPT-2 small, token-id checks in step and generate, no host sync in a training
+forward, determinism of generate."""
 from dataclasses import asdict
 
 import pytest
@@ -141,13 +142,18 @@ def test_token_ids_and_generate_arguments_are_checked():
     V = TINY.vocab_size  # 97 real tokens in a 128-row table: 97..127 are padding, not tokens
     assert m.transformer.wte.weight.shape[0] == lm.padded_vocab(V) == 128
     assert m(torch.zeros(1, 4, dtype=torch.long))[0].shape[-1] == V  # logits cover real tokens only
-    for bad in (torch.tensor([[V]]), torch.tensor([[-1]]), torch.tensor([[127]])):
+    # token ids are checked where they enter: step and generate (forward checks nothing: no sync)
+    for bad in (torch.tensor([V]), torch.tensor([-1]), torch.tensor([127])):  # 127: a padding row
         with pytest.raises(ValueError, match="outside"):
-            m(bad)
+            m.step(bad, m.init_state(1))
+        with pytest.raises(ValueError, match="outside"):
+            m.generate(bad[:, None], 2)
     with pytest.raises(ValueError, match="integer"):
-        m(torch.zeros(1, 3))
-    with pytest.raises(ValueError, match="T = 0"):
-        m(torch.zeros(1, 0, dtype=torch.long))
+        m.step(torch.zeros(1), m.init_state(1))
+    with pytest.raises(ValueError, match="integer"):
+        m.generate(torch.zeros(1, 3), 2)
+    with pytest.raises(ValueError, match=r"\(B,\)"):
+        m.step(torch.zeros(1, 2, dtype=torch.long), m.init_state(1))
     idx = torch.zeros(1, 2, dtype=torch.long)
     for kw, match in ((dict(temperature=-1.0), "temperature"), (dict(top_k=0), "top_k"),
                       (dict(max_new_tokens=-3), "max_new_tokens")):
@@ -155,5 +161,22 @@ def test_token_ids_and_generate_arguments_are_checked():
             m.generate(idx, **{"max_new_tokens": 2, **kw})
     with pytest.raises(ValueError, match="prompt"):
         m.generate(torch.zeros(1, 0, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        m.generate(torch.zeros(3, dtype=torch.long), 2)
     out = m.generate(idx, 30, generator=torch.Generator().manual_seed(0))
     assert int(out.max()) < V  # padding rows are never sampled
+
+
+def test_training_forward_makes_no_host_sync(monkeypatch):
+    """No token-range check (nor any other device -> host read) inside forward and backward: ids
+    are checked where they enter (step, generate, the batch loader)."""
+    m = _tiny().train()
+    reads = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a))
+    monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: reads.append("check_tokens"))
+    idx = torch.randint(0, TINY.vocab_size, (2, 17))
+    logits, loss = m(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    assert reads == [] and logits.shape == (2, 16, TINY.vocab_size)

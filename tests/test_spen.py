@@ -1,16 +1,15 @@
-"""spen.py and readers.py: paper-size parameter count, strict causality, step == forward for every
-predictor x reads x context, what state and history readers can tell apart, autocast dtypes,
-checked inputs, learning, contract."""
-import inspect
+"""spen.py: paper-size parameter count, strict causality, step == forward for every predictor x
+reads x context, the reference-loop trace method == the fast paths (values and gradients), one
+initialisation, no host sync in a training forward, autocast dtypes, checked inputs where they
+enter (step, generate), learning, contract. The readers themselves: tests/test_variants.py."""
 from dataclasses import asdict
 
 import pytest
 import torch
 
-import ema
 import lm
-from readers import READERS, LinearAttnHistory, linear_attention_ref
-from spen import SPEN, VARIANTS, Block, SparseFFN, SPENConfig, shift_right
+import spen
+from spen import READERS, SPEN, VARIANTS, SparseFFN, SPENConfig
 
 V = 60  # tiny vocabulary; the table is padded to 64 rows, so ids 60..63 are padding
 
@@ -61,22 +60,6 @@ def test_strictly_causal(predictor, reads, context):
         assert not torch.allclose(a[:, j], b[:, j], atol=1e-4), "changed token had no effect"
 
 
-@pytest.mark.parametrize("predictor,reads", list(READERS))
-def test_predictor_reads_only_past_traces(predictor, reads):
-    """x̂_t must not depend on u_t through the values: perturb u_t only inside the traces' input."""
-    block = Block(tiny(predictor=predictor, reads=reads)).eval()
-    u = torch.randn(1, 10, 32)
-    assert block(u).shape == u.shape  # usable standalone: (B, T, C) -> (B, T, C)
-    hp = shift_right(block.ctx(u))  # (1, 10, S, C)
-    u2 = u.clone()
-    u2[:, 5] += 1.0
-    hp2 = shift_right(block.ctx(u2))
-    assert torch.equal(hp[:, :6], hp2[:, :6])  # h_{t-1} at t <= 5 does not contain u_5
-    x1, x2 = block.pred(u, hp), block.pred(u, hp2)  # same query, traces differ only from t = 6
-    assert torch.allclose(x1[:, :6], x2[:, :6], atol=1e-6, rtol=0)
-    assert not torch.allclose(x1[:, 6], x2[:, 6], atol=1e-5)
-
-
 def state_numel(state):
     return sum(t.numel() for s in state for t in [s["h"], *(s["pred"] or {}).values()])
 
@@ -97,53 +80,6 @@ def test_step_reproduces_forward(predictor, reads, context):
     assert state_numel(state) == 3 * model.config.n_layer * model.state_floats(13)
     if reads == "state":
         assert state_numel(state) == state_numel(model.init_state(3)) == 3 * 2 * 3 * 32
-
-
-def test_state_readers_cannot_tell_pasts_with_equal_state_apart():
-    """With S = 3 traces, 4 inputs u_0..u_3 map linearly to h_3 through a 3 x 4 matrix, which has
-    a null space: two different pasts with the same state h_3. A state reader gives the same x̂_4
-    for both; a history reader sees h_0..h_2 too and tells them apart."""
-    a = torch.tensor(SPENConfig().alphas, dtype=torch.float64)[:, None]  # (S, 1)
-    M = a * (1 - a) ** (3 - torch.arange(4, dtype=torch.float64))  # (S, 4): h_3 = M u_{0..3}
-    null = torch.linalg.svd(M).Vh[-1]  # (4,), M @ null = 0
-    torch.manual_seed(0)
-    u = torch.randn(1, 5, 32)
-    u2 = u.clone()
-    u2[0, :4] += 3 * null.float()[:, None] * torch.randn(32)
-    for predictor, reads in READERS:
-        block = Block(tiny(predictor=predictor, reads=reads)).eval()
-        for p in block.pred.parameters():  # away from the near-uniform attention of the init
-            torch.nn.init.normal_(p, std=0.3)
-        hp, hp2 = shift_right(block.ctx(u)), shift_right(block.ctx(u2))
-        assert torch.allclose(hp[:, 4], hp2[:, 4], atol=1e-5) and not torch.allclose(hp[:, 3], hp2[:, 3], atol=0.1)
-        with torch.no_grad():
-            x1, x2 = block.pred(u, hp)[0, 4], block.pred(u, hp2)[0, 4]  # x̂_4, same query u_4
-        diff, scale = (x1 - x2).abs().max(), x1.abs().max()
-        if reads == "state":
-            assert diff < 1e-4 * scale, (predictor, reads, diff / scale)
-        else:
-            assert diff > 1e-2 * scale, (predictor, reads, diff / scale)
-
-
-def test_history_reader_is_lossless():
-    """The inputs come back exactly from what the softmax history reader caches: its value slots
-    v = W_v (h_{j-1}^s + E_s), inverted through W_v, give h, and u_j = (h_j - (1 - a) h_{j-1}) / a."""
-    torch.manual_seed(0)
-    cfg = tiny(predictor="softmax_attn", reads="history")
-    block = Block(cfg).double().eval()
-    T, C, S = 8, 32, 3
-    u = torch.randn(1, T, C, dtype=torch.float64)
-    hp = shift_right(block.ctx(u))  # (1, T, S, C)
-    state = block.pred.init_state(1, None)
-    state = {k: v.double() for k, v in state.items()}
-    for t in range(T):
-        _, state = block.pred.step(u[:, t], hp[:, t], state)
-    v = state["v"].transpose(1, 2).reshape(1, T * S, C)  # (1, T*S, C), slots j*S + s
-    z = torch.linalg.solve(block.pred.v.weight, v[0].t()).t().view(T, S, C)  # W_v^-1 v
-    h = z - block.pred.trace_emb  # (T, S, C): h_{j-1}^s, j = 0..T-1
-    for s, a_s in enumerate(cfg.alphas):
-        rec = (h[1:, s] - (1 - a_s) * h[:-1, s]) / a_s  # (T-1, C) = u_0..u_{T-2}
-        assert torch.allclose(rec, u[0, :T - 1], atol=1e-8), s
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -179,42 +115,51 @@ def test_pure_bf16_model_runs_forward_and_step(predictor, reads):
     assert torch.allclose(torch.stack(out, 1).float(), ref.float(), atol=0.1, rtol=0)
 
 
-@pytest.mark.parametrize("predictor", ["linear_attn", "softmax_attn"])
-def test_state_attention_is_attention_over_s_slots(predictor):
-    """Each position's x̂_t equals textbook attention with one query (q_t) and S keys/values
-    (h_{t-1}^s + E_s): SDPA for softmax, `linear_attention_ref` at T = 1 for linear."""
-    torch.manual_seed(3)
-    pred = Block(tiny(predictor=predictor)).pred
-    u, hp = torch.randn(2, 5, 32), torch.randn(2, 5, 3, 32)
-    z = hp + pred.trace_emb  # (B, T, S, C)
-    q = pred.q(u).view(10, 1, 4, 8).transpose(1, 2)  # (B*T, H, 1, D)
-    k, v = (lin(z).view(10, 3, 4, 8).transpose(1, 2) for lin in (pred.k, pred.v))  # (B*T, H, S, D)
-    attend = torch.nn.functional.scaled_dot_product_attention if predictor == "softmax_attn" else linear_attention_ref
-    ref = attend(q, k, v).transpose(1, 2).reshape(2, 5, 32)
-    assert torch.allclose(pred(u, hp), ref, atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("T,chunk", [(1, 4), (13, 4), (16, 4), (20, 64)])
-def test_chunked_linear_attention_equals_reference(T, chunk):
-    pred = LinearAttnHistory(tiny(predictor="linear_attn", reads="history"))
-    pred.chunk = chunk
-    g = torch.Generator().manual_seed(T)
-    q = torch.randn(2, 4, T, 8, generator=g, requires_grad=True)
-    k = torch.randn(2, 4, T * 3, 8, generator=g, requires_grad=True)
-    v = torch.randn(2, 4, T * 3, 8, generator=g, requires_grad=True)
-    fast, ref = pred.attend(q, k, v), linear_attention_ref(q, k, v)
-    assert torch.allclose(fast, ref, atol=1e-5, rtol=0)
-    w = torch.randn(fast.shape, generator=g)
-    for a, b in zip(torch.autograd.grad((fast * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
-        assert torch.allclose(a, b, atol=1e-5, rtol=0)
-
-
-@pytest.mark.skipif("method" not in inspect.signature(ema.traces).parameters, reason="ema.traces has no method yet")
 @pytest.mark.parametrize("context", ["ema", "selective"])
 def test_trace_methods_agree(context):
     idx = tokens(2, 40, 10)  # longer than one chunk
     out = {m: make(trace_method=m, context=context)(idx)[0] for m in ("auto", "scan", "matmul")}
     assert torch.allclose(out["scan"], out["auto"], atol=1e-5) and torch.allclose(out["matmul"], out["auto"], atol=1e-4)
+
+
+@pytest.mark.parametrize("context", ["ema", "selective"])
+def test_reference_loop_equals_default_path_values_and_gradients(context):
+    """trace_method='loop' runs ema's reference loops inside the model: the same logits, loss and
+    gradient of every parameter as the default fast path (T = 40 spans several chunks)."""
+    idx = tokens(2, 41, 11)
+    runs = {}
+    for method in ("auto", "loop"):
+        model = make(trace_method=method, context=context)  # same seed: same weights
+        logits, loss = model(idx[:, :-1], idx[:, 1:])
+        runs[method] = logits, loss, torch.autograd.grad(loss, list(model.parameters()))
+    (lf, lossf, gf), (lr, lossr, gr) = runs["auto"], runs["loop"]
+    assert torch.allclose(lf, lr, atol=1e-5, rtol=0) and torch.allclose(lossf, lossr, atol=1e-6)
+    assert len(gf) == len(gr) == len(list(make(context=context).parameters()))
+    for a, b in zip(gf, gr):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_parameters_are_initialised_once(monkeypatch):
+    calls = []
+    real = spen.init_weights
+    monkeypatch.setattr(spen, "init_weights", lambda module, cfg: calls.append(type(module).__name__) or real(module, cfg))
+    SPEN(tiny(n_layer=3))
+    assert calls == ["SPEN"]  # once, for the whole model; Blocks do not initialise themselves
+
+
+def test_training_forward_makes_no_host_sync(monkeypatch):
+    """No token-range check (nor any other device -> host read) inside forward and backward: ids
+    are checked where they enter (step, generate, the batch loader)."""
+    reads = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a))
+    monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: reads.append("check_tokens"))
+    for context in ("ema", "selective"):
+        idx = tokens(2, 17, 12)
+        logits, loss = make(context=context).train()(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+    assert reads == [] and logits.shape == (2, 16, V)
 
 
 def test_tiny_model_overfits_tiny_batch():
@@ -277,14 +222,16 @@ def test_meaningless_combinations_are_refused():
         tiny(predictor="softmax_attn", n_head=5)
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda m: m(torch.tensor([[1, V]])), r"outside \[0, 60\)"),  # a padding row: not a token
-    (lambda m: m(torch.tensor([[-1, 2]])), "outside"),
-    (lambda m: m(torch.zeros(1, 3)), "integer tensor"),
-    (lambda m: m(torch.zeros(2, 0, dtype=torch.long)), "T >= 1"),
-    (lambda m: m(torch.zeros(3, dtype=torch.long)), r"\(B, T\)"),
-    (lambda m: m(torch.ones(1, 3, dtype=torch.long), torch.tensor([[1, -1, V]])), "targets"),
+@pytest.mark.parametrize("call,match", [  # user tokens enter through step and generate
+    (lambda m: m.step(torch.tensor([V]), m.init_state(1)), r"outside \[0, 60\)"),  # a padding row: not a token
+    (lambda m: m.step(torch.tensor([-1, 2]), m.init_state(2)), "outside"),
+    (lambda m: m.step(torch.zeros(1), m.init_state(1)), "integer tensor"),
+    (lambda m: m.step(torch.zeros(1, 3, dtype=torch.long), m.init_state(1)), r"\(B,\)"),
     (lambda m: m.step(torch.tensor([V + 2]), m.init_state(1)), "token"),
+    (lambda m: m.generate(torch.tensor([[1, V]]), 3), r"outside \[0, 60\)"),
+    (lambda m: m.generate(torch.tensor([[-1, 2]]), 3), "outside"),
+    (lambda m: m.generate(torch.zeros(1, 3), 3), "integer tensor"),
+    (lambda m: m.generate(torch.zeros(3, dtype=torch.long), 3), r"\(B, T\)"),
     (lambda m: m.generate(torch.zeros(1, 0, dtype=torch.long), 3), "prompt of at least one token"),
     (lambda m: m.generate(torch.tensor([[V]]), 3), "outside"),
     (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), -3), "max_new_tokens"),

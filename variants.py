@@ -1,10 +1,12 @@
-"""SPEN's trace readers: the predictor x̂_t = P(h_{t-1}, u_t) of each block, in two families.
+"""SPEN's variants: the attention readers of the traces and the selective context. spen.py
+imports them by name; the paper's own reader (the linear predictor) and context (fixed-decay
+EMA) live in spen.py.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
 predictor ablation (a linear map and full softmax attention over the traces tie). The paper
 argues by data processing: once the EMA has mixed the tokens into the trace state, no reader of
 that state can recover what it lost. That argument holds only for a reader restricted to the
-state, so the readers come in two families (config field `reads`):
+state, so the attention readers come in two families (config field `reads`, PAPER.md choice 4):
 
   reads='state'    x̂_t is a function of u_t and the S vectors h_{t-1}^1..S of the layer only:
                    the recurrent state, S*C numbers whatever the context length. The paper's
@@ -18,37 +20,41 @@ state, so the readers come in two families (config field `reads`):
                    running sums of its linear attention (H*D*D + H*D per layer: bounded, but
                    D/S times the trace state).
 
-Readers (config `predictor` x `reads`):
-  linear        state    x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]     the paper's predictor (S C^2)
+Readers here (config `predictor` x `reads`; spen.READERS adds ('linear', 'state'), the paper's):
   linear_attn   state    linear attention over the S slots of h_{t-1}             (3C^2 + SC)
   softmax_attn  state    softmax attention over the S slots of h_{t-1}            (3C^2 + SC)
   linear_attn   history  causal linear attention over all T*S past slots          (3C^2 + SC)
   softmax_attn  history  causal softmax attention over all T*S past slots         (3C^2 + SC)
-linear + history is refused (a linear map of a growing history is not one reader).
 
-Attention readers (both families): a slot holds z = h_{j-1}^s + E_s (E_s a learned timescale
-embedding), keys k = W_k z and values v = W_v z come from trace states only, the query
-q_t = W_q u_t from the current input (content-based: the strongest reader). Values never hold
-u_t, so x̂_t cannot copy it. No output projection: W_mix follows linearly. So every attention
-reader has 3C^2 + SC parameters per block against linear's S C^2 (equal up to SC at S = 3),
-and the ablation changes only how the traces are read.
+A slot holds z = h_{j-1}^s + E_s (E_s a learned timescale embedding); keys k = W_k z and values
+v = W_v z come from trace states only, the query q_t = W_q u_t from the current input
+(content-based: the strongest reader). Values never hold u_t, so x̂_t cannot copy it. No output
+projection: W_mix follows linearly. So every attention reader has 3C^2 + SC parameters per block
+against the linear predictor's S C^2 (equal up to SC at S = 3): the ablation changes only how the
+traces are read.
+
+SelectiveContext (context='selective', PAPER.md choice 7) is the positive control, not in the
+paper: input-dependent decays a_t^s = sigmoid(W_a u_t + b_s), which start as the fixed EMA.
 
 Shape glossary
     B batch, T time, C width, S traces, H heads, D = C / H head width,
     L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
 
-Interface of every reader: forward(u (B, T, C), hp (B, T, S, C)) -> x̂ (B, T, C), strictly
-causal; init_state(B, device); step(u_t (B, C), hp_t (B, S, C), state) -> (x̂_t (B, C), state);
-state_floats(T): numbers per sequence its step state holds after T tokens (beyond the traces);
-attn_flops(T): forward FLOPs per token beyond its weight matmuls.
+Interface of every reader: forward(u (B, T, C), h_prev (B, T, S, C)) -> x̂ (B, T, C), strictly
+causal; init_state(B, device); step(u_t (B, C), h_prev_t (B, S, C), state) -> (x̂_t (B, C),
+state); state_floats(T): numbers per sequence its step state holds after T tokens (beyond the
+traces); attn_flops(T): forward FLOPs per token beyond its weight matmuls.
 
-Run: nothing to run; tests/test_spen.py checks causality, step == forward, the chunked linear
-attention against its quadratic definition, and what each family can tell apart.
+Run: nothing to run; tests/test_variants.py checks the chunked linear attention against its
+quadratic definition, what each family can tell apart, and the selective context;
+tests/test_spen.py checks causality and step == forward for every variant inside SPEN.
 """
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import ema
 
 
 def elu1(x):
@@ -68,29 +74,6 @@ def linear_attention_ref(q, k, v, eps=1e-6):
     T = q.shape[2]
     w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // T, q.device)  # (B, H, T, T*S)
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
-
-
-class LinearPredictor(nn.Module):
-    """x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S]: a static linear map of the trace state (paper)."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.proj = nn.Linear(len(cfg.alphas) * cfg.n_embd, cfg.n_embd, bias=False)  # W_p
-
-    def forward(self, u, hp):
-        return self.proj(hp.flatten(-2))  # (B, T, S*C) -> (B, T, C)
-
-    def init_state(self, batch_size, device):
-        return None  # the traces, held by the block, are the whole state
-
-    def step(self, u_t, hp_t, state):
-        return self.proj(hp_t.flatten(-2)), state  # (B, C)
-
-    def state_floats(self, T):
-        return 0
-
-    def attn_flops(self, T):
-        return 0
 
 
 class _TraceAttention(nn.Module):
@@ -120,9 +103,9 @@ class _StateAttention(_TraceAttention):
     """Per position t, attention of q_t over the S slots z_s = h_{t-1}^s + E_s of that position
     alone. forward is position-wise (no mixing across t), so step() is forward at T = 1."""
 
-    def forward(self, u, hp):
+    def forward(self, u, h_prev):
         q = self.split(self.q(u))  # (B, T, H, D)
-        z = hp + self.trace_emb  # (B, T, S, C)
+        z = h_prev + self.trace_emb  # (B, T, S, C)
         k, v = self.split(self.k(z)), self.split(self.v(z))  # (B, T, S, H, D)
         # elementwise products and sums over D and S: one pass over k and v, where a batched
         # matmul would run B*T*H products of a (1 x D) by a (D x S) matrix
@@ -132,8 +115,8 @@ class _StateAttention(_TraceAttention):
     def init_state(self, batch_size, device):
         return None  # reads only the traces the block holds
 
-    def step(self, u_t, hp_t, state):
-        return self.forward(u_t[:, None], hp_t[:, None])[:, 0], state  # (B, C)
+    def step(self, u_t, h_prev_t, state):
+        return self.forward(u_t[:, None], h_prev_t[:, None])[:, 0], state  # (B, C)
 
     def state_floats(self, T):
         return 0
@@ -170,14 +153,14 @@ class _HistoryAttention(_TraceAttention):
         """(B, N, C) -> (B, H, N, D)."""
         return self.split(x).transpose(1, 2)
 
-    def qkv(self, u, hp):
-        B, T, S, C = hp.shape
-        z = (hp + self.trace_emb).view(B, T * S, C)  # (B, T*S, C) slots of the past traces
+    def qkv(self, u, h_prev):
+        B, T, S, C = h_prev.shape
+        z = (h_prev + self.trace_emb).view(B, T * S, C)  # (B, T*S, C) slots of the past traces
         return self.heads(self.q(u)), self.heads(self.k(z)), self.heads(self.v(z))  # (B, H, ., D)
 
-    def forward(self, u, hp):
-        B, T, S, C = hp.shape
-        q, k, v = self.qkv(u, hp)  # q (B, H, T, D), k, v (B, H, T*S, D)
+    def forward(self, u, h_prev):
+        B, T, S, C = h_prev.shape
+        q, k, v = self.qkv(u, h_prev)  # q (B, H, T, D), k, v (B, H, T*S, D)
         y = self.attend(q, k, v)  # (B, H, T, D), causal over slots
         return y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
 
@@ -210,8 +193,8 @@ class LinearAttnHistory(_HistoryAttention):
         return dict(kv=torch.zeros(batch_size, H, D, D, device=device),
                     ksum=torch.zeros(batch_size, H, D, device=device))
 
-    def step(self, u_t, hp_t, state):
-        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
+    def step(self, u_t, h_prev_t, state):
+        q, k, v = self.qkv(u_t[:, None], h_prev_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
         fk = elu1(k)
         kv = state["kv"] + fk.transpose(-1, -2) @ v  # (B, H, D, D)
         ksum = state["ksum"] + fk.sum(2)  # (B, H, D)
@@ -242,8 +225,8 @@ class SoftmaxAttnHistory(_HistoryAttention):
         empty = torch.zeros(batch_size, H, 0, D, device=device)
         return dict(k=empty, v=empty)
 
-    def step(self, u_t, hp_t, state):
-        q, k, v = self.qkv(u_t[:, None], hp_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
+    def step(self, u_t, h_prev_t, state):
+        q, k, v = self.qkv(u_t[:, None], h_prev_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
         k = torch.cat([state["k"], k.to(state["k"].dtype)], dim=2)  # (B, H, S*(t+1), D)
         v = torch.cat([state["v"], v.to(state["v"].dtype)], dim=2)
         y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype))  # all cached slots are past
@@ -256,8 +239,41 @@ class SoftmaxAttnHistory(_HistoryAttention):
         return 4 * T * self.n_slot * self.q.in_features  # full T*S square, as nanoGPT counts it
 
 
-PREDICTORS = ("linear", "linear_attn", "softmax_attn")
-READS = ("state", "history")
-READERS = {("linear", "state"): LinearPredictor,
-           ("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
+# ------------------------------------------------------------------------------------------
+# context='selective': the positive control. u (B, T, C) -> h (B, T, S, C), like EMAContext.
+
+
+class SelectiveContext(nn.Module):
+    """h_t^s = (1 - a_t^s) h_{t-1}^s + a_t^s u_t with a_t^s = sigmoid(W_a u_t + b_s) per channel.
+    W_a (C x C) is shared by the S traces and b_s (S, C) starts at logit(a_s), so with W_a = 0
+    (its initialisation) this is exactly the fixed-decay EMA. Always float32, like ema.traces."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.alphas, self.trace_method = cfg.alphas, cfg.trace_method
+        self.gate = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # W_a
+        self.gate_bias = nn.Parameter(torch.zeros(len(cfg.alphas), cfg.n_embd))  # b_s
+
+    def decay(self, u):
+        """u (..., C) -> a (..., S, C) in (0, 1), float32."""
+        return torch.sigmoid(self.gate(u).float().unsqueeze(-2) + self.gate_bias.float())
+
+    def forward(self, u):
+        B, T, C = u.shape
+        S = len(self.alphas)
+        # fold the S traces into the batch: a selective trace runs one row per (b, s)
+        a = self.decay(u).permute(0, 2, 1, 3).reshape(B * S, T, C)  # (B, T, S, C) -> (B*S, T, C)
+        x = u.float().unsqueeze(1).expand(B, S, T, C).reshape(B * S, T, C)  # (B*S, T, C)
+        if self.trace_method == "loop":  # the reference loop, one step per token
+            h = ema.selective_traces_ref(x, a)  # (B*S, T, C)
+        else:
+            h = ema.selective_traces(x, a, method=self.trace_method)  # (B*S, T, C)
+        return h.view(B, S, T, C).transpose(1, 2)  # (B, T, S, C)
+
+    def step(self, u_t, h):
+        """u_t (B, C), h_{t-1} (B, S, C) -> h_t (B, S, C)."""
+        return torch.lerp(h, u_t.float().unsqueeze(1), self.decay(u_t))
+
+
+READERS = {("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
            ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory}
