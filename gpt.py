@@ -91,13 +91,13 @@ class CausalSelfAttention(nn.Module):
         if use_cache and kv[0] is not None:
             P = kv[0].size(2)
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, H, P+T, D)
-        p = self.dropout if self.training else 0.0
+        dropout_p = self.dropout if self.training else 0.0
         if P == 0:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # (B, H, T, D)
         else:
             # query i sits at absolute position P + i and may see keys 0..P + i
             mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, D)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         y = self.resid_dropout(self.c_proj(y))
         return (y, (k, v)) if use_cache else y
@@ -131,8 +131,8 @@ class Block(nn.Module):
         if kv is None:
             x = x + self.attn(self.ln_1(x))
             return x + self.mlp(self.ln_2(x))
-        a, kv = self.attn(self.ln_1(x), kv)
-        x = x + a
+        attn_out, kv = self.attn(self.ln_1(x), kv)
+        x = x + attn_out
         return x + self.mlp(self.ln_2(x)), kv
 
 
@@ -284,38 +284,38 @@ class GPT(nn.Module):
         HF stores c_attn/c_proj/c_fc as Conv1D with weight (in, out); nn.Linear wants (out, in),
         so those four matrices are transposed. The vocabulary stays the checkpoint's (50257); the
         table's padding rows (up to lm.padded_vocab) are zero and cut from the logits."""
-        hc = hf_model.config
-        act = getattr(hc, "activation_function", "gelu_new")
+        hf_cfg = hf_model.config
+        act = getattr(hf_cfg, "activation_function", "gelu_new")
         problems = []
         if act not in ("gelu_new", "gelu_pytorch_tanh"):
             problems.append(f"activation_function={act!r} (need gelu_new)")
-        if getattr(hc, "n_inner", None) not in (None, 4 * hc.n_embd):
-            problems.append(f"n_inner={hc.n_inner} (need None or 4*n_embd)")
-        if abs(getattr(hc, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
-            problems.append(f"layer_norm_epsilon={hc.layer_norm_epsilon} (need 1e-5)")
+        if getattr(hf_cfg, "n_inner", None) not in (None, 4 * hf_cfg.n_embd):
+            problems.append(f"n_inner={hf_cfg.n_inner} (need None or 4*n_embd)")
+        if abs(getattr(hf_cfg, "layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12:
+            problems.append(f"layer_norm_epsilon={hf_cfg.layer_norm_epsilon} (need 1e-5)")
         for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
-            if getattr(hc, flag, False):
+            if getattr(hf_cfg, flag, False):
                 problems.append(f"{flag}=True (unsupported)")
-        if not getattr(hc, "scale_attn_weights", True):
+        if not getattr(hf_cfg, "scale_attn_weights", True):
             problems.append("scale_attn_weights=False (unsupported)")
         if problems:
             raise ValueError("from_hf: this GPT2 config differs from GPT-2: " + "; ".join(problems))
-        cfg = GPTConfig(block_size=hc.n_positions, vocab_size=hc.vocab_size, n_layer=hc.n_layer,
-                        n_head=hc.n_head, n_embd=hc.n_embd, dropout=0.0, bias=True)
+        cfg = GPTConfig(block_size=hf_cfg.n_positions, vocab_size=hf_cfg.vocab_size, n_layer=hf_cfg.n_layer,
+                        n_head=hf_cfg.n_head, n_embd=hf_cfg.n_embd, dropout=0.0, bias=True)
         model = cls(cfg)
-        sd_hf = hf_model.state_dict()
-        sd = model.state_dict()
+        hf_state = hf_model.state_dict()
+        ours = model.state_dict()
         transposed = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
         with torch.no_grad():
-            for k, p in sd.items():
-                if k not in sd_hf:
-                    raise ValueError(f"from_hf: key {k} missing from the Hugging Face state dict")
-                w = sd_hf[k].t() if k.endswith(transposed) else sd_hf[k]
-                if k.endswith(("wte.weight", "lm_head.weight")):  # (V, C) into the padded table
+            for name, p in ours.items():  # p: our tensor, w: Hugging Face's
+                if name not in hf_state:
+                    raise ValueError(f"from_hf: key {name} missing from the Hugging Face state dict")
+                w = hf_state[name].t() if name.endswith(transposed) else hf_state[name]
+                if name.endswith(("wte.weight", "lm_head.weight")):  # (V, C) into the padded table
                     p.zero_()
                     p = p[:w.shape[0]]
                 if w.shape != p.shape:
-                    raise ValueError(f"from_hf: shape mismatch for {k}: ours {tuple(p.shape)}, HF {tuple(w.shape)}")
+                    raise ValueError(f"from_hf: shape mismatch for {name}: ours {tuple(p.shape)}, HF {tuple(w.shape)}")
                 p.copy_(w)
         return model
 

@@ -30,9 +30,8 @@ The paper gives no code; where it is silent we chose, each choice written out on
     3. context mix = linear map of [e_t ; x̂_t]               7. selective decays (control, variants.py)
     4. predictors: linear (paper), attention (variants.py)   8. vocabulary padded to Vp rows
 
-`SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py`
-(parameter counts of every predictor x reads x context, built on the meta device) and
-`python -m pytest tests/test_spen.py tests/test_variants.py`.
+`SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (parameter
+counts of every variant, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
 """
 
 import math
@@ -72,7 +71,8 @@ class SPENConfig:
 
         def positive_int(name):
             v = getattr(self, name)
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                    f"{name} must be an int >= 1, got {v!r}")
 
         for name in ("vocab_size", "block_size", "n_layer", "n_embd"):
             positive_int(name)
@@ -80,24 +80,26 @@ class SPENConfig:
         positive_int("ffn_hidden")
         self.ffn_topk = max(1, round(0.06 * self.ffn_hidden)) if self.ffn_topk is None else self.ffn_topk
         positive_int("ffn_topk")
-        require(self.ffn_topk <= self.ffn_hidden, f"ffn_topk ({self.ffn_topk}) must be <= ffn_hidden ({self.ffn_hidden})")
+        require(self.ffn_topk <= self.ffn_hidden,
+                f"ffn_topk ({self.ffn_topk}) must be <= ffn_hidden ({self.ffn_hidden})")
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
         positive_int("n_head")
         require(self.predictor == "linear" or self.n_embd % self.n_head == 0,
                 f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         try:
-            self.alphas = tuple(float(a) for a in self.alphas)  # a JSON round trip gives a list
+            alphas = tuple(float(a) for a in self.alphas)  # a JSON round trip gives a list
         except (TypeError, ValueError):
-            self.alphas = ()
-        require(self.alphas and all(0.0 < a <= 1.0 for a in self.alphas),
-                f"alphas must be a non-empty sequence of floats in (0, 1], got {self.alphas or 'none'}")
+            alphas = ()
+        require(alphas and all(0.0 < a <= 1.0 for a in alphas),
+                f"alphas must be a non-empty sequence of floats in (0, 1], got {self.alphas!r}")
+        self.alphas = alphas
         for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
                               ("trace_method", TRACE_METHODS)):
-            require(getattr(self, name) in choices, f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
         require((self.predictor, self.reads) in READERS, f"reads={self.reads!r} needs an attention predictor "
                 f"(linear_attn or softmax_attn); predictor={self.predictor!r} reads the state only")
-        require(isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0,
-                f"dropout must be in [0, 1), got {self.dropout!r}")
+        require(isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
 def shift_right(h):
@@ -140,10 +142,10 @@ class LinearPredictor(nn.Module):
         return self.forward(u_t, h_prev_t), state  # (B, C)
 
     def state_floats(self, T):
-        return 0
+        return 0  # numbers held beyond the traces
 
     def attn_flops(self, T):
-        return 0
+        return 0  # FLOPs beyond the weight matmuls
 
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
@@ -172,8 +174,7 @@ class SparseFFN(nn.Module):
 
 
 class Block(nn.Module):
-    """One SPEN block, (B, T, C) -> (B, T, C); the equations are in the module docstring.
-    Its parameters are initialised by SPEN (a standalone Block: call init_weights(block, cfg))."""
+    """One SPEN block (module docstring), (B, T, C) -> (B, T, C). SPEN initialises it; standalone: init_weights."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -243,9 +244,8 @@ def init_weights(module, cfg):
 
 
 class SPEN(nn.Module):
-    """Token embedding -> n_layer Blocks -> final LayerNorm -> tied head. No positions.
-    forward and hidden_states check nothing (a check of the ids would stall the GPU every call):
-    ids are checked where they enter, in step, generate and the batch loader (data.py)."""
+    """Token embedding -> n_layer Blocks -> final LayerNorm -> tied head. No positions. forward reads
+    nothing back from the device (no id check: a GPU stall); step, generate and data.py check ids."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -270,10 +270,9 @@ class SPEN(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.head(x)  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
-        return logits, loss
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
 
     def hidden_states(self, idx):
         """idx (B, T) -> list of n_layer + 1 tensors (B, T, C): embedding, then after each block."""
@@ -342,7 +341,6 @@ class SPEN(nn.Module):
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context
 
 if __name__ == "__main__":
-    # Parameter counts of the paper model and each variant, built without memory on `meta`.
     for predictor, reads, context in VARIANTS:
         with torch.device("meta"):
             m = SPEN(SPENConfig(predictor=predictor, reads=reads, context=context))
