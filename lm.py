@@ -1,8 +1,10 @@
 """What SPEN (spen.py) and the GPT baseline (gpt.py) share as language models, written once:
-the contract both follow, token-id checks, optimizer groups, next-token sampling and MFU.
+the contract both follow, token-id checks, optimizer groups, the learning-rate schedule,
+next-token sampling, MFU, and where a run computes (device, autocast dtype, allocator).
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) compares an EMA-only language model with
-GPT-2; train.py, sample.py, ablate.py and recall.py treat both models alike through this file.
+GPT-2; train.py, sample.py, content.py, ablate.py, recall.py and bench.py treat both models
+alike through this file.
 
 The contract (both `spen.SPEN` and `gpt.GPT`)
     config                      the model's dataclass; Model(Config(**asdict(config))) rebuilds it
@@ -24,10 +26,21 @@ Shape glossary
 Run: nothing to run; tests/test_lm.py checks every function here.
 """
 
+import ctypes
 import inspect
+import math
+import os
+import platform
+import sys
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
+
+import cli
+
+EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Dense bf16 tensor-core peak of common GPUs (FLOP/s), matched against the device name.
 # The H200 has the H100's compute (and more memory).
@@ -97,3 +110,74 @@ def estimate_mfu(model, T, tokens_per_second, peak):
     if not peak:
         return None
     return model.flops_per_token(T) * tokens_per_second / peak
+
+
+def cosine_lr(step, lr, min_lr, warmup, decay_end):
+    """Linear warmup to lr over `warmup` steps (step 0 gets lr / warmup), then a cosine from lr
+    to min_lr at step decay_end, then flat at min_lr."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_end:
+        return min_lr
+    ratio = (step - warmup) / max(1, decay_end - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+# ---- where a run computes ------------------------------------------------------------------
+
+
+def resolve_device(name, auto=("cuda", "mps")):
+    """(device, kind) for a --device value: 'auto' takes the first kind of `auto` that is there,
+    else cpu; a device that is not there is a one-line cli.ConfigError."""
+    if name == "auto":
+        there = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available())
+        name = next((k for k in auto if there[k]), "cpu")
+    kind = name.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise cli.ConfigError(f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU; "
+                              f"use --device cpu, or install a CUDA build of torch")
+    if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise cli.ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise cli.ConfigError("--device mps: MPS (Apple GPU) is not available here; use --device cpu")
+    return name, kind
+
+
+def resolve_dtype(name, kind):
+    """A --dtype value for a device kind: 'auto' is bf16 on CUDA, fp32 elsewhere."""
+    return name if name != "auto" else ("bf16" if kind == "cuda" else "fp32")
+
+
+def autocast(dtype, kind):
+    """The autocast context for a dtype name on a device kind (fp32: none)."""
+    return nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
+
+
+def configure_allocator():
+    """Keep freed large tensors in the heap instead of returning them to the OS (glibc only).
+    glibc serves allocations above M_MMAP_THRESHOLD with mmap and unmaps them on free, so every
+    new large tensor pays page faults; M_MMAP_MAX = 0 serves all from the heap and a huge
+    M_TRIM_THRESHOLD keeps freed memory for reuse (bench.py measures the difference). Returns
+    True when applied; safe to call more than once."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # musl or another libc: nothing to tune
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    return bool(libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1)
+
+
+def device_name(device):
+    """What a device is, for provenance lines: the GPU's name, or the CPU model and core count."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:  # not Linux
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"

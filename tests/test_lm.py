@@ -1,7 +1,11 @@
-"""lm.py: padded vocabulary, token-id and sampling checks, sampling, optimizer groups, MFU."""
+"""lm.py: padded vocabulary, token-id and sampling checks, sampling, optimizer groups, MFU, the
+learning-rate schedule, device and dtype selection."""
+import math
+
 import pytest
 import torch
 
+import cli
 import lm
 
 
@@ -48,3 +52,32 @@ def test_mfu():
     assert lm.estimate_mfu(Model(), 16, 500.0, peak=1e9) == pytest.approx(0.5)
     assert lm.estimate_mfu(Model(), 16, 500.0, peak=None) is None
     assert lm.peak_flops("NVIDIA H200") == 989e12 and lm.peak_flops("cpu") is None
+
+
+def test_cosine_lr_warms_up_decays_and_stays_flat():
+    lrs = [lm.cosine_lr(s, 1e-3, 1e-4, warmup=10, decay_end=100) for s in range(120)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warmup, peak at its end
+    assert max(lrs) == pytest.approx(1e-3) and all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[55] == pytest.approx(0.55e-3)  # half way down the cosine: the mean of lr and min_lr
+    assert lrs[100:] == [1e-4] * 20
+    # the form recall.py trains with: cosine to peak / 10 at its last step
+    steps, warm, peak = 50, 5, 2e-3
+    for s in range(warm, steps):
+        frac = (s - warm) / (steps - 1 - warm)
+        assert lm.cosine_lr(s, peak, peak / 10, warm, steps - 1) == pytest.approx(
+            peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
+
+
+def test_device_and_dtype_selection():
+    assert lm.resolve_device("cpu") == ("cpu", "cpu")
+    if not torch.cuda.is_available():
+        assert lm.resolve_device("auto", auto=("cuda",)) == ("cpu", "cpu")
+        with pytest.raises(cli.ConfigError, match="sees no CUDA GPU"):
+            lm.resolve_device("cuda:0")
+    assert lm.resolve_dtype("auto", "cuda") == "bf16" and lm.resolve_dtype("auto", "cpu") == "fp32"
+    assert lm.resolve_dtype("fp16", "cpu") == "fp16"
+    with lm.autocast("bf16", "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with lm.autocast("fp32", "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    assert lm.device_name("cpu").endswith("cores")
