@@ -11,9 +11,11 @@ measures one part of that claim on the device it is given (JSON keys = section n
              the chunk length L swept at T=1024; one streaming step vs recomputing a prefix
   gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
   gen_gpt    full-size models, batch 1 (SPEN.step: state independent of P; GPT: KV cache of P)
-What training costs is in bench_train.py, run by the same workers: blocks (one SPEN block vs one
+What training costs is measured in bench_train.py (run as a worker of the same protocol; it
+imports this file's timing helpers, this file never imports it): blocks (one SPEN block vs one
 GPT block, tokens/s), ops (operators per training step), memory (activation memory per token),
 compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run.
+This file drives both and prints every table.
 
 Shape glossary: B batch, T time, C width, S traces, P context already seen, L chunk length.
 
@@ -27,11 +29,12 @@ The committed references: results/bench/bench.json (CPU), results/bench/bench_cu
 shown in the README's "Performance" section. Speed claims are ratios within one (shared) run.
 
 Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
-Python process, `python bench.py --worker SECTIONS --worker_out FILE [--device ... --threads
-... --quick]`, with BENCH_ALLOCATOR=on|off in its environment, and reads FILE: a JSON object
-{section name: result, "allocator": bool, "threads": int, "seconds": {section: s}}. A fresh
-process per job keeps peak-memory readings and the allocator setting from leaking between
-sections; --quick runs every section in one worker.
+Python process, `python FILE.py --worker SECTIONS --worker_out OUT [--device ... --threads ...
+--quick]` where FILE is bench (SECTIONS_HERE) or bench_train (TRAIN_SECTIONS), with
+BENCH_ALLOCATOR=on|off in its environment, and reads OUT: a JSON object {section name: result,
+"allocator": bool, "threads": int, "seconds": {section: s}}. A fresh process per job keeps
+peak-memory readings and the allocator setting from leaking between sections; --quick runs
+every section of a file in one worker.
 
 Departures: generation states are synthetic (random KV cache of P tokens, random EMA state):
 a step's cost does not depend on the values. Peak memory on CPU is the process's peak RSS
@@ -53,17 +56,24 @@ import torch
 import checkpoint
 import cli
 import ema
+import gpt
+import lm
+import spen
 
-ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (paper); S = 3
-SECTIONS = ("limits", "ema", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train", "train_run")
+ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
+SECTIONS_HERE = ("limits", "ema", "gen_spen", "gen_gpt")  # measured in this file
+TRAIN_SECTIONS = ("blocks", "ops", "memory", "compile", "train", "train_run")  # in bench_train.py
+SECTIONS = SECTIONS_HERE + TRAIN_SECTIONS
 CUDA_ONLY = ("train", "train_run")
-JOBS = (("limits", "ema", "blocks"), ("gen_spen",), ("gen_gpt",), ("ops",), ("memory",), ("compile",),
+JOBS = (("limits", "ema"), ("blocks",), ("gen_spen",), ("gen_gpt",), ("ops",), ("memory",), ("compile",),
         ("train",), ("train_run",))  # one worker process each
 WARMUP = 3  # calls before timing (1 with --quick); see timed()
+GPU_MEMORY_GB = {"H100": 80, "H200": 141}  # the GPUs the paper's scale implies (H200: the paper's)
 
 
 class BenchError(RuntimeError):
-    """A measurement could not be made or a checked property failed; one line."""
+    """A measurement could not be made or a checked property failed (a finding, not a user's
+    mistake: it keeps its traceback)."""
 
 
 @dataclass
@@ -76,7 +86,7 @@ class BenchConfig:
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
     threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
-    allocator: str = cli.arg("on", "train.configure_allocator() in each worker: on | off | both (every "
+    allocator: str = cli.arg("on", "lm.configure_allocator() in each worker: on | off | both (every "
                              "job twice, the tables show both and their ratio)", choices=("on", "off", "both"),
                              group="system")
     worker: str = cli.arg("", "worker protocol (see the docstring): run these comma-separated sections in "
@@ -96,7 +106,7 @@ class BenchConfig:
         cli.require(kind != "cuda" or torch.cuda.is_available(), "--device {}: this torch ({}) sees no CUDA "
                     "GPU; use --device cpu", self.device, torch.__version__)
         cli.require(not self.worker or self.worker_out, "--worker needs --worker_out FILE")
-        cli.require(bool(self.out), "--out must name a file")
+        cli.require(bool(self.out) and not os.path.isdir(self.out), "--out must name a file, got {!r}", self.out)
 
     def section_list(self):
         return [s for s in (self.worker or self.sections).split(",") if s]
@@ -165,7 +175,6 @@ def peak_mib(device):
 
 
 def spen_config(method="auto", **kw):
-    import spen
     return spen.SPENConfig(trace_method=method, **kw)
 
 
@@ -256,8 +265,6 @@ def _tensors(obj):
 
 def bench_gen(device, quick, model_name):
     """ms per generated token and peak memory at each context P (batch 1, no grad)."""
-    import gpt
-    import spen
     contexts = (64, 256) if quick else (256, 1024, 4096, 16384)
     small = dict(vocab_size=512, n_layer=2, n_embd=64, n_head=4) if quick else {}
     torch.manual_seed(0)
@@ -297,31 +304,30 @@ def bench_gen(device, quick, model_name):
 # Worker (one process) and driver
 
 
-def run_worker(cfg):
+# One function per section of this file: (device, quick, earlier results of this worker) -> dict.
+RUN_HERE = dict(
+    limits=lambda device, quick, earlier: bench_limits(device, quick),
+    ema=lambda device, quick, earlier: bench_ema(device, quick, (earlier.get("limits") or
+                                                                  bench_limits(device, True))["copy_gbs"]),
+    gen_spen=lambda device, quick, earlier: bench_gen(device, quick, "spen"),
+    gen_gpt=lambda device, quick, earlier: bench_gen(device, quick, "gpt"))
+
+
+def run_worker(cfg, table):
+    """Run cfg's sections with table[section](device, quick, earlier) and write their JSON."""
     global WARMUP
     WARMUP = 1 if cfg.quick else WARMUP
     device = torch.device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    on = os.environ.get("BENCH_ALLOCATOR", "on") == "on"
-    if on:
-        from train import configure_allocator
-        on = configure_allocator()
+    on = os.environ.get("BENCH_ALLOCATOR", "on") == "on" and lm.configure_allocator()
     res = dict(allocator=on, threads=torch.get_num_threads(), seconds={})
     for sec in cfg.section_list():
         t0 = time.time()
         if sec in CUDA_ONLY and device.type != "cuda" and not cfg.quick:
             res[sec] = dict(skipped="needs CUDA")
-        elif sec == "limits":
-            res[sec] = bench_limits(device, cfg.quick)
-        elif sec == "ema":
-            gbs = res["limits"]["copy_gbs"] if "limits" in res else bench_limits(device, True)["copy_gbs"]
-            res[sec] = bench_ema(device, cfg.quick, gbs)
-        elif sec in ("gen_spen", "gen_gpt"):
-            res[sec] = bench_gen(device, cfg.quick, sec[4:])
-        else:  # blocks, ops, memory, compile, train, train_run
-            import bench_train  # here, not at the top: bench_train imports this module
-            res[sec] = getattr(bench_train, f"bench_{sec}")(device, cfg.quick)
+        else:
+            res[sec] = table[sec](device, cfg.quick, res)
         res["seconds"][sec] = time.time() - t0
     with open(cfg.worker_out, "w") as f:
         json.dump(res, f)
@@ -329,34 +335,83 @@ def run_worker(cfg):
 
 
 def spawn(cfg, sections, allocator):
-    """Run sections in a fresh Python process (the worker protocol, see the docstring)."""
+    """Run sections (all of one file) in a fresh Python process (the worker protocol, see the
+    docstring). A failed worker's stderr, traceback included, is shown before the BenchError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # no env override
     env["BENCH_ALLOCATOR"] = allocator
+    script = "bench_train.py" if sections[0] in TRAIN_SECTIONS else "bench.py"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "w.json")
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", ",".join(sections), "--worker_out", out,
-               "--device", cfg.device, "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
+        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script),
+               "--worker", ",".join(sections), "--worker_out", out, "--device", cfg.device,
+               "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise BenchError(f"worker {'+'.join(sections)} (allocator {allocator}) failed: {last}")
+            sys.stderr.write(r.stderr)
+            raise BenchError(f"worker {script} {'+'.join(sections)} (allocator {allocator}) failed with "
+                             f"status {r.returncode}; its output is above")
         with open(out) as f:
             return json.load(f)
 
 
 def machine(device):
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = lm.device_name("cpu").rsplit(", ", 1)[0]  # the CPU model, without the core count
     out = dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
                platform=platform.platform(), device=str(device))
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
         out["gpu_memory_gb"] = torch.cuda.get_device_properties(device).total_memory / 1e9
     return out
+
+
+def print_blocks(base, cells):
+    """The blocks table of one worker result; cells(get) gives print_tables' on | off | off/on
+    figures."""
+    if "blocks" in base:
+        bl = base["blocks"]
+        print(f"\nSPEN block vs GPT block, C={bl['C']}, fwd+bwd, B*T={bl['tokens_per_batch']}: tokens/s, "
+              "ratio = GPT ms / SPEN ms")
+        for i, row in enumerate(bl["rows"]):
+            print(f" T={row['T']:5d}: SPEN {row['spen']['tok_s']:9.0f}  GPT {row['gpt']['tok_s']:9.0f}  block ratio "
+                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_block'])}  mixer ratio "
+                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_mixer'])}")
+
+
+def print_train_tables(base):
+    """The tables of the training-step sections (ops to train_run) in one worker result."""
+    if "ops" in base:
+        print("\naten operators per training forward+backward, batch 1")
+        for r in base["ops"]["rows"]:
+            print(f" {r['model']:12s} C={r['C']:4d} L={r['n_layer']:2d} T={r['T']:5d}: {r['ops']:7d}")
+        c = base["ops"]["checks"]
+        print(f" SPEN(matmul) / GPT at T={c['T_mid']}: {c['spen_over_gpt_at_T_mid']:.2f}x (must be <= 2); "
+              f"SPEN(matmul) T={c['T_long']} / T={c['T_mid']}: {c['spen_long_over_mid']:.3f} (within 10% of 1); "
+              f"scan: {c['scan_long_over_mid']:.2f}; {'PASS' if c['pass'] else 'FAIL'}")
+    if "memory" in base:
+        for r in base["memory"]["rows"]:
+            fits = ", ".join(f"{k} {GPU_MEMORY_GB[k]} GB: {'fits' if v else 'does not fit'}"
+                             for k, v in r["fits_gb"].items())
+            print(f"\nSPEN training memory (fp32, method {r['method']}): peak grows {r['per_token_mib'] * 1024:.0f} KiB "
+                  f"per token (autograd saves {r['saved_per_token_mib'] * 1024:.0f} KiB), "
+                  f"{r['static_mib']:.0f} MiB weights+grads+AdamW; at {r['paper_micro_batch'][0]} x "
+                  f"{r['paper_micro_batch'][1]}: {r['paper_need_gb']:.1f} GB ({fits})")
+    if "compile" in base:
+        c = base["compile"]
+        print(f"\ntorch.compile vs eager (SPEN n_layer={c['n_layer']} n_embd={c['n_embd']}, B={c['B']} T={c['T']}): "
+              f"loss diff {c['loss_diff']:.1e}, max grad rel diff {c['max_grad_rel_diff']:.1e}, "
+              f"{'equal' if c['equal'] else 'NOT EQUAL'}; compile {c['compiled']['first_call_s']:.1f} s; step ms "
+              f"eager {c['eager']['step_ms']:.1f}, compiled {c['compiled']['step_ms']:.1f}")
+    tr = base.get("train")
+    if tr and "skipped" not in tr:
+        print(f"\ntrain steps, T={tr['T']}, {tr['dtype']}:")
+        for k, r in tr["models"].items():
+            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no peak for this device)"
+            print(f" {k:15s} B={r['B']:3d}: {r['tok_s']:10.0f} tokens/s, {r['ms']:8.1f} ms/step, MFU {mfu}, "
+                  f"peak {r['peak_mib']:.0f} MiB, first call {r['first_call_s']:.1f} s")
+    run = base.get("train_run")
+    if run and "skipped" not in run:
+        print(f"\ntrain.main, cpu preset on builtin, {run['config']}: train loss {run.get('first_loss')} -> "
+              f"{run.get('last_loss')}, val loss {run.get('val_loss')}, {run['seconds']:.0f} s")
 
 
 def print_tables(res):
@@ -396,8 +451,7 @@ def print_tables(res):
         st = base["ema"]["stream"]
         print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
               f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
-    import bench_train
-    bench_train.print_blocks(base, cells)
+    print_blocks(base, cells)
     for name in ("gen_spen", "gen_gpt"):
         if name in base:
             gen = base[name]
@@ -406,7 +460,7 @@ def print_tables(res):
             for i, row in enumerate(gen["rows"]):
                 print(f" P={row['P']:6d}: {cells(lambda r: r[name]['rows'][i]['ms'])}  state {row['state_mib']:8.1f}  "
                       f"peak {row['peak_mib'] or 0:8.0f}")
-    bench_train.print_tables(base)
+    print_train_tables(base)
     skipped = [k for k in SECTIONS if isinstance(base.get(k), dict) and "skipped" in base[k]]
     if skipped:
         print(f"\nskipped ({', '.join(skipped)}): need CUDA; run: python bench.py --device cuda")
@@ -414,21 +468,18 @@ def print_tables(res):
 
 def main(cfg):
     """Run the chosen sections (each job in a fresh worker process), print tables, write JSON."""
-    if cfg.worker:
-        return run_worker(cfg)
     t0 = time.time()
-    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if cfg.device == "auto" else cfg.device)
+    device = torch.device(lm.resolve_device(cfg.device, auto=("cuda",))[0])
     cfg.device = str(device)
-    try:  # before any measurement: a bad --out fails in a second, not after the run
-        os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
-    except OSError as e:
-        raise BenchError(f"--out {cfg.out}: cannot create its folder ({e.strerror}); name a writable path") from None
+    folder = os.path.dirname(os.path.abspath(cfg.out))
+    checkpoint.check_out_dir(folder, "--out")  # before any measurement: a bad --out fails in a second
+    os.makedirs(folder, exist_ok=True)
     wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
     if cfg.quick and not cfg.section_list():
         wanted.remove("compile")  # compiling even a tiny model takes minutes on a small CPU
-    if cfg.quick:
-        jobs = [tuple(wanted)]
+    if cfg.quick:  # one worker per file
+        jobs = [tuple(s for s in wanted if s in SECTIONS_HERE), tuple(s for s in wanted if s in TRAIN_SECTIONS)]
+        jobs = [j for j in jobs if j]
     else:
         jobs = [tuple(s for s in job if s in wanted) for job in JOBS]
         jobs = [j for j in jobs if j]
@@ -449,7 +500,18 @@ def main(cfg):
     return res
 
 
+def cli_main(table, argv=None):
+    """`python bench.py ...` (and, for its sections, `python bench_train.py --worker ...`)."""
+    cfg = cli.parse(BenchConfig, get_parser(), argv)
+
+    def run():
+        if not cfg.worker:
+            return main(cfg)
+        cli.require(set(cfg.section_list()) <= set(table), "--worker {}: this file runs {}", cfg.worker,
+                    ", ".join(table))
+        return run_worker(cfg, table)
+    return cli.main_guard(run, prog="bench.py")
+
+
 if __name__ == "__main__":
-    import bench  # this file as the module bench_train imports: one BenchError, one WARMUP
-    config = cli.parse(bench.BenchConfig, bench.get_parser())
-    cli.main_guard(lambda: bench.main(config), bench.BenchError, OSError)
+    cli_main(RUN_HERE)

@@ -23,7 +23,8 @@ output, run in its worker processes) measure what that training costs:
 
 Shape glossary: B batch, T time, C width.
 
-Run through bench.py (timing helpers, worker processes and the JSON live there):
+Run through bench.py (timing helpers, the worker protocol, the tables and the JSON live there;
+bench.py starts `python bench_train.py --worker ...` for these sections):
       python bench.py --sections blocks,ops,memory,compile   # the CPU ones
       python bench.py --device cuda --out results/bench/bench_cuda.json   # with train, train_run
 Their numbers are in results/bench/bench.json (CPU) and results/bench/bench_cuda.json (GPU).
@@ -39,8 +40,11 @@ from dataclasses import asdict
 import torch
 
 import bench
+import gpt
+import lm
+import spen
+import train
 
-GPU_MEMORY_GB = {"H100": 80, "H200": 141}  # the GPUs the paper's scale implies (H200: the paper's)
 PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m preset
 
 
@@ -65,8 +69,6 @@ def train_step(model, idx, opt=None, autocast=None):
 
 def bench_blocks(device, quick):
     """One SPEN block vs one GPT block (same width), forward + backward, B * T = const tokens."""
-    import gpt
-    import spen
     C, H = (64, 4) if quick else (256, 4)
     Ts, tokens, reps = ((64, 256), 512, 2) if quick else ((256, 1024, 4096, 8192), 8192, 3)
     sb = spen.Block(bench.spen_config(n_embd=C, n_head=H)).to(device)
@@ -88,8 +90,6 @@ def bench_blocks(device, quick):
 
 def bench_ops(device, quick):
     """Operators of one training forward + backward (batch 1) per model, width and T."""
-    import gpt
-    import spen
     n_layer = 2 if quick else 12
     small = dict(vocab_size=512) if quick else {}
     Ts = (64, 256) if quick else (256, 1024, 4096)
@@ -142,8 +142,6 @@ def saved_bytes(model, idx):
 
 def bench_memory(device, quick):
     """Peak memory growth per token of one SPEN training step (forward, backward, AdamW step)."""
-    import lm
-    import spen
     kw = dict(vocab_size=512, n_layer=2, n_embd=64) if quick else {}
     T = 64 if quick else 256
     out = dict(T=T, fp32=True, rows=[])
@@ -168,13 +166,12 @@ def bench_memory(device, quick):
                             peak_mib_B4=peaks[4], per_token_mib=per_token_mib,
                             saved_per_token_mib=saved_per_token_mib, static_mib=static_mib,
                             paper_micro_batch=list(PAPER_MICRO_BATCH), paper_need_gb=need_gb,
-                            fits_gb={k: need_gb <= v for k, v in GPU_MEMORY_GB.items()}))
+                            fits_gb={k: need_gb <= v for k, v in bench.GPU_MEMORY_GB.items()}))
     return out
 
 
 def bench_compile(device, quick):
     """torch.compile vs eager on one training forward + backward: same loss and gradients."""
-    import spen
     cfg = bench.spen_config("matmul", vocab_size=512, n_layer=2, n_embd=128, block_size=128)
     B, T = 2, 64
     torch.manual_seed(0)
@@ -201,11 +198,8 @@ def bench_compile(device, quick):
                 loss_diff=lerr, max_grad_rel_diff=gerr, equal=lerr <= 1e-4 and gerr <= 1e-3)
 
 
-def bench_train(device, quick):
+def bench_train_steps(device, quick):
     """130M SPEN and GPT-2 124M train steps: bf16 autocast, fused AdamW, eager and compiled."""
-    import gpt
-    import lm
-    import spen
     small = dict(vocab_size=512, n_layer=2, n_embd=64)
     builds = dict(spen=lambda: spen.SPEN(bench.spen_config(**(small if quick else {}))),
                   gpt=lambda: gpt.GPT(gpt.GPTConfig(**(small if quick else {}))))
@@ -229,7 +223,6 @@ def bench_train(device, quick):
 
 
 def _train_steps(build, device, B, T, compiled, dtype, peak, steps):
-    import lm
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True  # as train.py sets it
     model = build().to(device)
@@ -250,7 +243,6 @@ def _train_steps(build, device, B, T, compiled, dtype, peak, steps):
 
 def bench_train_run(device, quick):
     """train.main on the cpu preset and `builtin`: a short real run and its losses."""
-    import train
     out_dir = tempfile.mkdtemp(prefix="bench_train_")
     over = dict(max_iters=2, eval_interval=2, eval_iters=1, n_layer=1, n_embd=64, block_size=32, batch_size=2,
                 grad_accum=1) if quick \
@@ -270,51 +262,16 @@ def bench_train_run(device, quick):
                 seconds=time.perf_counter() - t0, **keep)
 
 
-def print_blocks(base, cells):
-    """The blocks table of one worker result; cells(get) gives bench.print_tables' on | off | off/on
-    figures."""
-    if "blocks" in base:
-        bl = base["blocks"]
-        print(f"\nSPEN block vs GPT block, C={bl['C']}, fwd+bwd, B*T={bl['tokens_per_batch']}: tokens/s, "
-              "ratio = GPT ms / SPEN ms")
-        for i, row in enumerate(bl["rows"]):
-            print(f" T={row['T']:5d}: SPEN {row['spen']['tok_s']:9.0f}  GPT {row['gpt']['tok_s']:9.0f}  block ratio "
-                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_block'])}  mixer ratio "
-                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_mixer'])}")
+# The sections of this file for bench.run_worker: (device, quick, earlier results) -> dict.
+RUN_HERE = dict(
+    blocks=lambda device, quick, earlier: bench_blocks(device, quick),
+    ops=lambda device, quick, earlier: bench_ops(device, quick),
+    memory=lambda device, quick, earlier: bench_memory(device, quick),
+    compile=lambda device, quick, earlier: bench_compile(device, quick),
+    train=lambda device, quick, earlier: bench_train_steps(device, quick),
+    train_run=lambda device, quick, earlier: bench_train_run(device, quick))
+assert tuple(RUN_HERE) == bench.TRAIN_SECTIONS
 
 
-def print_tables(base):
-    """The tables of the training-step sections (ops to train_run) in one worker result."""
-    if "ops" in base:
-        print("\naten operators per training forward+backward, batch 1")
-        for r in base["ops"]["rows"]:
-            print(f" {r['model']:12s} C={r['C']:4d} L={r['n_layer']:2d} T={r['T']:5d}: {r['ops']:7d}")
-        c = base["ops"]["checks"]
-        print(f" SPEN(matmul) / GPT at T={c['T_mid']}: {c['spen_over_gpt_at_T_mid']:.2f}x (must be <= 2); "
-              f"SPEN(matmul) T={c['T_long']} / T={c['T_mid']}: {c['spen_long_over_mid']:.3f} (within 10% of 1); "
-              f"scan: {c['scan_long_over_mid']:.2f}; {'PASS' if c['pass'] else 'FAIL'}")
-    if "memory" in base:
-        for r in base["memory"]["rows"]:
-            fits = ", ".join(f"{k} {GPU_MEMORY_GB[k]} GB: {'fits' if v else 'does not fit'}"
-                             for k, v in r["fits_gb"].items())
-            print(f"\nSPEN training memory (fp32, method {r['method']}): peak grows {r['per_token_mib'] * 1024:.0f} KiB "
-                  f"per token (autograd saves {r['saved_per_token_mib'] * 1024:.0f} KiB), "
-                  f"{r['static_mib']:.0f} MiB weights+grads+AdamW; at {r['paper_micro_batch'][0]} x "
-                  f"{r['paper_micro_batch'][1]}: {r['paper_need_gb']:.1f} GB ({fits})")
-    if "compile" in base:
-        c = base["compile"]
-        print(f"\ntorch.compile vs eager (SPEN n_layer={c['n_layer']} n_embd={c['n_embd']}, B={c['B']} T={c['T']}): "
-              f"loss diff {c['loss_diff']:.1e}, max grad rel diff {c['max_grad_rel_diff']:.1e}, "
-              f"{'equal' if c['equal'] else 'NOT EQUAL'}; compile {c['compiled']['first_call_s']:.1f} s; step ms "
-              f"eager {c['eager']['step_ms']:.1f}, compiled {c['compiled']['step_ms']:.1f}")
-    tr = base.get("train")
-    if tr and "skipped" not in tr:
-        print(f"\ntrain steps, T={tr['T']}, {tr['dtype']}:")
-        for k, r in tr["models"].items():
-            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no peak for this device)"
-            print(f" {k:15s} B={r['B']:3d}: {r['tok_s']:10.0f} tokens/s, {r['ms']:8.1f} ms/step, MFU {mfu}, "
-                  f"peak {r['peak_mib']:.0f} MiB, first call {r['first_call_s']:.1f} s")
-    run = base.get("train_run")
-    if run and "skipped" not in run:
-        print(f"\ntrain.main, cpu preset on builtin, {run['config']}: train loss {run.get('first_loss')} -> "
-              f"{run.get('last_loss')}, val loss {run.get('val_loss')}, {run['seconds']:.0f} s")
+if __name__ == "__main__":
+    bench.cli_main(RUN_HERE)

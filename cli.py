@@ -11,13 +11,21 @@ and validated exactly once.
 
     parser = cli.parser(RunConfig, "what the script does", presets=PRESETS)
     cfg = cli.parse(RunConfig, parser, argv, presets=PRESETS)   # ConfigError -> one line, exit 2
+    cli.main_guard(lambda: main(cfg), prog="run.py")            # UserError -> one line; a bug keeps its traceback
 
 Precedence: a field's default < the preset's value (--preset NAME) < the command line. Only
 flags the user typed override the preset (parser defaults are SUPPRESSed), so
 `cli.given(parser, argv)` tells what was typed (train.py's --resume uses it to refuse flags that
 contradict a checkpoint).
 
-Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`).
+Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
+`command_line` writes a config back as the command that reproduces it.
+
+Errors: `UserError` is THE exception for a mistake the user can fix (a flag, a file, a
+checkpoint, the data): its message is one line saying what to do, and `main_guard` prints it
+without a traceback and exits with its `status` (1; 2 for `ConfigError`, a bad flag: argparse's
+usage status). Any other exception is a bug and keeps its traceback, a ValueError from inside
+torch included.
 Run: nothing to run; tests/test_cli.py checks this file.
 """
 
@@ -27,8 +35,15 @@ import sys
 import typing
 
 
-class ConfigError(ValueError):
+class UserError(Exception):
+    """A mistake the user can fix (flag, file, checkpoint, data); the message is one line saying
+    what to do. main_guard prints it without a traceback and exits with `status`."""
+    status = 1
+
+
+class ConfigError(UserError):
     """A setting is out of range or contradicts another; the message is one line naming the flag."""
+    status = 2  # argparse's status for a usage error
 
 
 def arg(default, help, choices=None, group="settings"):
@@ -116,10 +131,27 @@ def parse(Config, p, argv=None, presets=None):
         p.exit(2, f"{p.prog}: error: {e}\n")
 
 
+def command_line(script, cfg):
+    """The command that reproduces cfg: `python SCRIPT` and every setting that is not its field's
+    default, spelled as the parser reads it (`--flag` / `--no-flag`, tuples as several values)."""
+    flags = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if "help" not in f.metadata or v == f.default:
+            continue
+        if isinstance(v, bool):
+            flags.append(f"--{f.name}" if v else f"--no-{f.name}")
+        else:
+            flags.append(f"--{f.name} " + (" ".join(map(str, v)) if isinstance(v, tuple) else str(v)))
+    return " ".join([f"python {script}"] + flags)
+
+
 def main_guard(run, *errors, prog=None):
-    """Call run(); turn the listed exception types into one line on stderr and exit status 1."""
+    """Call run(); a UserError (or one of `errors`, for modules whose errors are not UserErrors
+    yet) becomes one line on stderr and exit status e.status (default 1). Every other exception
+    propagates with its traceback."""
     try:
         return run()
-    except errors as e:
+    except (UserError, *errors) as e:
         print(f"{prog or sys.argv[0].rsplit('/', 1)[-1]}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(getattr(e, "status", 1))

@@ -4,9 +4,10 @@ Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN"
 keep structure but lose content, because a token enters a trace with weight a and fades as
 a (1 - a)^k. This script makes that visible. A linear classifier decodes the identity of the
 token k steps back, k = 0..64, from
-    (a) raw EMA traces of token embeddings, h_t = sum_k a (1 - a)^k E[x_{t-k}], one per a in
-        (0.5, 0.1, 0.02) and the three concatenated; E is the token embedding table of the
-        trained SPEN `linear` (seed 0), or of the first SPEN run found without it;
+    (a) raw EMA traces of token embeddings, h_t = sum_k a (1 - a)^k E[x_{t-k}], one per decay a
+        of that SPEN's config.alphas (the paper's 0.5, 0.1, 0.02) and the traces concatenated;
+        E is the token embedding table of the trained SPEN `linear` (seed 0), or of the first
+        SPEN run found without it;
     (b) the hidden states of every trained seed-0 run in --runs (SPEN readers, selective, GPT):
         every layer is probed, the figure shows each run's layer with the best mean accuracy
         over k (all layers are in content.json).
@@ -47,15 +48,14 @@ import checkpoint
 import cli
 import data as data_lib
 import ema
-import train
+import lm
 
-ALPHAS = (0.5, 0.1, 0.02)  # the paper's fast, medium, slow decays
 MAX_LAG = 64
 MODEL_COLORS = ("C3", "C4", "C5", "C6", "C8", "C9", "navy", "darkgoldenrod")  # C0-C2: raw traces, grey: chance
-PROBE_SEED = train.EVAL_SEED + 1  # windows differ from the validation-loss batches
+PROBE_SEED = lm.EVAL_SEED + 1  # windows differ from the validation-loss batches
 
 
-class ContentError(ValueError):
+class ContentError(cli.UserError):
     """No usable trained runs; the message is one line naming the command that makes them."""
 
 
@@ -150,11 +150,12 @@ def probe(cfg, runs):
                 cfg.runs, T, MAX_LAG, MAX_LAG)
     val = data_lib.load_split(corpus, "val")
     idx, labels, train_rows = probe_tokens(val, cfg.probe_seqs, T, cfg.top_k)
-    out = dict(lags=list(range(MAX_LAG + 1)), top_k=cfg.top_k, alphas=list(ALPHAS), samples=int(len(labels)),
+    alphas = tuple(models[source][0].config.alphas)  # the probed SPEN's own decays
+    out = dict(lags=list(range(MAX_LAG + 1)), top_k=cfg.top_k, alphas=list(alphas), samples=int(len(labels)),
                data=corpus, block_size=T, embedding=f"{source} ({runs[source]})", raw={}, models={})
     E = embedding_table(models[source][0])  # (Vp, C)
-    h = ema.traces(E[idx].float(), ALPHAS)  # (B, T, S, C)
-    for s, a in enumerate(ALPHAS):
+    h = ema.traces(E[idx].float(), alphas)  # (B, T, S, C)
+    for s, a in enumerate(alphas):
         out["raw"][str(a)], out["chance"] = ridge_probe(positions(h[:, :, s]), labels, train_rows)
     out["raw"]["all"] = ridge_probe(positions(h.flatten(2)), labels, train_rows)[0]  # (B, T, S*C) features
     for name, (model, _) in models.items():
@@ -172,20 +173,21 @@ def plot(res, probe_json, path):
     k = np.array(res["lags"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
     wax = ax1.twinx()
-    for i, a in enumerate(ALPHAS):
+    for i, a in enumerate(res["alphas"]):
         ax1.plot(k, res["raw"][str(a)], color=f"C{i}", label=f"EMA trace a={a}")
         wax.plot(k, a * (1 - a) ** k, color=f"C{i}", ls=":", lw=1)
-    ax1.plot(k, res["raw"]["all"], color="k", label="3 traces concatenated")
+    ax1.plot(k, res["raw"]["all"], color="k", label=f"{len(res['alphas'])} traces concatenated")
     wax.set_yscale("log")
     wax.set_ylim(1e-6, 1)
     wax.set_ylabel("analytic trace weight a(1-a)^k (dotted)")
     ax1.set_title("token identity in raw EMA traces of token embeddings")
-    ax2.plot(k, res["raw"]["all"], color="k", alpha=0.4, label="raw traces (3 concatenated)")
+    ax2.plot(k, res["raw"]["all"], color="k", alpha=0.4, label=f"raw traces ({len(res['alphas'])} concatenated)")
     for i, (name, r) in enumerate(res["models"].items()):
         ax2.plot(k, r["best"], color=MODEL_COLORS[i % len(MODEL_COLORS)], label=f"{name} (layer {r['best_layer']})")
     note = f"role accuracy: {probe_json} absent"
     if probe_json and os.path.exists(probe_json):
-        w = json.load(open(probe_json))["within"]
+        with open(probe_json) as f:
+            w = json.load(f)["within"]
         ax2.axhline(w["traces"], color="g", ls="--", label=f"SPCN role accuracy from traces ({w['traces']:.2f})")
         ax2.axhline(w["instantaneous"], color="g", ls=":", label=f"... without traces ({w['instantaneous']:.2f})")
         note = ""
@@ -208,9 +210,8 @@ def main(cfg):
     res = probe(cfg, find_runs(cfg.runs))  # every input is read and checked before the first write
     os.makedirs(cfg.out_dir, exist_ok=True)
     res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
-    with open(os.path.join(cfg.out_dir, "content.json"), "w") as f:
-        json.dump(res, f, indent=2)
-    rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in ALPHAS), *((n, r["best"]) for n, r in res["models"].items())]
+    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "content.json"))
+    rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]), *((n, r["best"]) for n, r in res["models"].items())]
     print("content probe, accuracy at lag k = 0 / 1 / 8 / 64: " +
           "; ".join(f"{n} {v[0]:.2f}/{v[1]:.2f}/{v[8]:.2f}/{v[64]:.2f}" for n, v in rows), flush=True)
     return res
@@ -223,5 +224,4 @@ def get_parser():
 
 if __name__ == "__main__":
     config = cli.parse(ContentConfig, get_parser())
-    cli.main_guard(lambda: main(config), ContentError, checkpoint.CheckpointError, data_lib.DataUnavailable,
-                   ValueError, prog="content.py")  # ValueError: cli.ConfigError and data.py's one-line errors
+    cli.main_guard(lambda: main(config), data_lib.DataUnavailable, prog="content.py")

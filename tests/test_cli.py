@@ -1,4 +1,5 @@
-"""cli.py: a parser generated from a config dataclass, precedence, one-line errors."""
+"""cli.py: a parser generated from a config dataclass, precedence, one-line errors for a user's
+mistakes and tracebacks for bugs, the command line that reproduces a config."""
 from dataclasses import dataclass
 
 import pytest
@@ -42,9 +43,41 @@ def test_bad_values_are_one_line(argv, message, capsys):
     assert exc.value.code == 2 and message in err and err.count("\n") == 1
 
 
-def test_build_rejects_unknown_names_and_main_guard_exits_one(capsys):
+def test_build_rejects_unknown_names_and_main_guard_prints_user_errors_as_one_line(capsys):
     with pytest.raises(cli.ConfigError, match="unknown setting"):
         cli.build(Config, PRESETS, None, learning_rate=1.0)
+    with pytest.raises(SystemExit) as exc:  # a bad flag: argparse's usage status
+        cli.main_guard(lambda: cli.build(Config, lr=-2.0), prog="x.py")
+    assert exc.value.code == 2 and capsys.readouterr().err == "x.py: error: --lr must be > 0, got -2.0\n"
+
+    def missing_file():
+        raise cli.UserError("data.txt not found;\n  give another file")
     with pytest.raises(SystemExit) as exc:
-        cli.main_guard(lambda: cli.build(Config, lr=-2.0), cli.ConfigError, prog="x.py")
-    assert exc.value.code == 1 and capsys.readouterr().err == "x.py: error: --lr must be > 0, got -2.0\n"
+        cli.main_guard(missing_file, prog="x.py")
+    assert exc.value.code == 1 and capsys.readouterr().err == "x.py: error: data.txt not found; give another file\n"
+
+
+def test_main_guard_keeps_the_traceback_of_a_bug():
+    """A ValueError from inside torch (a shape bug) is not a user's mistake: it propagates."""
+    import torch
+
+    def shape_bug():
+        return torch.zeros(2, 3) @ torch.zeros(2, 3)
+    with pytest.raises(RuntimeError):
+        cli.main_guard(shape_bug, prog="x.py")
+    with pytest.raises(ValueError, match="a bug"):
+        cli.main_guard(lambda: (_ for _ in ()).throw(ValueError("a bug")), prog="x.py")
+
+
+def test_command_line_reproduces_the_config():
+    p = cli.parser(Config, "test")
+    cfg = Config(lr=0.5, compile=True, alphas=(0.3, 0.2))
+    line = cli.command_line("x.py", cfg)
+    assert line == "python x.py --lr 0.5 --compile --alphas 0.3 0.2"
+    assert cli.parse(Config, p, line.split()[2:]) == cfg
+    assert cli.command_line("x.py", Config()) == "python x.py"
+
+    @dataclass
+    class On:
+        compile: bool = cli.arg(True, "compile")
+    assert cli.command_line("x.py", On(compile=False)) == "python x.py --no-compile"

@@ -36,7 +36,7 @@ def test_content_probe_on_tiny_runs(tiny_runs, tmp_path):
     cfg = cli.build(content.ContentConfig, runs=str(tiny_runs), out_dir=str(out), probe_seqs=24, top_k=8,
                     probe_json="does/not/exist.json")
     content.main(cfg)
-    res = json.load(open(out / "content.json"))
+    res = json.loads((out / "content.json").read_text())
     assert res["lags"] == list(range(65)) and set(res["raw"]) == {"0.5", "0.1", "0.02", "all"}
     fast = res["raw"]["0.5"]
     assert fast[0] > fast[64] + 0.3, (fast[0], fast[64])  # a(1-a)^64 ~ 3e-20: nothing left

@@ -105,9 +105,9 @@ BAD_INPUTS = [
     (["--init_from", "{tmp}/corrupt.pt"], "is corrupt or not a train.py checkpoint", 1),
 ]
 if not torch.cuda.is_available():
-    BAD_INPUTS.append((["--device", "cuda"], "sees no CUDA GPU", 1))
+    BAD_INPUTS.append((["--device", "cuda"], "sees no CUDA GPU", 2))
 if not torch.backends.mps.is_available():
-    BAD_INPUTS.append((["--device", "mps"], "MPS (Apple GPU) is not available", 1))
+    BAD_INPUTS.append((["--device", "mps"], "MPS (Apple GPU) is not available", 2))
 
 
 @pytest.mark.parametrize("flags,message,status", BAD_INPUTS, ids=[" ".join(r[0]) for r in BAD_INPUTS])

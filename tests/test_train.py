@@ -18,6 +18,7 @@ import torch
 
 import checkpoint
 import cli
+import lm
 import train
 from spen import SPEN, SPENConfig
 
@@ -47,7 +48,8 @@ def test_presets_and_flags_resolve_in_order():
     assert a.max_iters * 524288 >= 8e9 > (a.max_iters - 1) * 524288  # 8B tokens
     a = train.parse_args(["--preset", "cpu", "--n_layer", "2", "--no-compile"])
     assert (a.data, a.eval_data, a.n_layer, a.n_embd, a.compile) == ("builtin", "", 2, 128, False)
-    lrs = [train.get_lr(s, a) for s in range(a.max_iters + 1)]
+    lrs = [lm.cosine_lr(s, a.lr, a.min_lr, a.warmup_iters, a.lr_decay_iters or a.max_iters)
+           for s in range(a.max_iters + 1)]
     assert max(lrs) == pytest.approx(a.lr) and lrs[-1] == pytest.approx(a.min_lr)
     with pytest.raises(cli.ConfigError, match="unknown setting"):
         train.make_config("cpu", n_layers=3)
@@ -265,9 +267,9 @@ BAD_INPUTS = [
     (["--data", "c4"], "'c4' has no split 'train'", 1),
 ]
 if not torch.cuda.is_available():
-    BAD_INPUTS.append((["--device", "cuda"], "sees no CUDA GPU", 1))
+    BAD_INPUTS.append((["--device", "cuda"], "sees no CUDA GPU", 2))
 if not torch.backends.mps.is_available():
-    BAD_INPUTS.append((["--device", "mps"], "MPS (Apple GPU) is not available", 1))
+    BAD_INPUTS.append((["--device", "mps"], "MPS (Apple GPU) is not available", 2))
 
 
 @pytest.mark.parametrize("flags,message,status", BAD_INPUTS, ids=[" ".join(r[0]) for r in BAD_INPUTS])
@@ -279,6 +281,46 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, flags, messa
     assert exc.value.code == status, err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
     assert not out.exists()  # nothing written before the inputs are checked
+
+
+def unwritable_folder(tmp_path):
+    """A folder this process cannot write in: mode 0o500, or, for root (who writes anywhere),
+    /proc/sys (read-only to every user)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    return str(folder) if not os.access(folder, os.W_OK) else "/proc/sys"
+
+
+@pytest.mark.parametrize("where,message", [("file", "is a file; name a folder"),
+                                           ("inside", "lies inside the file"),
+                                           ("unwritable", "is not writable")])
+def test_an_out_dir_that_cannot_hold_a_run_is_one_line(tmp_path, capsys, where, message):
+    f = tmp_path / "notes.txt"
+    f.write_text("keep me")
+    out = {"file": str(f), "inside": str(f / "run"), "unwritable": None}[where] or \
+        os.path.join(unwritable_folder(tmp_path), "run")
+    assert not os.access(os.path.dirname(out), os.W_OK) or where != "unwritable"
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        train.cli_main(TINY + ["--out_dir", out, "--max_iters", "1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == before and f.read_text() == "keep me"  # nothing written
+    assert not os.path.exists(out) or where == "file"
+
+
+def test_a_bug_inside_the_model_keeps_its_traceback(tmp_path, monkeypatch):
+    """Only a user's mistakes become one line: a ValueError raised inside forward (a shape bug,
+    say) propagates out of cli_main with its traceback."""
+    class Broken(SPEN):
+        def forward(self, idx, targets=None):
+            raise ValueError("shapes (2, 16, 32) and (31, 32) do not match")
+
+    monkeypatch.setitem(checkpoint.MODELS, "spen", (SPENConfig, Broken))
+    with pytest.raises(ValueError, match="do not match") as exc:
+        train.cli_main(TINY + ["--out_dir", str(tmp_path / "run"), "--max_iters", "1"])
+    assert any(entry.name == "forward" for entry in exc.traceback)
 
 
 def test_default_preset_without_gpu_names_a_command_that_works(capsys):
