@@ -61,6 +61,7 @@ import lm
 import spen
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
+METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
 SECTIONS_HERE = ("limits", "ema", "gen_spen", "gen_gpt")  # measured in this file
 TRAIN_SECTIONS = ("blocks", "ops", "memory", "compile", "train", "train_run")  # in bench_train.py
 SECTIONS = SECTIONS_HERE + TRAIN_SECTIONS
@@ -223,7 +224,7 @@ def bench_ema(device, quick, copy_gbs):
         g = torch.randn(B, T, S, C, device=device)
         nbytes = 4 * (B * T * C + B * T * S * C)  # one direction
         row = dict(T=T, B=B, C=C, S=S, floor_fwd_ms=nbytes / copy_gbs / 1e6, floor_fb_ms=2 * nbytes / copy_gbs / 1e6)
-        for m in ("scan", "matmul"):
+        for m in METHODS:
             fwd = timed(lambda: ema.traces(x, ALPHAS, method=m), device, reps)
             fb = timed(lambda: ema.traces(xg, ALPHAS, method=m).backward(g), device, reps)
             for t, floor in ((fwd, row["floor_fwd_ms"]), (fb, row["floor_fb_ms"])):
@@ -243,7 +244,7 @@ def bench_ema(device, quick, copy_gbs):
     xg = torch.randn(B, T, C, device=device, requires_grad=True)
     g = torch.randn(B, T, S, C, device=device)
     sweep = {m: {L: timed(lambda: ema.traces(xg, ALPHAS, method=m, chunk=L).backward(g), device, reps)["ms_min"]
-                 for L in (16, 32, 64, 128) if L <= T} for m in ("scan", "matmul")}
+                 for L in (16, 32, 64, 128) if L <= T} for m in METHODS}
     P = 256 if quick else 1024  # streaming: one step of the (1, S, C) state vs recomputing a prefix
     h, x_t, xp = torch.zeros(1, S, C, device=device), torch.randn(1, C, device=device), torch.randn(1, P, C, device=device)
     step_us = 1e3 * timed(lambda: ema.step(x_t, h, ALPHAS), device, reps=200)["ms"]
@@ -438,7 +439,7 @@ def print_tables(res):
         for i, row in enumerate(base["ema"]["rows"]):
             print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']}: floor {row['floor_fwd_ms']:.2f} fwd / "
                   f"{row['floor_fb_ms']:.2f} fwd+bwd; loop {row['loop_fwd']['ms_min']:.2f} / {row['loop_fb']['ms_min']:.2f}")
-            for meth in ("scan", "matmul"):
+            for meth in METHODS:
                 r = row[meth]
                 tf32 = f", TF32 err {max(r['max_err_tf32'].values()):.1e}" if "max_err_tf32" in r else ""
                 fwd = cells(lambda z: z["ema"]["rows"][i][meth]["fwd"]["ms_min"])

@@ -1,0 +1,43 @@
+"""runs.py: mean ± std over seeds; run_jobs runs every job once, in worker processes (one torch
+thread each) or in this one, and turns a failed or interrupted worker into an exception.
+Each worker is a fresh interpreter that imports torch: the tests start four."""
+import os
+import statistics
+
+import pytest
+
+import cli
+import runs
+
+
+def describe(job):
+    """None for job 0 (a result too), else (job squared, the worker's pid, its torch threads)."""
+    import torch
+    return None if job == 0 else (job * job, os.getpid(), torch.get_num_threads())
+
+
+def fail_or_stop(job):
+    if job == 2:
+        raise cli.UserError("job 2 has a bad setting")
+    raise KeyboardInterrupt
+
+
+def test_mean_std():
+    assert runs.mean_std([1.0, 2.0, 4.0]) == pytest.approx((7 / 3, statistics.stdev([1, 2, 4])))
+    assert runs.mean_std([3]) == (3.0, 0.0)
+
+
+def test_run_jobs_in_workers_and_in_process():
+    out = dict(runs.run_jobs(describe, [0, 3], workers=2))
+    assert out[0] is None and out[3][0] == 9
+    assert out[3][1] != os.getpid() and out[3][2] == 1  # another process, one thread
+    here = dict(runs.run_jobs(describe, [0, 3], workers=1))
+    assert here[0] is None and here[3][:2] == (9, os.getpid())
+
+
+def test_a_failed_or_interrupted_worker_raises(capfd):
+    with pytest.raises(runs.JobFailed, match="job 2 exited with status 1"):
+        list(runs.run_jobs(fail_or_stop, [2], workers=2))
+    assert "error: job 2 has a bad setting" in capfd.readouterr().err  # the worker's one line
+    with pytest.raises(KeyboardInterrupt):
+        list(runs.run_jobs(fail_or_stop, [3], workers=2, grace=1))
