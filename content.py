@@ -211,7 +211,8 @@ def main(cfg):
     os.makedirs(cfg.out_dir, exist_ok=True)
     res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "content.json"))
-    rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]), *((n, r["best"]) for n, r in res["models"].items())]
+    rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]),
+            *((n, r["best"]) for n, r in res["models"].items())]
     print("content probe, accuracy at lag k = 0 / 1 / 8 / 64: " +
           "; ".join(f"{n} {v[0]:.2f}/{v[1]:.2f}/{v[8]:.2f}/{v[64]:.2f}" for n, v in rows), flush=True)
     return res

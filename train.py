@@ -89,8 +89,8 @@ class TrainConfig:
                          "history", choices=tuple(READS), group="model")
     context: str = cli.arg("ema", "SPEN: fixed-decay EMA (paper) or selective decays (control)",
                            choices=tuple(CONTEXTS), group="model")
-    trace_method: str = cli.arg("auto", "SPEN: how ema.traces runs (same numbers): auto (matmul on CUDA, scan "
-                                "elsewhere) | scan | matmul", choices=TRACE_METHODS, group="model")
+    trace_method: str = cli.arg("auto", "SPEN: how the traces are computed, same numbers (auto: matmul on CUDA, "
+                                "scan elsewhere)", choices=TRACE_METHODS, group="model")
     n_layer: int = cli.arg(12, "number of blocks", group="model")
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
@@ -464,7 +464,8 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
             scaler.scale(loss / accum).backward()
         scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or float("inf"))
-        flags = torch.stack([loss_sum / accum, grad_norm.float(), torch.tensor(float(stop.requested), device=place.device)])
+        asked = torch.tensor(float(stop.requested), device=place.device)  # Ctrl-C on this rank
+        flags = torch.stack([loss_sum / accum, grad_norm.float(), asked])
         if place.ddp:
             dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
         train_loss, gnorm, stopping = (flags / place.world).tolist()  # one host sync per step
