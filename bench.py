@@ -104,8 +104,7 @@ class BenchConfig:
         kind = self.device.split(":")[0]
         cli.require(kind in ("auto", "cpu", "cuda"), "--device must be auto, cpu, cuda or cuda:N, got {!r}",
                     self.device)
-        cli.require(kind != "cuda" or torch.cuda.is_available(), "--device {}: this torch ({}) sees no CUDA "
-                    "GPU; use --device cpu", self.device, torch.__version__)
+        lm.resolve_device(self.device, auto=("cuda",))  # a CUDA device that is not there: one line
         cli.require(not self.worker or self.worker_out, "--worker needs --worker_out FILE")
         cli.require(bool(self.out) and not os.path.isdir(self.out), "--out must name a file, got {!r}", self.out)
 
@@ -473,7 +472,7 @@ def main(cfg):
     device = torch.device(lm.resolve_device(cfg.device, auto=("cuda",))[0])
     cfg.device = str(device)
     folder = os.path.dirname(os.path.abspath(cfg.out))
-    checkpoint.check_out_dir(folder, "--out")  # before any measurement: a bad --out fails in a second
+    checkpoint.check_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement
     os.makedirs(folder, exist_ok=True)
     wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
     if cfg.quick and not cfg.section_list():

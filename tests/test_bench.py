@@ -6,6 +6,7 @@ is bench_train.py's `compile` section."""
 import json
 
 import pytest
+import torch
 
 import bench
 import cli
@@ -48,13 +49,32 @@ def test_default_output_is_not_committed():
     assert cfg.out.startswith("out/") and cfg.allocator == "on"
 
 
-@pytest.mark.parametrize("argv,message", [
+BAD_FLAGS = [
     (["--sections", "ema,warp"], "--sections: unknown section(s) warp"),
     (["--threads", "-1"], "--threads must be an int >= 0"),
     (["--device", "tpu"], "--device must be auto, cpu, cuda or cuda:N"),
-])
+    (["--out", "."], "--out must name a file"),
+]
+if not torch.cuda.is_available():
+    BAD_FLAGS.append((["--device", "cuda"], "sees no CUDA GPU"))
+
+
+@pytest.mark.parametrize("argv,message", BAD_FLAGS)
 def test_bad_flags_are_one_line_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         parse(argv)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_out_inside_a_file_is_one_line_before_any_measurement(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        bench.cli_main(bench.RUN_HERE, ["--quick", "--out", str(tmp_path / "f" / "bench.json")])
+    err = capsys.readouterr()
+    assert e.value.code == 2 and "its folder" in err.err and "is a file" in err.err and "running" not in err.out
+
+
+def test_each_section_is_measured_in_one_file():
+    import bench_train
+    assert set(bench.RUN_HERE) == set(bench.SECTIONS_HERE) and set(bench_train.RUN_HERE) == set(bench.TRAIN_SECTIONS)
