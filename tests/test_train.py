@@ -60,7 +60,7 @@ def test_presets_and_flags_resolve_in_order():
 
 def test_cli_smoke_writes_outputs_and_eval_only_agrees(tmp_path):
     out = tmp_path / "run"
-    res = run(out, "--max_iters", 4, "--eval_interval", 2)
+    res = run(out, "--max_iters", 4, "--eval_interval", 2, "--lr", 1e-2)  # 4 steps: a rate that shows learning
     assert {"val_loss", "params", "tokens", "seconds", "out_dir", "yardsticks"} <= set(res)
     assert res["tokens"] == 4 * 2 * 16 and res["params"] > 50257 * 32
     for name in ("log.txt", "metrics.jsonl", "ckpt_last.pt", "ckpt_best.pt"):
