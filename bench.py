@@ -83,7 +83,7 @@ class BenchConfig:
                        "results/bench/bench.json, results/bench/bench_cuda.json)", group="I/O")
     sections: str = cli.arg("", "comma-separated sections (default: every one the device runs): "
                             + ", ".join(SECTIONS), group="what")
-    quick: bool = cli.arg(False, "tiny sizes, every section in one worker: exercises every code path",
+    quick: bool = cli.arg(False, "tiny sizes, the sections of each file in one worker: exercises every code path",
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
     threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
