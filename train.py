@@ -9,11 +9,14 @@ Shape glossary
     over all processes (grad_accum), W processes (DDP world size). One step = A * B * T tokens.
 
 Settings: one `TrainConfig`; every field is a flag (`--lr`), validated in __post_init__. Presets
-are dicts of overrides: '130m' (the paper run, the default) and 'cpu' (a small SPEN on the
-offline `builtin` corpus). Precedence: field default < --preset < flags typed. With --resume
-the checkpoint's settings replace the defaults and the preset, flags typed still win, and a
-typed model-shape flag that contradicts the checkpoint is refused; with --init_from PATH the
-model comes from the checkpoint (and, for --eval_only, so do its context and validation set).
+are dicts of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the
+offline `builtin` corpus) and 'cpu_bytes' (the same corpus as UTF-8 bytes, --tokenizer bytes: a
+4 x 128 model that goes well below the byte bigram on a laptop). The checkpoint records the
+tokenizer (the model's vocabulary: 50257 BPE ids or 256 bytes). Precedence: field default <
+--preset < flags typed. With --resume the checkpoint's settings replace the defaults and the
+preset, flags typed still win, and a typed model-shape flag (tokenizer included) that contradicts
+the checkpoint is refused; with --init_from PATH the model comes from the checkpoint (and, for
+--eval_only, so do its context and validation set).
 
 Choices where the paper is silent (all in PRESETS['130m']): AdamW (0.9, 0.95), weight decay
 0.1, peak lr 6e-4 and min lr 6e-5 (GPT-3 small), 715 warmup steps (GPT-3's 375M tokens), cosine
@@ -34,6 +37,7 @@ updates; record 0 holds only the initial val_loss.
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
+    python train.py --preset cpu_bytes           # offline, bytes; results/scaling holds the curves
     python train.py                              # the paper run (preset 130m), one CUDA GPU
     python train.py --out_dir out --resume --max_iters 30000           # continue a run
     python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4  # perplexity
@@ -67,7 +71,7 @@ from gpt import GPT, GPTConfig
 from lm import EVAL_SEED
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
-MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout")
+MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
 
 
 @dataclass
@@ -81,6 +85,8 @@ class TrainConfig:
     data: str = cli.arg("fineweb-edu", "training corpus: builtin | fineweb-edu | c4 | wikitext103 | files:PATH",
                         group="data")
     eval_data: str = cli.arg("", "validation corpus (its val split); empty: the same as --data", group="data")
+    tokenizer: str = cli.arg("gpt2", "gpt2 (BPE, V = 50257) | bytes (UTF-8 bytes, V = 256); the model's vocabulary",
+                             choices=data_lib.TOKENIZERS, group="data")
     block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data")
     model: str = cli.arg("spen", "spen (the paper's model) or gpt (attention baseline)",
                          choices=tuple(checkpoint.MODELS), group="model")
@@ -151,6 +157,12 @@ PRESETS = {
     "cpu": dict(data="builtin", n_layer=4, n_embd=128, block_size=128, batch_size=8, grad_accum=1,
                 max_iters=600, lr=2e-3, min_lr=2e-4, warmup_iters=20, eval_interval=50, eval_iters=10,
                 log_interval=10),
+    # The same corpus read as UTF-8 bytes (V = 256): the head is cheap, so a step holds 16 x 256
+    # = 4,096 bytes and 1,500 steps are 6.1M bytes (about 2.3 passes over builtin's train split),
+    # enough for a 4 x 128 model to go well below the byte bigram (results/scaling has the curve).
+    "cpu_bytes": dict(data="builtin", tokenizer="bytes", n_layer=4, n_embd=128, block_size=256, batch_size=16,
+                      grad_accum=1, max_iters=1500, lr=2e-3, min_lr=2e-4, warmup_iters=50, eval_interval=100,
+                      eval_iters=20, log_interval=20),
 }
 
 
@@ -161,10 +173,12 @@ def make_config(preset="130m", **overrides):
 
 def model_config(cfg):
     """The model's config from a TrainConfig (sizes away from 768 scale inside the model config)."""
+    shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout,
+                 vocab_size=data_lib.vocab_size(cfg.tokenizer))
     if cfg.model == "gpt":
-        return GPTConfig(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout)
-    return SPENConfig(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout,
-                      predictor=cfg.predictor, reads=cfg.reads, context=cfg.context, trace_method=cfg.trace_method)
+        return GPTConfig(**shape)
+    return SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,
+                      trace_method=cfg.trace_method)
 
 
 def build_model(cfg):
@@ -229,7 +243,7 @@ def load_model(cfg):
             model = GPT.from_pretrained("gpt2")
         except RuntimeError as e:
             raise checkpoint.CheckpointError(str(e)) from None
-        return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0,
+        return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0, tokenizer="gpt2",
                                     block_size=min(cfg.block_size, model.config.block_size))
     if cfg.resume or cfg.init_from != "scratch":
         path = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
@@ -270,7 +284,7 @@ def load_data(cfg):
     """(train tokens or None for eval_only, val tokens), each long enough for block_size."""
     def split(name, which):
         try:
-            tokens = data_lib.load_split(name, which)
+            tokens = data_lib.load_split(name, which, tokenizer=cfg.tokenizer)
             data_lib.check_split(tokens, cfg.block_size, name, which)
         except ValueError as e:  # data.py's one-line errors for a corpus, split or size that does not fit
             raise cli.UserError(str(e)) from None
@@ -301,9 +315,9 @@ def count_yardsticks(cfg):
     train split of its own to count on and is small enough to count here; else None."""
     name = cfg.eval_data or cfg.data
     try:
-        if len(data_lib.load_split(name, "train")) > 200_000_000:
+        if len(data_lib.load_split(name, "train", tokenizer=cfg.tokenizer)) > 200_000_000:
             return None  # counting a 10B-token corpus belongs to `python data.py --baselines`
-        return data_lib.baselines(name)
+        return data_lib.baselines(name, tokenizer=cfg.tokenizer)
     except (data_lib.DataUnavailable, ValueError, MemoryError):
         return None
 

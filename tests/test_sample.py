@@ -46,6 +46,18 @@ def test_prints_text_and_speed_and_the_same_seed_gives_the_same_text(ckpts, caps
     assert b["samples"] == a["samples"] and c["samples"] != a["samples"]
 
 
+def test_a_byte_level_checkpoint_reads_and_writes_utf8(ckpts, tmp_path, capsys):
+    train.main(train.make_config("cpu", model="spen", tokenizer="bytes", out_dir=str(tmp_path / "b"), **TINY))
+    ck = str(tmp_path / "b" / "ckpt_best.pt")
+    r = run(ck, "--start", "<|endoftext|>déf", "--max_new_tokens", 30, "--num_samples", 2, "--seed", 3)
+    assert r["prompt"] == [0, *"déf".encode("utf-8")]  # the separator is NUL; é is two bytes
+    assert all(0 <= i < 256 for s in r["samples"] for i in s)
+    for ids, text in zip(r["samples"], r["texts"]):  # invalid UTF-8 (likely from 2 training steps) -> U+FFFD
+        assert text == bytes(ids).decode("utf-8", errors="replace") and text.startswith("\0déf")
+    assert r["texts"][0] in capsys.readouterr().out
+    assert sample.ByteCodec().decode([0xC3, 0xA9, 0xFF]) == "é\ufffd"
+
+
 def test_greedy_sampling_is_the_argmax_continuation(ckpts):
     r = run(ckpts["spen"], "--start", "IDS:50256,464", "--temperature", 0, "--num_samples", 2, "--max_new_tokens", 5)
     assert r["samples"][0] == r["samples"][1]  # temperature 0 ignores the generator

@@ -203,6 +203,23 @@ def test_checkpoint_settings_win_and_contradictions_are_refused(tmp_path, capsys
     assert torch.load(tmp_path / "b" / "ckpt_last.pt", weights_only=True)["config"]["n_embd"] == 32
 
 
+def test_bytes_tokenizer_sets_the_vocabulary_and_the_checkpoint_keeps_it(tmp_path, capsys):
+    cfg = train.make_config("cpu_bytes")
+    assert (cfg.tokenizer, cfg.n_layer, cfg.n_embd, cfg.data) == ("bytes", 4, 128, "builtin")
+    assert train.make_config("cpu").tokenizer == "gpt2"  # BPE stays the default
+    res = run(tmp_path / "b", "--tokenizer", "bytes", "--max_iters", 2, "--eval_interval", 2)
+    ck = torch.load(tmp_path / "b" / "ckpt_last.pt", weights_only=True)
+    assert ck["train"]["tokenizer"] == "bytes" and ck["config"]["vocab_size"] == 256
+    assert ck["model"]["lm_head.weight"].shape[0] == 256  # a 256-row head: no padding to 50304
+    assert res["yardsticks"]["tokenizer"] == "bytes" and res["yardsticks"]["bigram"] < res["yardsticks"]["unigram"]
+    assert math.isfinite(res["val_loss"]) and res["val_loss"] < math.log(50257)  # scored over 256 symbols
+    # resuming keeps the checkpoint's tokenizer; a typed contradiction is refused
+    assert train.parse_args(TINY + ["--out_dir", str(tmp_path / "b"), "--resume"]).tokenizer == "bytes"
+    with pytest.raises(SystemExit):
+        train.parse_args(TINY + ["--out_dir", str(tmp_path / "b"), "--resume", "--tokenizer", "gpt2"])
+    assert "--tokenizer gpt2 (checkpoint: bytes)" in capsys.readouterr().err
+
+
 def test_eval_only_gpt2_path_and_gpt_training(tmp_path, monkeypatch):
     # The hub is offline here: stand a tiny random GPT in for GPT.from_pretrained('gpt2').
     from gpt import GPT, GPTConfig
