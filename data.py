@@ -14,29 +14,45 @@ Tokenizers (`tokenizer`, one cache each; the same documents and the same split r
 vocab_size(tokenizer), separator(tokenizer) and decode(ids, tokenizer) are what other
 scripts call (decode shows invalid UTF-8 as U+FFFD).
 
-Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data):
+Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; cache_folder() names it):
   <cache_dir>/<key>/train.bin       uint16 token ids (bytes too: one storage format)
   <cache_dir>/<key>/val.bin
-  <cache_dir>/<key>/meta.json       tokenizer, vocab, separator; a split counts as done only
-                                    if meta.json lists it and its .bin has that size
+  <cache_dir>/<key>/meta.json       tokenizer, vocab, separator, per split its tokens, documents
+                                    and largest id; a split counts as done only if meta.json
+                                    lists it and its .bin has that size
   <cache_dir>/<key>/baselines.json  the n-gram yardsticks, keyed by the meta they came from
+  <cache_dir>/<key>.partial/        a build in progress: <split>.bin, manifest.json, lock
   <key> is the source name (+ '-py3.11' for builtin, + a fingerprint of the file list for
   files:), '-max<N>' when max_tokens caps each split, and '-bytes' for the byte tokenizer.
-  A cache hit imports no `datasets` and touches no network. Every file is written as
-  <file>.tmp<pid> and renamed: a build writes all its splits and the new meta.json as temp
-  files first and swaps them in only then, so a failed build (full disk, Ctrl-C, a hub
-  error) leaves the previous cache as it was; temp files of a killed process (its pid gone)
-  are removed by the next prepare.
+  A cache hit imports no `datasets` and touches no network.
 
-Batches: get_batch draws B random windows of T+1 tokens with a numpy generator seeded by
-(seed, step, rank) alone, so a resumed run sees exactly the batches it would have seen, and
-the data position is simply the step. check_split says, in one line, when a split is too
-short for the block size. Glossary: B batch size, T block size (context), V vocabulary,
-EOT the end-of-text id every GPT-2 document ends with, NUL the byte every bytes document ends with.
+Building (prepare): documents are read in order, encoded on --num_proc processes (reading
+overlaps encoding; the result does not depend on num_proc) and appended to <key>.partial/.
+Every shard_tokens tokens the files are flushed and manifest.json records how far the build
+got; an interrupted build (any error, Ctrl-C, kill -9) called again says it resumes, cuts the
+files back to that record, skips the documents already done and ends byte-identical to a
+build that never stopped. Only a finished build is renamed into <key>/, with its meta.json
+written last, so the previous cache stays as it was until then (a full disk, a hub error);
+temp files of a killed process (its pid gone) are removed by the next prepare. Progress lines
+(documents, tokens, tokens/s, ETA when the total is known) go to stderr every --progress
+seconds, on a terminal or not. Hub failures say which: 'offline (no network)' or 'the hub
+answered with an error ... run the same command again, it resumes'.
 
-Departures / choices (the paper is silent): no shuffling at tokenization; random windows
-(nanoGPT style) rather than epochs; our validation splits (sources.py: carved slices, wikitext
-'val' = its test split). max_tokens truncates the last document of a split.
+Batches, all pure functions of (seed, step, rank), so a resumed run sees exactly the batches
+it would have seen and the data position is simply the step:
+  epoch_batch  training: windows of T+1 tokens at stride T, visited WITHOUT replacement in a
+               seeded order per epoch (epochs() says how many epochs a run makes);
+  eval_batches evaluation: contiguous non-overlapping windows over a whole split (or its first
+               max_tokens), each token scored once, the last partial window included;
+  get_batch    B random windows, with replacement (probes, quick estimates).
+load_split(..., vocab=V) refuses, in one line, a split holding an id >= V (checked once,
+from meta.json); check_split says when a split is too short for the block size.
+Glossary: B batch size, T block size (context), V vocabulary, W windows per epoch, EOT the
+end-of-text id every GPT-2 document ends with, NUL the byte every bytes document ends with.
+
+Departures / choices (the paper is silent): no shuffling at tokenization; our validation
+splits (sources.py: carved slices, wikitext 'val' = its test split). max_tokens truncates
+the last document of a split.
 
 Run:  python data.py --dataset builtin                       tokenize (once) and print the splits
       python data.py --dataset builtin --baselines           print the yardsticks as JSON
@@ -47,6 +63,7 @@ The builtin yardsticks are quoted in the README's Data section. Hub unreachable 
 cache, a full disk, a non-UTF-8 file: one line naming the dataset or file and what to do,
 exit status 1.
 """
+import collections
 import dataclasses
 import functools
 import glob
@@ -56,28 +73,35 @@ import itertools
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
 import numpy as np
-import torch
 
 import cli
 import ngram
 import sources
-from ngram import ngram_counts, token_probs  # data.ngram_counts / token_probs keep working
-from sources import DATASETS, HUB, DataUnavailable, hub_unreachable
+
+# Transitional, not used here: train.py, ablate.py and content.py still name
+# data_lib.DataUnavailable, ablate.py data_lib.ngram_counts / token_probs. Delete these two
+# lines once they import them from sources / ngram, where they are defined.
+from ngram import ngram_counts, token_probs  # noqa: F401
+from sources import DataUnavailable  # noqa: F401
 
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
+SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
+PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
+POOL_AFTER = 240        # documents encoded in-process before the worker processes start
 # sha256 that tiktoken itself expects for 'gpt2' (tiktoken_ext/openai_public.py, gpt2());
 # tests/test_data.py checks that tiktoken's source still says so.
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 
 
-class CacheWriteError(DataUnavailable):
+class CacheWriteError(sources.DataUnavailable):
     """The token cache could not be written (full disk, no permission); message is one line."""
 
 
@@ -160,6 +184,12 @@ def _checked(tokenizer):
 
 # ----------------------------------------------------------------------------- cache
 
+def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
+    """The cache folder of dataset `name` (no build): <cache_dir>/<key>, the one path rule
+    that data.py and train.py share (see the module docstring for <key>)."""
+    return _cache_folder(name, max_tokens, cache_dir, sources.resolve(name), tokenizer)
+
+
 def _cache_folder(name, max_tokens, cache_dir, files=None, tokenizer="gpt2"):
     if name == "builtin":
         key = f"builtin-py{sys.version_info[0]}.{sys.version_info[1]}"
@@ -236,7 +266,10 @@ def _write_failed(folder, e):
 
 
 def _json_tmp(path, obj):
-    """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure)."""
+    """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure).
+
+    The one JSON writer of the cache: meta.json is written this way and renamed only in
+    _commit's swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
     tmp = _tmp(path)
     try:
         with open(tmp, "w") as f:
@@ -249,91 +282,254 @@ def _json_tmp(path, obj):
     return tmp
 
 
-def write_json_atomic(path, obj):
-    """Write obj as JSON to path through a temp file and a rename (ngram.py's baselines.json)."""
-    os.replace(_json_tmp(path, obj), path)
+# ----------------------------------------------------------------------------- encoding
 
-
-def _encoded(docs, num_proc, tokenizer="gpt2"):
-    """Token ids of each non-empty document followed by its separator, as uint16 arrays.
-
-    gpt2: encoded on num_proc threads in batches that grow 16, 32, ... 1024 documents, so a
-    small max_tokens reads few documents. bytes: the document's UTF-8 bytes with any NUL
-    removed (so byte 0 only ever marks a document's end), then NUL."""
-    docs = (d for d in docs if d and d.strip())  # empty rows would be lone separators
-    if tokenizer == "bytes":
-        for d in docs:
-            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
-            ids = np.empty(len(raw) + 1, dtype=np.uint16)
-            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
-            ids[-1] = NUL
-            yield ids
-        return
-    enc = get_tokenizer()
+def _batches(docs):
+    """Lists of documents that grow 16, 32, ... 1024, so a small max_tokens reads few."""
     size = 16
     while True:
         batch = list(itertools.islice(docs, size))
         if not batch:
             return
+        yield batch
         size = min(2 * size, 1024)
-        for ids in enc.encode_ordinary_batch(batch, num_threads=num_proc):
-            ids.append(EOT)
-            yield np.asarray(ids, dtype=np.uint16)
 
 
-def _write_splits(pieces, caps, folder, progress, stop_split):
-    """Append each (split, ids) of `pieces` to <folder>/<split>.bin.tmp<pid>.
+def _encode_batch(batch, tokenizer):
+    """uint16 ids of each document of `batch` followed by its separator.
 
-    caps[split] -> max tokens (None: no cap); a full 'val' overflows into 'train'; stops when
-    stop_split is full or pieces run out. Returns {split: {'tokens', 'documents'}}; the temp
-    files are left for _commit, or removed if anything fails."""
-    from tqdm import tqdm
-    tmp = {s: _tmp(os.path.join(folder, f"{s}.bin")) for s in caps}
-    stats = {s: dict(tokens=0, documents=0) for s in caps}
-    out, ok = {}, False
-    bar = tqdm(total=caps[stop_split], unit="tok", unit_scale=True, disable=not progress,
-               desc=os.path.basename(folder))
+    bytes: the document's UTF-8 bytes with any NUL removed (0 only ever marks an end)."""
+    if tokenizer == "bytes":
+        out = []
+        for d in batch:
+            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
+            ids = np.empty(len(raw) + 1, dtype=np.uint16)
+            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
+            ids[-1] = NUL
+            out.append(ids)
+        return out
+    return [np.asarray(ids + [EOT], dtype=np.uint16) for ids in get_tokenizer().encode_ordinary_batch(batch)]
+
+
+def _encoded(docs, num_proc=1, tokenizer="gpt2"):
+    """The uint16 ids of each document of `docs` (non-empty ones, in order) followed by its
+    separator: read here, encoded here for the first POOL_AFTER documents (a small build
+    starts no process), then on num_proc worker processes.
+
+    Reading overlaps encoding: at most 2 num_proc batches are in flight, so memory stays
+    bounded however fast the reader is; results come back in document order, so the cache
+    does not depend on num_proc."""
+    batches = _batches(d for d in docs if d and d.strip())  # empty rows would be lone separators
+    done = 0
+    for batch in batches:
+        yield from _encode_batch(batch, tokenizer)
+        done += len(batch)
+        if num_proc > 1 and done >= POOL_AFTER:
+            break
+    else:
+        return
+    import multiprocessing
+    if tokenizer == "gpt2":
+        get_tokenizer()  # built once here: forked workers inherit it
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ctx.Pool(num_proc) as pool:  # left early (a cap reached, an error): terminated here
+        pending = collections.deque()
+        for batch in batches:
+            pending.append(pool.apply_async(_encode_batch, (batch, tokenizer)))
+            # hand back what is done at once: a consumer that stops early made us read little
+            while pending and (pending[0].ready() or len(pending) >= 2 * num_proc):
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+
+# ----------------------------------------------------------------------------- build
+
+class _Progress:
+    """A progress line on stderr every `every` seconds (terminal or not): documents, tokens,
+    tokens/s of this run, and an ETA when the total is known."""
+
+    def __init__(self, label, every, total_tokens=None, total_documents=None, enabled=True):
+        self.label, self.every, self.enabled = label, every, enabled
+        self.total_tokens, self.total_documents = total_tokens, total_documents
+        self.t0 = self.last = time.time()
+        self.start = None  # (documents, tokens) when this run began: a resumed build's rate
+
+    def update(self, documents, tokens, last=False):
+        """Print a line if `every` seconds have passed (last: also at the end of a long build)."""
+        now = time.time()
+        if self.start is None:
+            self.start = (documents, tokens)
+        due = now - self.last >= self.every or (last and now - self.t0 >= self.every)
+        if not self.enabled or not due:
+            return
+        self.last = now
+        rate = (tokens - self.start[1]) / max(now - self.t0, 1e-9)
+        eta = ""
+        if self.total_tokens and rate > 0:
+            eta = f", ETA {_duration((self.total_tokens - tokens) / rate)}"
+        elif self.total_documents and documents > self.start[0]:
+            per_doc = (now - self.t0) / (documents - self.start[0])
+            eta = f", ETA ~{_duration(max(self.total_documents - documents, 0) * per_doc)}"
+        print(f"data.py: {self.label}: {documents:,} documents, {tokens:,} tokens, {rate:,.0f} tokens/s{eta}",
+              file=sys.stderr, flush=True)
+
+
+def _duration(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _read_manifest(partial, identity):
+    """The state of the last complete shard of a partial build, or None (no build, another
+    build's identity, or files shorter than it records)."""
     try:
+        with open(os.path.join(partial, "manifest.json")) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if manifest.get("identity") != identity:
+        return None
+    state = manifest["state"]
+    for split, info in state["splits"].items():
+        path = os.path.join(partial, f"{split}.bin")
+        if not os.path.isfile(path) or os.path.getsize(path) < 2 * info["tokens"]:
+            return None
+    return state
+
+
+def _lock(partial):
+    """An exclusive lock on the partial build (released when this process ends, however)."""
+    import fcntl
+    f = open(os.path.join(partial, "lock"), "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it to "
+                              "finish, or stop it") from None
+    return f
+
+
+def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
+    """Tokenize the streams of `plan` into <folder>.partial/<split>.bin, resuming a build
+    interrupted there; return (stats {split: tokens, documents, max_id}, rule, partial).
+
+    plan: identity (what the cache holds), streams [dict(hf_split, carve, stop, caps)].
+    Every shard_tokens tokens (at a document boundary) the .bin files are flushed to disk and
+    manifest.json records the state: stream, documents read in it, each split's tokens. A
+    resumed build truncates the files to that state and skips the documents already read (it
+    reads them again, it does not encode them), so it ends byte-identical to one that never
+    stopped. Caps: caps[split] max tokens (None: all); a full 'val' overflows into 'train';
+    a stream ends when its stop_split is full or its documents run out."""
+    partial = folder + ".partial"
+    os.makedirs(partial, exist_ok=True)
+    lock = _lock(partial)
+    try:
+        _remove_temps(partial, stale=True)
+        splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
+        fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
+                                                               for s in splits})
+        state = _read_manifest(partial, plan["identity"])
+        if state is not None and state["documents"] + sum(i["tokens"] for i in state["splits"].values()) > 0:
+            done = sum(i["tokens"] for i in state["splits"].values())
+            print(f"data.py: resuming the build in {partial}: {done:,} tokens of {state['documents']:,} "
+                  f"documents of stream {state['stream'] + 1} are already written", file=sys.stderr, flush=True)
+        else:
+            state = fresh
+        bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
+        out = {}
         try:
-            out = {s: open(p, "wb") for s, p in tmp.items()}
+            for s in splits:
+                with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
+                    pass
+                os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
+                out[s] = open(bins[s], "ab")
         except OSError as e:
-            raise _write_failed(folder, e) from e
-        for split, ids in pieces:
-            if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
-                split = "train"  # only 'val' can be full here: its overflow feeds 'train'
-            room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
-            ids = ids[:room]
-            try:
-                out[split].write(ids.tobytes())
-            except OSError as e:
-                raise _write_failed(folder, e) from e
-            stats[split]["tokens"] += len(ids)
-            stats[split]["documents"] += 1
-            if split == stop_split:
-                bar.update(len(ids))
-            if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
-                break
-        for f in out.values():
-            try:
-                f.close()  # buffered bytes are written here: a full disk can fail now
-            except OSError as e:
-                raise _write_failed(folder, e) from e
-        ok = True
-        return stats
-    finally:
-        bar.close()
-        for f in out.values():
-            try:
+            for f in out.values():
                 f.close()
-            except OSError:
-                pass
-        if not ok:
-            for path in tmp.values():
-                _remove(path)
+            raise _write_failed(folder, e) from e
+        try:
+            _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
+            for f in out.values():
+                try:
+                    f.close()  # buffered bytes are written here: a full disk can fail now
+                except OSError as e:
+                    raise _write_failed(folder, e) from e
+        finally:
+            for f in out.values():
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        return state["splits"], state["rule"], partial
+    finally:
+        lock.close()
 
 
-def _commit(folder, splits, meta):
-    """Swap freshly built <split>.bin.tmp<pid> files and meta in.
+def _checkpoint(folder, partial, plan, state, out):
+    """Flush the .bin files to disk, then record `state` in manifest.json (temp file + rename)."""
+    path = os.path.join(partial, "manifest.json")
+    try:
+        for f in out.values():
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(_json_tmp(path, dict(identity=plan["identity"], state=state)), path)
+    except OSError as e:
+        raise _write_failed(folder, e) from e
+
+
+def _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress):
+    """The build loop of _build, from `state` on (updated in place)."""
+    stats = state["splits"]
+    for j, stream in enumerate(plan["streams"]):
+        if j < state["stream"]:
+            continue
+        hf_split, caps, stop_split = stream["hf_split"], stream["caps"], stream["stop"]
+        skip = state["documents"]
+        label = f"{os.path.basename(folder)} {'train+val' if stream['carve'] else stop_split}"
+        meter = _Progress(label, progress, caps[stop_split], plan.get("documents"), enabled=progress > 0)
+        docs = (d for d in sources.documents(name, files, folder, hf_split) if d and d.strip())
+        encoded = _encoded(itertools.islice(docs, skip, None), num_proc, plan["tokenizer"])
+        if stream["carve"]:
+            pieces, rule = sources.carve(encoded, start=skip)
+        else:
+            pieces, rule = ((stop_split, ids) for ids in encoded), "hub split"
+        # documents map 1:1 to pieces, except under carve's few-documents rule (never checkpointed)
+        resumable = not stream["carve"] or rule.startswith("document i")
+        state["rule"] = state["rule"] or rule
+        since = 0  # tokens written since the last checkpoint
+        try:
+            for split, ids in pieces:
+                if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
+                    split = "train"  # only 'val' can be full here: its overflow feeds 'train'
+                room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
+                ids = ids[:room]
+                try:
+                    out[split].write(ids.tobytes())
+                except OSError as e:
+                    raise _write_failed(folder, e) from e
+                info = stats[split]
+                info["tokens"] += len(ids)
+                info["documents"] += 1
+                info["max_id"] = max(info["max_id"], int(ids.max()) if len(ids) else 0)
+                state["documents"] += 1
+                since += len(ids)
+                meter.update(state["documents"], stats[stop_split]["tokens"])
+                if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
+                    break
+                if resumable and since >= shard_tokens:
+                    _checkpoint(folder, partial, plan, state, out)
+                    since = 0
+        finally:
+            encoded.close()  # stops the encoding processes of a stream left early
+        meter.update(state["documents"], stats[stop_split]["tokens"], last=True)
+        state.update(stream=j + 1, documents=0)
+        _checkpoint(folder, partial, plan, state, out)
+
+
+def _commit(folder, partial, splits, meta):
+    """Swap freshly built <partial>/<split>.bin files and meta in.
 
     The new meta.json is written as a temp file first (the last write that needs disk space;
     if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
@@ -347,20 +543,33 @@ def _commit(folder, splits, meta):
         raise _write_failed(folder, e) from e
     _remove(path)
     for s in splits:
-        os.replace(_tmp(os.path.join(folder, f"{s}.bin")), os.path.join(folder, f"{s}.bin"))
+        os.replace(os.path.join(partial, f"{s}.bin"), os.path.join(folder, f"{s}.bin"))
     os.replace(meta_tmp, path)
 
 
-def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=None,
-            force=False, tokenizer="gpt2"):
+def _kept_tokens(partial):
+    """Tokens a partial build has recorded in its manifest (0: nothing worth keeping)."""
+    try:
+        with open(os.path.join(partial, "manifest.json")) as f:
+            return sum(i["tokens"] for i in json.load(f)["state"]["splits"].values())
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=PROGRESS_EVERY,
+            force=False, tokenizer="gpt2", shard_tokens=SHARD_TOKENS):
     """Tokenize dataset `name` into <cache folder>/<split>.bin (uint16) + meta.json; return
     the folder. Cached splits are reused without touching the network or `datasets`.
 
     max_tokens caps each split (the last document is cut); None takes the whole source.
     splits: the splits wanted (default all of the source's); carved sources always build
-    'train' and 'val' together. num_proc: tokenizer threads (default: all cores).
+    'train' and 'val' together. num_proc: encoding processes (default: all cores; 1: none).
+    progress: seconds between progress lines on stderr (0: silent).
     force: rebuild even if cached; the old cache stays in place until the new one is built.
-    tokenizer: 'gpt2' or 'bytes' (its own cache folder, same documents, same split rules)."""
+    tokenizer: 'gpt2' or 'bytes' (its own cache folder, same documents, same split rules).
+    shard_tokens: the build records a resumable checkpoint every this many tokens; an
+    interrupted build (an error, Ctrl-C, kill -9) continues from its last one when called
+    again and ends byte-identical to an uninterrupted build."""
     _checked(tokenizer)
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
@@ -375,53 +584,61 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     old = read_meta(folder)
     if not force and old is not None and all(s in old["splits"] for s in wanted):
         return folder  # cache hit
-    carve = sources.is_carved(name, files)
-    todo = ["train", "val"] if carve else [s for s in wanted if force or not old or s not in old["splits"]]
-    if name in HUB:
+    hub = sources.HUB.get(name, {})
+    if name in sources.HUB:
         reason = sources.hub_unreachable()
         if reason:
             raise sources.hub_error(name, folder, reason)
+    if sources.is_carved(name, files):  # one stream, carved into both splits
+        val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
+        streams = [dict(hf_split=hub.get("carve"), carve=True, stop="train",
+                        caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
+    else:  # one stream per missing split
+        todo = [s for s in wanted if force or not old or s not in old["splits"]]
+        streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
+    identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
+                    val_every=sources.VAL_EVERY, format=1)
+    plan = dict(tokenizer=tokenizer, documents=hub.get("documents"), streams=streams,
+                identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
     created = not os.path.isdir(folder)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise _write_failed(folder, e) from e
-    progress = sys.stderr.isatty() if progress is None else progress
-    num_proc = num_proc or os.cpu_count() or 1
     t0 = time.time()
-    done = {}
+    partial = folder + ".partial"
     try:
-        if carve:
-            docs = sources.documents(name, files, folder)
-            val_caps = [c for c in (max_tokens, HUB.get(name, {}).get("val_max")) if c is not None]
-            caps = {"train": max_tokens, "val": min(val_caps) if val_caps else None}
-            pieces, rule = sources.carve(_encoded(docs, num_proc, tokenizer))
-            done = _write_splits(pieces, caps, folder, progress, stop_split="train")
-        else:
-            rule = "hub split"
-            for split in todo:
-                docs = sources.documents(name, None, folder, HUB[name]["splits"][split])
-                pieces = ((split, ids) for ids in _encoded(docs, num_proc, tokenizer))
-                done.update(_write_splits(pieces, {split: max_tokens}, folder, progress, stop_split=split))
+        done, rule, _ = _build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
+                               progress or 0)
         for split, info in done.items():
             if info["tokens"] == 0:
-                raise DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
+                raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
                                       f"({info['documents']} documents); give it more text")
-        seconds = time.time() - t0
         import tiktoken
         kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
         meta = dict(
-            dataset=name, source=HUB.get(name, {}).get("kwargs", name),
-            files=None if files is None else len(files),
+            dataset=name, source=hub.get("kwargs", name), files=None if files is None else len(files),
             max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
             separator=separator(tokenizer),
             layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
                     "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
             val_rule=rule,
-            splits={**kept, **{s: dict(v, seconds=round(seconds, 2)) for s, v in done.items()}},
+            splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
             python=sys.version.split()[0], tiktoken=tiktoken.__version__,
             created=time.strftime("%Y-%m-%d %H:%M:%S"))
-        _commit(folder, done, meta)
+        _commit(folder, partial, done, meta)
+        shutil.rmtree(partial, ignore_errors=True)
+    except BaseException as e:
+        kept = _kept_tokens(partial)
+        if not kept:
+            shutil.rmtree(partial, ignore_errors=True)
+        elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
+            raise type(e)(f"{e} The {kept:,} tokens built so far are kept in {partial}: the same "
+                          "command resumes from there.") from e
+        else:
+            print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
+                  "resumes from there", file=sys.stderr)
+        raise
     finally:
         _remove_temps(folder, stale=False)  # whatever this build left: nothing on success
         if created and not os.listdir(folder):  # a failed first build leaves no empty folder
@@ -429,11 +646,22 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     return folder
 
 
-def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", **kwargs):
-    """The token ids of one split as a read-only np.memmap of uint16 (prepares if missing)."""
+def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", vocab=None, **kwargs):
+    """The token ids of one split as a read-only np.memmap of uint16 (prepares if missing).
+
+    vocab: the model's vocabulary size; a split holding an id >= vocab is refused here, in
+    one line, from the largest id meta.json records (no pass over the tokens)."""
     folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, splits=[split], tokenizer=tokenizer,
                      **kwargs)
-    return np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
+    tokens = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
+    if vocab is not None:
+        info = read_meta(folder)["splits"][split]
+        top = info["max_id"] if "max_id" in info else int(tokens.max())  # caches built before max_id
+        if top >= vocab:
+            raise ValueError(f"split '{split}' of {name} holds token id {top}, outside the model's vocabulary "
+                             f"of {vocab}: use the --tokenizer the model was trained with (this cache is "
+                             f"{tokenizer}), or a model with vocab_size >= {top + 1}")
+    return tokens
 
 
 # ----------------------------------------------------------------------------- yardsticks
@@ -469,7 +697,7 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
     train, val = (np.memmap(bins[s], dtype=np.uint16, mode="r") for s in ("train", "val"))
     result = dict(dataset=name, tokenizer=tokenizer, **ngram.ngram_yardsticks(train, val, vocab_size(tokenizer)))
     try:
-        write_json_atomic(path, dict(key=key, result=result))
+        os.replace(_json_tmp(path, dict(key=key, result=result)), path)
     except OSError as e:  # the numbers are right; only their cache is missing
         print(f"data.py: warning: could not cache the yardsticks in {path} ({e.strerror or e})",
               file=sys.stderr)
@@ -488,7 +716,8 @@ def check_split(tokens, block_size, name, split):
 
 
 def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
-    """B random windows of T+1 tokens: x = window[:-1], y = window[1:], both int64 (B, T).
+    """B random windows of T+1 tokens, drawn with replacement: x = window[:-1], y = window[1:],
+    both int64 (B, T). For probes and quick estimates; training uses epoch_batch.
 
     A pure function of (seed, step, rank): numpy's generator is seeded by that triple,
     so no RNG state needs saving and resume is exact. Use different seeds for train/val."""
@@ -497,8 +726,13 @@ def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
         raise ValueError(f"split has {len(data)} tokens, fewer than block_size+1={block_size + 1}; "
                          "lower --block_size or prepare more data")
     rng = np.random.default_rng([seed, step, rank])
-    starts = rng.integers(0, n, size=batch_size)                        # (B,)
-    window = data[starts[:, None] + np.arange(block_size + 1)]          # (B, T+1) uint16
+    return _windows(data, rng.integers(0, n, size=batch_size), block_size, device)   # starts (B,)
+
+
+def _windows(data, starts, length, device):
+    """x, y = the windows data[s : s + length + 1] shifted by one, int64 (B, length) each."""
+    import torch  # here: tokenizing (python data.py) never needs torch, which takes seconds to import
+    window = data[np.asarray(starts)[:, None] + np.arange(length + 1)]  # (B, length+1) uint16
     window = torch.from_numpy(window.astype(np.int64))
     x, y = window[:, :-1], window[:, 1:]                                # (B, T), (B, T)
     if torch.device(device).type == "cuda":  # pinned host memory -> asynchronous copy
@@ -507,12 +741,78 @@ def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
     return x.contiguous().to(device), y.contiguous().to(device)
 
 
+def windows_per_epoch(n_tokens, block_size):
+    """W, the training windows of one epoch: the (N - 1) // T windows of T+1 tokens that start
+    at 0, T, 2T, ... (consecutive windows share one token, so every token but the first and
+    the last (N - 1) % T is a target once per epoch)."""
+    return (n_tokens - 1) // block_size
+
+
+def epochs(n_tokens, block_size, steps, batch_size, world=1):
+    """How many epochs `steps` batches of batch_size windows on `world` ranks make (a float)."""
+    return steps * batch_size * world / max(windows_per_epoch(n_tokens, block_size), 1)
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_order(seed, epoch, n_windows):
+    """The order in which epoch `epoch` visits the windows: a seeded permutation of range(W)."""
+    return np.random.default_rng([seed, epoch, n_windows]).permutation(n_windows)
+
+
+def epoch_batch(data, batch_size, block_size, step, seed, rank=0, world=1, device="cpu"):
+    """B training windows drawn WITHOUT replacement within an epoch: x, y int64 (B, T).
+
+    Sample g = (step * world + rank) * B + b (b < B) of the run is window order_e[g % W] of
+    epoch e = g // W, where order_e is a permutation of the W windows seeded by (seed, e)
+    (windows_per_epoch). So each epoch visits every window exactly once over all ranks, and the
+    batch is a pure function of (seed, step, rank, world): resume is exact, no RNG state saved.
+    step counts batches (micro-batches when accumulating)."""
+    W = windows_per_epoch(len(data), block_size)
+    if W < 1:
+        raise ValueError(f"split has {len(data)} tokens, fewer than block_size+1={block_size + 1}; "
+                         "lower --block_size or prepare more data")
+    g = (step * world + rank) * batch_size + np.arange(batch_size)     # (B,) sample indices
+    epoch, at = g // W, g % W
+    starts = np.empty(batch_size, dtype=np.int64)
+    for e in np.unique(epoch):  # a batch spans at most two epochs
+        mine = epoch == e
+        starts[mine] = _epoch_order(seed, int(e), W)[at[mine]] * block_size
+    return _windows(data, starts, block_size, device)
+
+
+def eval_windows(n_tokens, block_size, max_tokens=None):
+    """The evaluation protocol: contiguous, non-overlapping windows over the first
+    n = min(n_tokens, max_tokens) tokens of a split, each token counted once.
+
+    Window k covers tokens [k T, k T + L_k]: inputs its first L_k, targets its last L_k, with
+    L_k = T except for the last window, which takes the rest (1 <= L < T). Every token but the
+    first is a target exactly once: n - 1 targets in all; each window starts without the
+    previous one's context (Hugging Face's strided perplexity with stride = T). Returns
+    (starts, lengths), int64 arrays of the windows."""
+    n = n_tokens if max_tokens is None else min(n_tokens, max_tokens)
+    starts = np.arange(0, max(n - 1, 0), block_size, dtype=np.int64)
+    return starts, np.minimum(block_size, n - 1 - starts)
+
+
+def eval_batches(data, block_size, batch_size, max_tokens=None, device="cpu"):
+    """(x, y) over eval_windows(len(data), block_size, max_tokens): the full windows batch_size
+    at a time, (B, T) each, then the last, shorter window alone as a (1, L) batch. Summing the
+    per-token losses of every batch and dividing by eval_windows' lengths.sum() gives the
+    split's loss with each token counted once."""
+    starts, lengths = eval_windows(len(data), block_size, max_tokens)
+    full = starts[lengths == block_size]
+    for i in range(0, len(full), batch_size):
+        yield _windows(data, full[i:i + batch_size], block_size, device)
+    if len(starts) and lengths[-1] < block_size:
+        yield _windows(data, starts[-1:], int(lengths[-1]), device)
+
+
 # ----------------------------------------------------------------------------- script
 
 @dataclasses.dataclass
 class DataConfig:
     """Settings of `python data.py`, one flag per field."""
-    dataset: str = cli.arg("builtin", f"one of {', '.join(DATASETS)} (files:PATH = your file or folder)",
+    dataset: str = cli.arg("builtin", f"one of {', '.join(sources.DATASETS)} (files:PATH = your file or folder)",
                            group="data")
     max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data")
     splits: tuple = cli.arg((), "splits to build, of train val; () = all the dataset has", group="data")
@@ -524,10 +824,15 @@ class DataConfig:
     cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
-    num_proc: int = cli.arg(None, "tokenizer threads; None = all cores", group="system")
+    num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system")
+    shard_tokens: int = cli.arg(SHARD_TOKENS, "a resumable checkpoint of the build every this many tokens",
+                                group="system")
+    progress: float = cli.arg(PROGRESS_EVERY, "seconds between progress lines on stderr; 0 = none",
+                              group="system")
 
     def __post_init__(self):
-        for name in ("max_tokens", "num_proc"):
+        cli.require(self.progress >= 0, "--progress must be >= 0 seconds, got {}", self.progress)
+        for name in ("max_tokens", "num_proc", "shard_tokens"):
             value = getattr(self, name)
             cli.require(value is None or value >= 1, "--{} must be >= 1, got {}", name, value)
         bad = [s for s in self.splits if s not in ("train", "val")]
@@ -542,7 +847,7 @@ def get_parser():
 def main(cfg):
     """Prepare cfg.dataset; print its splits (with --baselines on stderr, the yardsticks as JSON
     on stdout). Returns dict(folder, splits, baselines)."""
-    return cli.main_guard(lambda: _run(cfg), DataUnavailable, ValueError)
+    return cli.main_guard(lambda: _run(cfg), sources.DataUnavailable, ValueError)
 
 
 def _run(cfg):
@@ -553,7 +858,7 @@ def _run(cfg):
     cached = read_meta(_cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, files, cfg.tokenizer))
     folder = prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
                      splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force,
-                     tokenizer=cfg.tokenizer)
+                     tokenizer=cfg.tokenizer, shard_tokens=cfg.shard_tokens, progress=cfg.progress)
     t1 = time.time()
     yardsticks = (baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens, cfg.tokenizer)
                   if cfg.baselines else None)

@@ -53,7 +53,8 @@ import urllib.parse
 # maps our split to the hub split.
 HUB = {
     "fineweb-edu": dict(kwargs=dict(path="HuggingFaceFW/fineweb-edu", name="sample-10BT"),
-                        carve="train", val_max=10_000_000),
+                        carve="train", val_max=10_000_000,
+                        documents=9_670_000),  # about: the dataset viewer's row count, for the ETA
     # naming the validation shards avoids resolving the 1024 train shards of the en config
     "c4": dict(kwargs=dict(path="allenai/c4",
                            data_files={"validation": "en/c4-validation.*.json.gz"}),
@@ -101,17 +102,19 @@ def documents(name, files=None, folder=None, hf_split="train"):
     return _hub_documents(name, folder, hf_split)
 
 
-def carve(encoded):
-    """Route the encoded documents (token id arrays, each ending in EOT) of a carved source to
-    'train' / 'val': returns (iterator of (split, ids), rule), rule a line for meta.json.
+def carve(encoded, start=0):
+    """Route the encoded documents (token id arrays, each ending in its separator) of a carved
+    source to 'train' / 'val': returns (iterator of (split, ids), rule), rule a line for meta.json.
 
     VAL_EVERY documents or more: document i is val iff i % VAL_EVERY == 0. Fewer (known after
     reading VAL_EVERY documents at most): val is the last tenth of the tokens, at least one,
-    cut mid-document if need be, so a single document does not end up all in val."""
-    head = list(itertools.islice(encoded, VAL_EVERY))
-    if len(head) >= VAL_EVERY:
+    cut mid-document if need be, so a single document does not end up all in val.
+    start > 0: `encoded` begins at document `start` of a source known to have VAL_EVERY
+    documents or more (a resumed build)."""
+    head = list(itertools.islice(encoded, 0 if start else VAL_EVERY))
+    if start or len(head) >= VAL_EVERY:
         pieces = (("val" if i % VAL_EVERY == 0 else "train", ids)
-                  for i, ids in enumerate(itertools.chain(head, encoded)))
+                  for i, ids in enumerate(itertools.chain(head, encoded), start))
         return pieces, f"document i in val iff i % {VAL_EVERY} == 0"
     total = sum(len(ids) for ids in head)
     cut = total - math.ceil(total / VAL_EVERY)  # first val token
@@ -259,16 +262,27 @@ def hub_unreachable():
 
 def hub_error(name, folder, reason):
     """The one-line DataUnavailable for hub source `name`: not in the cache `folder` and the
-    hub unusable for `reason`, with the three ways out."""
+    hub unreachable for `reason` (offline), with the three ways out."""
     return DataUnavailable(
-        f"dataset '{name}' is not in the token cache ({folder}) and the Hugging Face Hub is "
-        f"unusable ({reason}). Remedies: go online once and run `python data.py --dataset {name}` "
-        "(later runs read the cache offline), or train offline with `--data builtin`, "
+        f"offline (no network): dataset '{name}' is not in the token cache ({folder}) and the Hugging "
+        f"Face Hub is unreachable ({reason}). Remedies: go online once and run `python data.py --dataset "
+        f"{name}` (later runs read the cache offline), or train offline with `--data builtin`, "
         "or bring your own text with `--data files:PATH`.")
 
 
+def hub_answered_error(name, error):
+    """The one-line DataUnavailable for a hub that is reachable but failed mid-stream (a rate
+    limit, a 5xx, a dropped connection): the same command resumes the build."""
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    what = f"HTTP {status}: {first}" if status else first
+    return DataUnavailable(f"the hub answered with an error while streaming '{name}' ({what}); a rate "
+                           f"limit or a server error passes: run the same command again, it resumes.")
+
+
 def _hub_documents(name, folder, hf_split):
-    """Texts of one hub split, streamed; network failures become DataUnavailable."""
+    """Texts of one hub split, streamed. A network failure becomes DataUnavailable: 'offline'
+    if the hub cannot be reached now, else 'the hub answered with an error'."""
     datasets = _import_datasets()
     try:
         ds = datasets.load_dataset(**HUB[name]["kwargs"], split=hf_split, streaming=True)
@@ -278,8 +292,8 @@ def _hub_documents(name, folder, hf_split):
             for row in ds:
                 yield row["text"]
     except OSError as e:  # requests/httpx/hub errors are OSErrors (ConnectionError included)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise hub_error(name, folder, first[:200]) from e
+        reason = hub_unreachable()
+        raise (hub_error(name, folder, reason) if reason else hub_answered_error(name, e)) from e
 
 
 def _wikitext_articles(lines):

@@ -1,7 +1,7 @@
-"""Tests for data.py and sources.py: offline GPT-2 tokenizer, token caches (builtin, files:,
-hub sources with a fake stream), the offline-hub error, get_batch determinism, the names
-data.py re-exports, and the data faults (full disk, --force, stale temp files, tiny and
-single-line corpora, non-UTF-8 text). The n-gram yardsticks: tests/test_ngram.py. CPU, offline."""
+"""Tests for data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
+(builtin, files:, hub sources with a fake stream), the offline-hub error, get_batch determinism,
+epoch coverage, evaluation windows, the import graph, and the data faults (full disk, --force,
+stale temp files, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks: tests/test_ngram.py. CPU, offline."""
 import errno
 import inspect
 import itertools
@@ -62,15 +62,15 @@ def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
     assert (np.asarray(train) == data.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
     # second call: a cache hit, nothing is tokenized
-    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
 
 
 def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
     folder = data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     calls = []
-    real = data._write_splits
-    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = data._build
+    monkeypatch.setattr(data, "_build", lambda *a, **k: calls.append(1) or real(*a, **k))
     # killed before meta.json was written: half a train.bin and no meta
     os.remove(os.path.join(folder, "meta.json"))
     with open(os.path.join(folder, "train.bin"), "r+b") as f:
@@ -109,7 +109,7 @@ def test_files_folder_txt_and_jsonl_offline(tmp_path, monkeypatch):
 def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.time()
-    with pytest.raises(data.DataUnavailable) as err:
+    with pytest.raises(sources.DataUnavailable) as err:
         data.load_split("fineweb-edu", "train", cache_dir=str(tmp_path))
     assert time.time() - t0 < 5
     msg = str(err.value)
@@ -178,18 +178,64 @@ def test_get_batch_is_pure_and_shifted(tmp_path):
         data.get_batch(tokens, 1, 1000, step=0, seed=0)
 
 
-def test_data_keeps_its_public_names():
-    """What sources.py and ngram.py define, callers reach as data.X too."""
-    assert data.hub_unreachable is sources.hub_unreachable
-    assert data.ngram_counts is ngram.ngram_counts and data.token_probs is ngram.token_probs
-    assert data.DataUnavailable is sources.DataUnavailable
-    assert issubclass(data.CacheWriteError, data.DataUnavailable)
-    assert data.HUB is sources.HUB and data.DATASETS == ["builtin", *sources.HUB, "files:PATH"]
-    for name in ("EOT", "get_tokenizer", "prepare", "load_split", "get_batch", "check_split", "DataConfig",
-                 "get_parser", "main", "baselines", "vocab_size", "separator", "decode"):
-        assert hasattr(data, name), name
-    # ngram and sources import neither data nor torch: no import cycle, whatever the order
-    code = "import ngram, sources, sys; assert not {'data', 'torch'} & set(sys.modules), sorted(sys.modules)"
+def test_epoch_batch_covers_every_window_once_per_epoch(tmp_path):
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
+    T, B, world = 16, 4, 2
+    W = data.windows_per_epoch(len(tokens), T)
+    assert W == 999 // 16 == 62
+    # two ranks, steps 0.. : sample g = (step * world + rank) * B + b; 31 steps x 2 ranks x 4 = 248 = 4 W
+    starts = {}
+    for step in range(31):
+        for rank in range(world):
+            x, y = data.epoch_batch(tokens, B, T, step=step, seed=3, rank=rank, world=world)
+            assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
+            for b in range(B):
+                starts[(step * world + rank) * B + b] = int(x[b, 0])
+    assert sorted(starts) == list(range(4 * W))
+    for e in range(4):  # every window start 0, T, 2T, ... exactly once in each epoch
+        assert sorted(starts[g] for g in range(e * W, (e + 1) * W)) == list(range(0, W * T, T))
+    assert [starts[g] for g in range(W)] != [starts[g] for g in range(W, 2 * W)]  # a new order per epoch
+    assert data.epochs(len(tokens), T, steps=31, batch_size=B, world=world) == pytest.approx(4.0)
+    # a pure function of (seed, step, rank, world): asked again, or after other calls, the same batch
+    again = data.epoch_batch(tokens, B, T, step=7, seed=3, rank=1, world=world)[0]
+    assert torch.equal(again, data.epoch_batch(tokens, B, T, step=7, seed=3, rank=1, world=world)[0])
+    assert not torch.equal(again, data.epoch_batch(tokens, B, T, step=7, seed=4, rank=1, world=world)[0])
+    with pytest.raises(ValueError, match="block_size"):
+        data.epoch_batch(tokens, 1, 1000, step=0, seed=0)
+
+
+def test_eval_windows_count_each_token_once(tmp_path):
+    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
+    for n, T, cap in ((1000, 16, None), (1000, 37, None), (1000, 16, 161), (1000, 999, None), (1000, 5000, None),
+                      (1000, 16, 1)):
+        starts, lengths = data.eval_windows(n, T, cap)
+        m = n if cap is None else min(n, cap)
+        assert lengths.sum() == m - 1 and (lengths >= 1).all() and (lengths[:-1] == T).all()
+        targets = []
+        for x, y in data.eval_batches(tokens, T, batch_size=3, max_tokens=cap):
+            assert x.shape == y.shape and x.shape[1] <= T and torch.equal(x[:, 1:], y[:, :-1])
+            targets += y.flatten().tolist()
+        assert targets == list(range(1, m))  # every token but the first, once, in order
+    assert [len(x) for x, _ in data.eval_batches(tokens, 100, batch_size=4)] == [4, 4, 1, 1]  # 9 full + 99
+
+
+def test_import_graph_and_public_names():
+    """data imports ngram and sources, never the reverse; sources imports with no side effect."""
+    assert issubclass(data.CacheWriteError, sources.DataUnavailable)
+    assert data.DataConfig.__dataclass_fields__["dataset"].metadata["help"].startswith(
+        "one of " + ", ".join(["builtin", *sources.HUB, "files:PATH"]))
+    assert data.EOT == 50256
+    for name in ("get_tokenizer", "vocab_size", "separator", "decode", "cache_folder", "prepare",
+                 "load_split", "baselines", "get_batch", "epoch_batch", "epochs", "windows_per_epoch",
+                 "eval_windows", "eval_batches", "check_split", "DataConfig", "get_parser", "main"):
+        assert callable(getattr(data, name, None)), name
+    # ngram and sources import neither data nor torch (no cycle, whatever the order), sources
+    # leaves the environment as it found it, and `import data` does not load torch either
+    code = ("import os, sys; env = dict(os.environ); import ngram, sources; "
+            "assert not {'data', 'torch'} & set(sys.modules), sorted(sys.modules); "
+            "assert dict(os.environ) == env; import data; assert 'torch' not in sys.modules")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
@@ -220,7 +266,7 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
     ids = list(data._encoded(iter(["a\0b", "  ", "é"]), 1, "bytes"))
     assert [x.tolist() for x in ids] == [[97, 98, 0], [0xC3, 0xA9, 0]]
     # the gpt2 cache of the same source is a different folder, untouched by the bytes build
-    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
 
 
@@ -286,7 +332,7 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     assert not os.path.exists(data._cache_folder("builtin", 1000, cache))
     monkeypatch.delattr(data, "open")
     # the previous cache is still a cache hit
-    monkeypatch.setattr(data, "_write_splits", lambda *a, **k: pytest.fail("rebuilt a good cache"))
+    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("rebuilt a good cache"))
     assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
 
 
@@ -339,7 +385,7 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     assert train + val == stream and len(val) == math.ceil(len(stream) / 10)
     # nothing but blank text: a clear error, no cache written
     (tmp_path / "blank.txt").write_text("  \n\n \n")
-    with pytest.raises(data.DataUnavailable, match="gave no tokens"):
+    with pytest.raises(sources.DataUnavailable, match="gave no tokens"):
         data.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
     assert not os.path.exists(data._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
                                                  sources.resolve(f"files:{tmp_path / 'blank.txt'}")))
@@ -351,7 +397,7 @@ def test_non_utf8_file_is_named(tmp_path, monkeypatch, capsys):
     src.mkdir()
     (src / "good.txt").write_text("plain text " * 10)
     (src / "notes.txt").write_bytes("caf\xe9 au lait, na\xefve".encode("latin1"))
-    with pytest.raises(data.DataUnavailable) as err:
+    with pytest.raises(sources.DataUnavailable) as err:
         data.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"))
     msg = str(err.value)
     assert "\n" not in msg and str(src / "notes.txt") in msg and "iconv -f latin1 -t utf-8" in msg
