@@ -332,7 +332,7 @@ def _encoded(docs, num_proc=1, tokenizer="gpt2"):
     if tokenizer == "gpt2":
         get_tokenizer()  # built once here: forked workers inherit it
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ctx.Pool(num_proc) as pool:  # left early (a cap reached, an error): terminated here
+    with ctx.Pool(num_proc, _exit_with, (os.getpid(),)) as pool:  # left early: terminated here
         pending = collections.deque()
         for batch in batches:
             pending.append(pool.apply_async(_encode_batch, (batch, tokenizer)))
@@ -341,6 +341,18 @@ def _encoded(docs, num_proc=1, tokenizer="gpt2"):
                 yield from pending.popleft().get()
         while pending:
             yield from pending.popleft().get()
+
+
+def _exit_with(parent):
+    """Worker initializer: end this encoding process when its parent is gone (killed -9, it
+    could not terminate its pool), rather than linger."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
 
 
 # ----------------------------------------------------------------------------- build
@@ -358,8 +370,8 @@ class _Progress:
     def update(self, documents, tokens, last=False):
         """Print a line if `every` seconds have passed (last: also at the end of a long build)."""
         now = time.time()
-        if self.start is None:
-            self.start = (documents, tokens)
+        if self.start is None:  # the clock starts with the first document (opening a stream takes time)
+            self.start, self.t0, self.last = (documents, tokens), now, now
         due = now - self.last >= self.every or (last and now - self.t0 >= self.every)
         if not self.enabled or not due:
             return
@@ -399,15 +411,18 @@ def _read_manifest(partial, identity):
 
 
 def _lock(partial):
-    """An exclusive lock on the partial build (released when this process ends, however)."""
+    """An exclusive lock on the partial build, released when this process ends, however.
+
+    A POSIX record lock (lockf), not flock: it belongs to this process, so the encoding
+    processes it forks do not inherit it and cannot hold it after a kill -9 of this one."""
     import fcntl
     f = open(os.path.join(partial, "lock"), "a")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.close()
-        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it to "
-                              "finish, or stop it") from None
+        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
+                                      "to finish, or stop it") from None
     return f
 
 
@@ -433,8 +448,10 @@ def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
         state = _read_manifest(partial, plan["identity"])
         if state is not None and state["documents"] + sum(i["tokens"] for i in state["splits"].values()) > 0:
             done = sum(i["tokens"] for i in state["splits"].values())
-            print(f"data.py: resuming the build in {partial}: {done:,} tokens of {state['documents']:,} "
-                  f"documents of stream {state['stream'] + 1} are already written", file=sys.stderr, flush=True)
+            where = f" of split '{plan['streams'][state['stream']]['stop']}'" if not plan["streams"][0]["carve"] \
+                and state["stream"] < len(plan["streams"]) else ""
+            print(f"data.py: resuming the build in {partial}: {done:,} tokens written, {state['documents']:,} "
+                  f"documents{where} done", file=sys.stderr, flush=True)
         else:
             state = fresh
         bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
@@ -633,8 +650,8 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         if not kept:
             shutil.rmtree(partial, ignore_errors=True)
         elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
-            raise type(e)(f"{e} The {kept:,} tokens built so far are kept in {partial}: the same "
-                          "command resumes from there.") from e
+            raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
+                          "the same command resumes from there") from e
         else:
             print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
                   "resumes from there", file=sys.stderr)

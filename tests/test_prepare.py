@@ -151,7 +151,7 @@ def test_sigkill_mid_build_resumes_byte_identical(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     src = tmp_path / "corpus.jsonl"
     _corpus(src, 2)
-    args = ["--dataset", f"files:{src}", "--tokenizer", "bytes", "--num_proc", "1", "--shard_tokens", "50000",
+    args = ["--dataset", f"files:{src}", "--tokenizer", "bytes", "--num_proc", "2", "--shard_tokens", "50000",
             "--progress", "0"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     whole = data.prepare(f"files:{src}", cache_dir=str(tmp_path / "whole"), tokenizer="bytes", progress=0, num_proc=1)
@@ -193,14 +193,20 @@ def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
 
 
 def test_one_build_at_a_time(tmp_path):
-    import fcntl
     folder = data.cache_folder("builtin", max_tokens=500, cache_dir=str(tmp_path))
     os.makedirs(folder + ".partial")
-    with open(os.path.join(folder + ".partial", "lock"), "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # as another build holds it
-        # flock locks belong to the open file: a second open in this process is refused like another process
+    lock = os.path.join(folder + ".partial", "lock")
+    code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(60)")
+    other = subprocess.Popen([sys.executable, "-c", code, lock], stdout=subprocess.PIPE, text=True)
+    try:  # another process builds this cache
+        assert other.stdout.readline().strip() == "locked"
         with pytest.raises(sources.DataUnavailable, match="another process is building"):
             data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path), progress=0)
+    finally:
+        other.kill()
+        other.wait()
+        other.stdout.close()
     assert len(data.load_split("builtin", "train", max_tokens=500, cache_dir=str(tmp_path), progress=0)) == 500
 
 
