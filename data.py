@@ -428,7 +428,7 @@ def _lock(partial):
 
 def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
     """Tokenize the streams of `plan` into <folder>.partial/<split>.bin, resuming a build
-    interrupted there; return (stats {split: tokens, documents, max_id}, rule, partial).
+    interrupted there; return (stats {split: tokens, documents, max_id}, rule).
 
     plan: identity (what the cache holds), streams [dict(hf_split, carve, stop, caps)].
     Every shard_tokens tokens (at a document boundary) the .bin files are flushed to disk and
@@ -446,12 +446,10 @@ def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
         fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
                                                                for s in splits})
         state = _read_manifest(partial, plan["identity"])
-        if state is not None and state["documents"] + sum(i["tokens"] for i in state["splits"].values()) > 0:
-            done = sum(i["tokens"] for i in state["splits"].values())
-            where = f" of split '{plan['streams'][state['stream']]['stop']}'" if not plan["streams"][0]["carve"] \
-                and state["stream"] < len(plan["streams"]) else ""
-            print(f"data.py: resuming the build in {partial}: {done:,} tokens written, {state['documents']:,} "
-                  f"documents{where} done", file=sys.stderr, flush=True)
+        done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
+        if done:
+            print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
+                  file=sys.stderr, flush=True)
         else:
             state = fresh
         bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
@@ -479,7 +477,7 @@ def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
                     f.close()
                 except OSError:
                     pass
-        return state["splits"], state["rule"], partial
+        return state["splits"], state["rule"]
     finally:
         lock.close()
 
@@ -625,7 +623,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     t0 = time.time()
     partial = folder + ".partial"
     try:
-        done, rule, _ = _build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
+        done, rule = _build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
                                progress or 0)
         for split, info in done.items():
             if info["tokens"] == 0:

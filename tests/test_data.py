@@ -47,7 +47,7 @@ def test_hashes_are_tiktokens():
 
 def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     folder = data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path))
-    meta = json.load(open(os.path.join(folder, "meta.json")))
+    meta = data.read_meta(folder)
     assert meta["splits"]["train"]["tokens"] == 3000 and meta["splits"]["val"]["tokens"] > 0
     train = data.load_split("builtin", "train", max_tokens=3000, cache_dir=str(tmp_path))
     assert isinstance(train, np.memmap) and train.dtype == np.uint16 and len(train) == 3000
@@ -128,7 +128,8 @@ def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
     folder = data._cache_folder("c4", None, str(tmp_path))
     os.makedirs(folder)
     np.arange(100, dtype=np.uint16).tofile(os.path.join(folder, "val.bin"))
-    json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, open(os.path.join(folder, "meta.json"), "w"))
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, f)
     monkeypatch.setattr(sources, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
     assert data.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
     with pytest.raises(ValueError, match="no split 'train'"):
@@ -248,7 +249,7 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
     cache = str(tmp_path)
     folder = data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes")
     assert folder.endswith("-max30000-bytes") and folder != data._cache_folder("builtin", 30000, cache)
-    meta = json.load(open(os.path.join(folder, "meta.json")))
+    meta = data.read_meta(folder)
     assert (meta["tokenizer"], meta["vocab"], meta["separator"]) == ("bytes", 256, 0) and "NUL" in meta["layout"]
     train, val = (data.load_split("builtin", s, max_tokens=30000, cache_dir=cache, tokenizer="bytes")
                   for s in ("train", "val"))
@@ -304,7 +305,11 @@ class _Limited:
 
 
 def _snapshot(folder):
-    return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+    out = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            out[name] = f.read()
+    return out
 
 
 def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
@@ -345,7 +350,8 @@ def test_stale_temp_files_are_removed(tmp_path):
         stale = [os.path.join(folder, f"{f}.tmp{dead.pid}") for f in ("train.bin", "meta.json")]
         live = os.path.join(folder, f"val.bin.tmp{alive.pid}")  # another build in progress
         for path in stale + [live]:
-            open(path, "wb").write(b"\0" * 64)
+            with open(path, "wb") as f:
+                f.write(b"\0" * 64)
         assert data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path)) == folder
         assert not any(os.path.exists(p) for p in stale) and os.path.exists(live)
     finally:
@@ -371,7 +377,7 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     ids = data.get_tokenizer().encode_ordinary(text) + [data.EOT]
     train, val = (data.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
     assert len(val) == math.ceil(len(ids) / sources.VAL_EVERY) and train.tolist() + val.tolist() == ids
-    meta = json.load(open(os.path.join(os.path.dirname(train.filename), "meta.json")))
+    meta = data.read_meta(os.path.dirname(train.filename))
     assert "last 1/10 of the tokens" in meta["val_rule"]
     # a cap on train does not starve val
     capped = data.prepare(name, cache_dir=cache, max_tokens=5)
