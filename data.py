@@ -389,7 +389,9 @@ class _Progress:
 
 def _duration(seconds):
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _read_manifest(partial, identity):

@@ -1,7 +1,8 @@
 """Tests for data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
 (builtin, files:, hub sources with a fake stream), the offline-hub error, get_batch determinism,
 epoch coverage, evaluation windows, the import graph, and the data faults (full disk, --force,
-stale temp files, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks: tests/test_ngram.py. CPU, offline."""
+stale temp files, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
+tests/test_ngram.py; the resumable build: tests/test_prepare.py. CPU, offline."""
 import errno
 import inspect
 import itertools

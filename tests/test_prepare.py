@@ -33,7 +33,8 @@ def _bins(folder):
 
 def _splits(folder):
     """meta.json's splits without their build time."""
-    return {s: {k: v for k, v in info.items() if k != "seconds"} for s, info in data.read_meta(folder)["splits"].items()}
+    splits = data.read_meta(folder)["splits"]
+    return {s: {k: v for k, v in info.items() if k != "seconds"} for s, info in splits.items()}
 
 
 class HubHTTPError(OSError):
