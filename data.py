@@ -1,10 +1,11 @@
-"""Tokenizers, token caches and batches: GPT-2 BPE ids or UTF-8 bytes of a named source in flat uint16 files.
+"""Tokenizers and token caches: GPT-2 BPE ids or UTF-8 bytes of a named source in flat uint16 files.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the
 130M SPEN trains on FineWeb-Edu with the GPT-2 BPE vocabulary and reports C4 perplexity
 (260) and a "Wiki" perplexity (729). This file tokenizes the documents of a source
-(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams,
-draws batches from them, and scores them with ngram.py's yardsticks (`baselines`).
+(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams
+and scores them with ngram.py's yardsticks (`baselines`); batches.py turns a split's ids
+(load_split) into model inputs.
 
 Tokenizers (`tokenizer`, one cache each; the same documents and the same split rules):
   gpt2   GPT-2 BPE, V = 50257; every document is followed by EOT (50256).
@@ -38,17 +39,9 @@ temp files of a killed process (its pid gone) are removed by the next prepare. P
 seconds, on a terminal or not. Hub failures say which: 'offline (no network)' or 'the hub
 answered with an error ... run the same command again, it resumes'.
 
-Batches, all pure functions of (seed, step, rank), so a resumed run sees exactly the batches
-it would have seen and the data position is simply the step:
-  epoch_batch  training: windows of T+1 tokens at stride T, visited WITHOUT replacement in a
-               seeded order per epoch (epochs() says how many epochs a run makes);
-  eval_batches evaluation: contiguous non-overlapping windows over a whole split (or its first
-               max_tokens), each token scored once, the last partial window included;
-  get_batch    B random windows, with replacement (probes, quick estimates).
 load_split(..., vocab=V) refuses, in one line, a split holding an id >= V (checked once,
-from meta.json); check_split says when a split is too short for the block size.
-Glossary: B batch size, T block size (context), V vocabulary, W windows per epoch, EOT the
-end-of-text id every GPT-2 document ends with, NUL the byte every bytes document ends with.
+from meta.json). Glossary: V vocabulary, EOT the end-of-text id every GPT-2 document ends
+with, NUL the byte every bytes document ends with.
 
 Departures / choices (the paper is silent): no shuffling at tokenization; our validation
 splits (sources.py: carved slices, wikitext 'val' = its test split). max_tokens truncates
@@ -59,9 +52,9 @@ Run:  python data.py --dataset builtin                       tokenize (once) and
       python data.py --dataset builtin --tokenizer bytes --baselines   the same, per byte
       python data.py --dataset files:~/corpus                your own text, offline
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
-The builtin yardsticks are quoted in the README's Data section. Hub unreachable and no
-cache, a full disk, a non-UTF-8 file: one line naming the dataset or file and what to do,
-exit status 1.
+The builtin yardsticks are in results/train_cpu/README.md (Yardsticks). Hub unreachable and
+no cache, a full disk, a non-UTF-8 file, a split the dataset lacks: one line (a cli.UserError)
+naming the dataset or file and what to do, exit status 1; any other error keeps its traceback.
 """
 import collections
 import dataclasses
@@ -84,10 +77,12 @@ import ngram
 import sources
 
 # Transitional, not used here: train.py, ablate.py and content.py still name
-# data_lib.DataUnavailable, ablate.py data_lib.ngram_counts / token_probs. Delete these two
-# lines once they import them from sources / ngram, where they are defined.
-from ngram import ngram_counts, token_probs  # noqa: F401
-from sources import DataUnavailable  # noqa: F401
+# data_lib.DataUnavailable, data_lib.get_batch, data_lib.check_split, ablate.py
+# data_lib.ngram_counts / token_probs. Delete these lines once they import them from
+# sources / batches / ngram, where they are defined.
+from batches import check_split, get_batch  # noqa: F401  Transitional
+from ngram import ngram_counts, token_probs  # noqa: F401  Transitional
+from sources import DataUnavailable  # noqa: F401  Transitional
 
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -101,7 +96,7 @@ GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 
 
-class CacheWriteError(sources.DataUnavailable):
+class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
     """The token cache could not be written (full disk, no permission); message is one line."""
 
 
@@ -589,13 +584,13 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     again and ends byte-identical to an uninterrupted build."""
     _checked(tokenizer)
     if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
+        raise cli.UserError(f"max_tokens must be >= 1 or None, got {max_tokens}")
     files = sources.resolve(name)
     folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
     wanted = list(splits or sources.splits_of(name))
     bad = [s for s in wanted if s not in sources.splits_of(name)]
     if bad:
-        raise ValueError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
+        raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
     if os.path.isdir(folder):
         _remove_temps(folder, stale=True)
     old = read_meta(folder)
@@ -675,19 +670,20 @@ def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", v
         info = read_meta(folder)["splits"][split]
         top = info["max_id"] if "max_id" in info else int(tokens.max())  # caches built before max_id
         if top >= vocab:
-            raise ValueError(f"split '{split}' of {name} holds token id {top}, outside the model's vocabulary "
-                             f"of {vocab}: use the --tokenizer the model was trained with (this cache is "
-                             f"{tokenizer}), or a model with vocab_size >= {top + 1}")
+            raise cli.UserError(f"split '{split}' of {name} holds token id {top}, outside the model's "
+                                f"vocabulary of {vocab}: use the --tokenizer the model was trained with (this "
+                                f"cache is {tokenizer}), or a model with vocab_size >= {top + 1}")
     return tokens
 
 
 # ----------------------------------------------------------------------------- yardsticks
 
 def check_countable(name):
-    """Raise a one-line ValueError if dataset `name` has no 'train' split to count on."""
+    """Raise a one-line DataUnavailable (a cli.UserError) if dataset `name` has no 'train'
+    split to count on."""
     if "train" not in sources.splits_of(name):
-        raise ValueError(f"dataset '{name}' has no 'train' split to count n-grams on; "
-                         f"its splits: {sources.splits_of(name)}")
+        raise sources.DataUnavailable(f"dataset '{name}' has no 'train' split to count n-grams on; "
+                                      f"its splits: {sources.splits_of(name)}")
 
 
 def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
@@ -719,109 +715,6 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
         print(f"data.py: warning: could not cache the yardsticks in {path} ({e.strerror or e})",
               file=sys.stderr)
     return result
-
-
-# ----------------------------------------------------------------------------- batches
-
-def check_split(tokens, block_size, name, split):
-    """Raise a one-line ValueError if split `split` of dataset `name` (its ids, or their count)
-    is too short for one window of block_size + 1 tokens."""
-    n = len(tokens) if hasattr(tokens, "__len__") else int(tokens)
-    if n < block_size + 1:
-        raise ValueError(f"split '{split}' of {name} has {n} tokens; block_size {block_size} needs at "
-                         f"least {block_size + 1}: give more text or lower --block_size")
-
-
-def get_batch(data, batch_size, block_size, step, seed, rank=0, device="cpu"):
-    """B random windows of T+1 tokens, drawn with replacement: x = window[:-1], y = window[1:],
-    both int64 (B, T). For probes and quick estimates; training uses epoch_batch.
-
-    A pure function of (seed, step, rank): numpy's generator is seeded by that triple,
-    so no RNG state needs saving and resume is exact. Use different seeds for train/val."""
-    n = len(data) - block_size  # last valid start keeps y's final token inside data
-    if n < 1:
-        raise ValueError(f"split has {len(data)} tokens, fewer than block_size+1={block_size + 1}; "
-                         "lower --block_size or prepare more data")
-    rng = np.random.default_rng([seed, step, rank])
-    return _windows(data, rng.integers(0, n, size=batch_size), block_size, device)   # starts (B,)
-
-
-def _windows(data, starts, length, device):
-    """x, y = the windows data[s : s + length + 1] shifted by one, int64 (B, length) each."""
-    import torch  # here: tokenizing (python data.py) never needs torch, which takes seconds to import
-    window = data[np.asarray(starts)[:, None] + np.arange(length + 1)]  # (B, length+1) uint16
-    window = torch.from_numpy(window.astype(np.int64))
-    x, y = window[:, :-1], window[:, 1:]                                # (B, T), (B, T)
-    if torch.device(device).type == "cuda":  # pinned host memory -> asynchronous copy
-        return (x.contiguous().pin_memory().to(device, non_blocking=True),
-                y.contiguous().pin_memory().to(device, non_blocking=True))
-    return x.contiguous().to(device), y.contiguous().to(device)
-
-
-def windows_per_epoch(n_tokens, block_size):
-    """W, the training windows of one epoch: the (N - 1) // T windows of T+1 tokens that start
-    at 0, T, 2T, ... (consecutive windows share one token, so every token but the first and
-    the last (N - 1) % T is a target once per epoch)."""
-    return (n_tokens - 1) // block_size
-
-
-def epochs(n_tokens, block_size, steps, batch_size, world=1):
-    """How many epochs `steps` batches of batch_size windows on `world` ranks make (a float)."""
-    return steps * batch_size * world / max(windows_per_epoch(n_tokens, block_size), 1)
-
-
-@functools.lru_cache(maxsize=2)
-def _epoch_order(seed, epoch, n_windows):
-    """The order in which epoch `epoch` visits the windows: a seeded permutation of range(W)."""
-    return np.random.default_rng([seed, epoch, n_windows]).permutation(n_windows)
-
-
-def epoch_batch(data, batch_size, block_size, step, seed, rank=0, world=1, device="cpu"):
-    """B training windows drawn WITHOUT replacement within an epoch: x, y int64 (B, T).
-
-    Sample g = (step * world + rank) * B + b (b < B) of the run is window order_e[g % W] of
-    epoch e = g // W, where order_e is a permutation of the W windows seeded by (seed, e)
-    (windows_per_epoch). So each epoch visits every window exactly once over all ranks, and the
-    batch is a pure function of (seed, step, rank, world): resume is exact, no RNG state saved.
-    step counts batches (micro-batches when accumulating)."""
-    W = windows_per_epoch(len(data), block_size)
-    if W < 1:
-        raise ValueError(f"split has {len(data)} tokens, fewer than block_size+1={block_size + 1}; "
-                         "lower --block_size or prepare more data")
-    g = (step * world + rank) * batch_size + np.arange(batch_size)     # (B,) sample indices
-    epoch, at = g // W, g % W
-    starts = np.empty(batch_size, dtype=np.int64)
-    for e in np.unique(epoch):  # a batch spans at most two epochs
-        mine = epoch == e
-        starts[mine] = _epoch_order(seed, int(e), W)[at[mine]] * block_size
-    return _windows(data, starts, block_size, device)
-
-
-def eval_windows(n_tokens, block_size, max_tokens=None):
-    """The evaluation protocol: contiguous, non-overlapping windows over the first
-    n = min(n_tokens, max_tokens) tokens of a split, each token counted once.
-
-    Window k covers tokens [k T, k T + L_k]: inputs its first L_k, targets its last L_k, with
-    L_k = T except for the last window, which takes the rest (1 <= L < T). Every token but the
-    first is a target exactly once: n - 1 targets in all; each window starts without the
-    previous one's context (Hugging Face's strided perplexity with stride = T). Returns
-    (starts, lengths), int64 arrays of the windows."""
-    n = n_tokens if max_tokens is None else min(n_tokens, max_tokens)
-    starts = np.arange(0, max(n - 1, 0), block_size, dtype=np.int64)
-    return starts, np.minimum(block_size, n - 1 - starts)
-
-
-def eval_batches(data, block_size, batch_size, max_tokens=None, device="cpu"):
-    """(x, y) over eval_windows(len(data), block_size, max_tokens): the full windows batch_size
-    at a time, (B, T) each, then the last, shorter window alone as a (1, L) batch. Summing the
-    per-token losses of every batch and dividing by eval_windows' lengths.sum() gives the
-    split's loss with each token counted once."""
-    starts, lengths = eval_windows(len(data), block_size, max_tokens)
-    full = starts[lengths == block_size]
-    for i in range(0, len(full), batch_size):
-        yield _windows(data, full[i:i + batch_size], block_size, device)
-    if len(starts) and lengths[-1] < block_size:
-        yield _windows(data, starts[-1:], int(lengths[-1]), device)
 
 
 # ----------------------------------------------------------------------------- script
@@ -864,7 +757,7 @@ def get_parser():
 def main(cfg):
     """Prepare cfg.dataset; print its splits (with --baselines on stderr, the yardsticks as JSON
     on stdout). Returns dict(folder, splits, baselines)."""
-    return cli.main_guard(lambda: _run(cfg), sources.DataUnavailable, ValueError)
+    return cli.main_guard(lambda: _run(cfg))
 
 
 def _run(cfg):

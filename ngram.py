@@ -28,12 +28,14 @@ collections.Counter they are tested against (tests/test_ngram.py).
 Run:  python data.py --dataset builtin --baselines                    the yardsticks as JSON
       python data.py --dataset builtin --tokenizer bytes --baselines  the same per byte
 data.baselines caches them beside the tokens in <cache folder>/baselines.json; the builtin
-ones are quoted in the README's Data section.
+ones are in results/train_cpu/README.md (Yardsticks).
 """
 import collections
 import math
 
 import numpy as np
+
+import cli
 
 UNIGRAM_K = 1.0        # add-one smoothing: a token unseen in train costs log((N + V) / 1) nats
 HELDOUT = 0.1          # lam and mu are fit on this final fraction of the train split
@@ -175,8 +177,8 @@ def ngram_yardsticks(train, val, vocab_size=50257):
     counts are refit on all of train; val is only ever scored."""
     cut = int(round(len(train) * (1.0 - HELDOUT)))
     if cut < 3 or len(train) - cut < 3 or len(val) < 1:
-        raise ValueError(f"n-gram yardsticks need >= {math.ceil(3 / HELDOUT)} train tokens and >= 1 "
-                         f"val token, got {len(train)} and {len(val)}: give more text")
+        raise cli.UserError(f"n-gram yardsticks need >= {math.ceil(3 / HELDOUT)} train tokens and >= 1 "
+                            f"val token, got {len(train)} and {len(val)}: give more text")
     counts = ngram_counts(train[:cut], vocab_size, order=3)
     p_uni, p_ml = token_probs(counts, train[cut:])
     lam = best_lambda(p_uni, p_ml)

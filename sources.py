@@ -51,6 +51,8 @@ import re
 import socket
 import urllib.parse
 
+import cli
+
 # Hub sources: load_dataset(**kwargs, split=<hf split>, streaming=True) per split.
 # 'carve': both our splits come from one stream (val_max caps val). Otherwise 'splits'
 # maps our split to the hub split.
@@ -70,8 +72,9 @@ VAL_EVERY = 10  # carved sources: document i goes to 'val' when i % VAL_EVERY ==
 FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-class DataUnavailable(RuntimeError):
-    """The data cannot be had here (hub unreachable, missing files); message is one line."""
+class DataUnavailable(cli.UserError):
+    """The data cannot be had here (hub unreachable, missing files, a split the dataset lacks);
+    message is one line saying what to do."""
 
 
 def resolve(name):
@@ -79,7 +82,7 @@ def resolve(name):
     if name.startswith("files:"):
         return _list_files(name[len("files:"):])
     if name != "builtin" and name not in HUB:
-        raise ValueError(f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
+        raise cli.UserError(f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
     return None
 
 

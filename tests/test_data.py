@@ -1,8 +1,9 @@
 """Tests for data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
-(builtin, files:, hub sources with a fake stream), the offline-hub error, get_batch determinism,
-epoch coverage, evaluation windows, the import graph, and the data faults (full disk, --force,
+(builtin, files:, hub sources with a fake stream), the offline-hub error, the import graph, the
+one-line errors, and the data faults (full disk, --force,
 stale temp files, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
-tests/test_ngram.py; the resumable build: tests/test_prepare.py. CPU, offline."""
+tests/test_ngram.py; the resumable build: tests/test_prepare.py; batches: tests/test_batches.py.
+CPU, offline."""
 import errno
 import inspect
 import itertools
@@ -133,9 +134,9 @@ def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
         json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, f)
     monkeypatch.setattr(sources, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
     assert data.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
-    with pytest.raises(ValueError, match="no split 'train'"):
+    with pytest.raises(cli.UserError, match="no split 'train'"):
         data.load_split("c4", "train", cache_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="unknown dataset"):
+    with pytest.raises(cli.UserError, match="unknown dataset"):
         data.prepare("openwebtext", cache_dir=str(tmp_path))
 
 
@@ -163,75 +164,15 @@ def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
                                          "<|endoftext|>= B = \n beta<|endoftext|>")
 
 
-def test_get_batch_is_pure_and_shifted(tmp_path):
-    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")  # as load_split returns
-    x, y = data.get_batch(tokens, 4, 16, step=3, seed=1)
-    assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == torch.int64
-    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
-    x2, y2 = data.get_batch(tokens, 4, 16, step=3, seed=1)
-    assert torch.equal(x, x2) and torch.equal(y, y2)  # same (seed, step, rank): same batch
-    for other in (dict(step=4, seed=1), dict(step=3, seed=2), dict(step=3, seed=1, rank=1)):
-        assert not torch.equal(x, data.get_batch(tokens, 4, 16, **other)[0])
-    # every window stays inside the data, including the last start
-    xs = torch.cat([data.get_batch(tokens, 64, 998, step=s, seed=0)[1] for s in range(5)])
-    assert xs.max() == 999 and xs.min() >= 1
-    with pytest.raises(ValueError, match="block_size"):
-        data.get_batch(tokens, 1, 1000, step=0, seed=0)
-
-
-def test_epoch_batch_covers_every_window_once_per_epoch(tmp_path):
-    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
-    T, B, world = 16, 4, 2
-    W = data.windows_per_epoch(len(tokens), T)
-    assert W == 999 // 16 == 62
-    # two ranks, steps 0.. : sample g = (step * world + rank) * B + b; 31 steps x 2 ranks x 4 = 248 = 4 W
-    starts = {}
-    for step in range(31):
-        for rank in range(world):
-            x, y = data.epoch_batch(tokens, B, T, step=step, seed=3, rank=rank, world=world)
-            assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
-            for b in range(B):
-                starts[(step * world + rank) * B + b] = int(x[b, 0])
-    assert sorted(starts) == list(range(4 * W))
-    for e in range(4):  # every window start 0, T, 2T, ... exactly once in each epoch
-        assert sorted(starts[g] for g in range(e * W, (e + 1) * W)) == list(range(0, W * T, T))
-    assert [starts[g] for g in range(W)] != [starts[g] for g in range(W, 2 * W)]  # a new order per epoch
-    assert data.epochs(len(tokens), T, steps=31, batch_size=B, world=world) == pytest.approx(4.0)
-    # a pure function of (seed, step, rank, world): asked again, or after other calls, the same batch
-    again = data.epoch_batch(tokens, B, T, step=7, seed=3, rank=1, world=world)[0]
-    assert torch.equal(again, data.epoch_batch(tokens, B, T, step=7, seed=3, rank=1, world=world)[0])
-    assert not torch.equal(again, data.epoch_batch(tokens, B, T, step=7, seed=4, rank=1, world=world)[0])
-    with pytest.raises(ValueError, match="block_size"):
-        data.epoch_batch(tokens, 1, 1000, step=0, seed=0)
-
-
-def test_eval_windows_count_each_token_once(tmp_path):
-    np.arange(1000, dtype=np.uint16).tofile(tmp_path / "t.bin")
-    tokens = np.memmap(tmp_path / "t.bin", dtype=np.uint16, mode="r")
-    for n, T, cap in ((1000, 16, None), (1000, 37, None), (1000, 16, 161), (1000, 999, None), (1000, 5000, None),
-                      (1000, 16, 1)):
-        starts, lengths = data.eval_windows(n, T, cap)
-        m = n if cap is None else min(n, cap)
-        assert lengths.sum() == m - 1 and (lengths >= 1).all() and (lengths[:-1] == T).all()
-        targets = []
-        for x, y in data.eval_batches(tokens, T, batch_size=3, max_tokens=cap):
-            assert x.shape == y.shape and x.shape[1] <= T and torch.equal(x[:, 1:], y[:, :-1])
-            targets += y.flatten().tolist()
-        assert targets == list(range(1, m))  # every token but the first, once, in order
-    assert [len(x) for x, _ in data.eval_batches(tokens, 100, batch_size=4)] == [4, 4, 1, 1]  # 9 full + 99
-
-
 def test_import_graph_and_public_names():
     """data imports ngram and sources, never the reverse; sources imports with no side effect."""
     assert issubclass(data.CacheWriteError, sources.DataUnavailable)
+    assert issubclass(sources.DataUnavailable, cli.UserError)
     assert data.DataConfig.__dataclass_fields__["dataset"].metadata["help"].startswith(
         "one of " + ", ".join(["builtin", *sources.HUB, "files:PATH"]))
     assert data.EOT == 50256
     for name in ("get_tokenizer", "vocab_size", "separator", "decode", "cache_folder", "prepare",
-                 "load_split", "baselines", "get_batch", "epoch_batch", "epochs", "windows_per_epoch",
-                 "eval_windows", "eval_batches", "check_split", "DataConfig", "get_parser", "main"):
+                 "load_split", "read_meta", "baselines", "DataConfig", "get_parser", "main"):
         assert callable(getattr(data, name, None)), name
     # ngram and sources import neither data nor torch (no cycle, whatever the order), sources
     # leaves the environment as it found it, and `import data` does not load torch either
@@ -358,16 +299,6 @@ def test_stale_temp_files_are_removed(tmp_path):
     finally:
         alive.kill()
         alive.wait()
-
-
-def test_check_split_message():
-    with pytest.raises(ValueError) as err:
-        data.check_split(np.zeros(12, np.uint16), 128, "files:X", "val")
-    assert str(err.value) == ("split 'val' of files:X has 12 tokens; block_size 128 needs at least 129: "
-                              "give more text or lower --block_size")
-    data.check_split(np.zeros(129, np.uint16), 128, "builtin", "train")  # exactly enough
-    with pytest.raises(ValueError, match="has 128 tokens"):
-        data.check_split(128, 128, "builtin", "train")
 
 
 def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 import cli
 import data
 import ngram
+import sources
 
 
 def _cli(argv):
@@ -72,7 +73,7 @@ def test_yardsticks_match_the_reference_and_never_fit_on_val(monkeypatch):
     assert set(chunked) == set(whole) and all(np.array_equal(chunked[k], whole[k]) for k in whole if k != "n")
     with pytest.raises(ValueError, match="outside the vocabulary"):
         ngram.ngram_counts(np.array([0, 9]), vocab_size=V)
-    with pytest.raises(ValueError, match="give more text"):
+    with pytest.raises(cli.UserError, match="give more text"):
         ngram.ngram_yardsticks(train[:5], val, vocab_size=V)
 
 
@@ -99,7 +100,7 @@ def test_baselines_cli_json_and_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ngram, "ngram_yardsticks", lambda *a: calls.append(1) or real(*a))
     data.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"), force=True)
     assert data.baselines(f"files:{src}", str(tmp_path / "c"))["bigram"] == printed["bigram"] and calls == [1]
-    with pytest.raises(ValueError, match="no 'train' split"):
+    with pytest.raises(sources.DataUnavailable, match="no 'train' split"):
         data.baselines("c4", str(tmp_path / "c"))
     with pytest.raises(SystemExit):  # checked before the (offline) hub is asked for c4
         _cli(["--dataset", "c4", "--baselines", "--cache_dir", str(tmp_path)])

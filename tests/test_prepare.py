@@ -216,7 +216,7 @@ def test_vocab_is_checked_where_data_enters(tmp_path):
     train = data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=50257)
     assert meta_max["train"]["max_id"] == int(np.max(train)) and meta_max["val"]["max_id"] == int(np.max(
         data.load_split("builtin", "val", max_tokens=2000, cache_dir=cache)))
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(cli.UserError) as err:
         data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=256)
     msg = str(err.value)
     assert "\n" not in msg and f"token id {int(np.max(train))}" in msg and "vocabulary of 256" in msg
