@@ -22,16 +22,16 @@ Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; cache_folder() names 
                                     and largest id; a split counts as done only if meta.json
                                     lists it and its .bin has that size
   <cache_dir>/<key>/baselines.json  the n-gram yardsticks, keyed by the meta they came from
-  <cache_dir>/<key>.partial/        a build in progress: <split>.bin, manifest.json, lock
+  <cache_dir>/<key>.partial/        a build in progress: <split>.bin, manifest.json, lock (shards.py)
   <key> is the source name (+ '-py3.11' for builtin, + a fingerprint of the file list for
   files:), '-max<N>' when max_tokens caps each split, and '-bytes' for the byte tokenizer.
   A cache hit imports no `datasets` and touches no network.
 
-Building (prepare): documents are read in order, encoded on --num_proc processes (reading
-overlaps encoding; the result does not depend on num_proc) and appended to <key>.partial/.
-Every shard_tokens tokens the files are flushed and manifest.json records how far the build
-got; an interrupted build (any error, Ctrl-C, kill -9) called again says it resumes, cuts the
-files back to that record, skips the documents already done and ends byte-identical to a
+Building (prepare): this file says what a cache holds (the streams of documents, their caps
+and splits, the tokenizer's encode) and writes meta.json; shards.py does the resumable build:
+documents read in order, encoded on --num_proc processes (the result does not depend on
+num_proc), appended to <key>.partial/ with a manifest every shard_tokens tokens. An interrupted
+build (any error, Ctrl-C, kill -9) called again says it resumes and ends byte-identical to a
 build that never stopped. Only a finished build is renamed into <key>/, with its meta.json
 written last, so the previous cache stays as it was until then (a full disk, a hub error);
 temp files of a killed process (its pid gone) are removed by the next prepare. Progress lines
@@ -56,13 +56,10 @@ The builtin yardsticks are in results/train_cpu/README.md (Yardsticks). Hub unre
 no cache, a full disk, a non-UTF-8 file, a split the dataset lacks: one line (a cli.UserError)
 naming the dataset or file and what to do, exit status 1; any other error keeps its traceback.
 """
-import collections
 import dataclasses
 import functools
-import glob
 import hashlib
 import importlib.util
-import itertools
 import json
 import os
 import re
@@ -74,7 +71,9 @@ import numpy as np
 
 import cli
 import ngram
+import shards
 import sources
+from shards import CacheWriteError  # noqa: F401  raised by the build, caught as data.CacheWriteError
 
 # Transitional, not used here: train.py, ablate.py and content.py still name
 # data_lib.DataUnavailable, data_lib.get_batch, data_lib.check_split, ablate.py
@@ -87,17 +86,10 @@ from sources import DataUnavailable  # noqa: F401  Transitional
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
-SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
-PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
-POOL_AFTER = 240        # documents encoded in-process before the worker processes start
 # sha256 that tiktoken itself expects for 'gpt2' (tiktoken_ext/openai_public.py, gpt2());
 # tests/test_data.py checks that tiktoken's source still says so.
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-
-
-class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
-    """The token cache could not be written (full disk, no permission); message is one line."""
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -177,6 +169,22 @@ def _checked(tokenizer):
     return tokenizer
 
 
+def _encode_batch(batch, tokenizer):
+    """uint16 ids of each document of `batch` followed by its separator.
+
+    bytes: the document's UTF-8 bytes with any NUL removed (0 only ever marks an end)."""
+    if tokenizer == "bytes":
+        out = []
+        for d in batch:
+            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
+            ids = np.empty(len(raw) + 1, dtype=np.uint16)
+            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
+            ids[-1] = NUL
+            out.append(ids)
+        return out
+    return [np.asarray(ids + [EOT], dtype=np.uint16) for ids in get_tokenizer().encode_ordinary_batch(batch)]
+
+
 # ----------------------------------------------------------------------------- cache
 
 def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
@@ -218,358 +226,8 @@ def read_meta(folder):
     return meta
 
 
-def _tmp(path):
-    return f"{path}.tmp{os.getpid()}"
-
-
-def _remove(path):
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)  # signal 0: existence check only
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    except (OverflowError, ValueError):
-        return False
-    return True
-
-
-def _remove_temps(folder, stale=True):
-    """Remove <file>.tmp<pid> in folder: those of dead processes (stale=True, a killed build)
-    or this process's own (stale=False, cleaning up after a failed build)."""
-    for path in glob.glob(os.path.join(glob.escape(folder), "*.tmp*")):
-        m = re.search(r"\.tmp(\d+)$", path)
-        if m is None:
-            continue
-        pid = int(m.group(1))
-        mine = pid == os.getpid()
-        if (stale and not mine and not _pid_alive(pid)) or (not stale and mine):
-            _remove(path)
-
-
-def _write_failed(folder, e):
-    return CacheWriteError(
-        f"cannot write the token cache in {folder} ({e.strerror or e}); free disk space there or "
-        "point --cache_dir (or $EMA_DATA_DIR) at another disk. The previous cache, if any, is unchanged.")
-
-
-def _json_tmp(path, obj):
-    """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure).
-
-    The one JSON writer of the cache: meta.json is written this way and renamed only in
-    _commit's swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
-    tmp = _tmp(path)
-    try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        _remove(tmp)
-        raise
-    return tmp
-
-
-# ----------------------------------------------------------------------------- encoding
-
-def _batches(docs):
-    """Lists of documents that grow 16, 32, ... 1024, so a small max_tokens reads few."""
-    size = 16
-    while True:
-        batch = list(itertools.islice(docs, size))
-        if not batch:
-            return
-        yield batch
-        size = min(2 * size, 1024)
-
-
-def _encode_batch(batch, tokenizer):
-    """uint16 ids of each document of `batch` followed by its separator.
-
-    bytes: the document's UTF-8 bytes with any NUL removed (0 only ever marks an end)."""
-    if tokenizer == "bytes":
-        out = []
-        for d in batch:
-            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
-            ids = np.empty(len(raw) + 1, dtype=np.uint16)
-            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
-            ids[-1] = NUL
-            out.append(ids)
-        return out
-    return [np.asarray(ids + [EOT], dtype=np.uint16) for ids in get_tokenizer().encode_ordinary_batch(batch)]
-
-
-def _encoded(docs, num_proc=1, tokenizer="gpt2"):
-    """The uint16 ids of each document of `docs` (non-empty ones, in order) followed by its
-    separator: read here, encoded here for the first POOL_AFTER documents (a small build
-    starts no process), then on num_proc worker processes.
-
-    Reading overlaps encoding: at most 2 num_proc batches are in flight, so memory stays
-    bounded however fast the reader is; results come back in document order, so the cache
-    does not depend on num_proc."""
-    batches = _batches(d for d in docs if d and d.strip())  # empty rows would be lone separators
-    done = 0
-    for batch in batches:
-        yield from _encode_batch(batch, tokenizer)
-        done += len(batch)
-        if num_proc > 1 and done >= POOL_AFTER:
-            break
-    else:
-        return
-    import multiprocessing
-    if tokenizer == "gpt2":
-        get_tokenizer()  # built once here: forked workers inherit it
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ctx.Pool(num_proc, _exit_with, (os.getpid(),)) as pool:  # left early: terminated here
-        pending = collections.deque()
-        for batch in batches:
-            pending.append(pool.apply_async(_encode_batch, (batch, tokenizer)))
-            # hand back what is done at once: a consumer that stops early made us read little
-            while pending and (pending[0].ready() or len(pending) >= 2 * num_proc):
-                yield from pending.popleft().get()
-        while pending:
-            yield from pending.popleft().get()
-
-
-def _exit_with(parent):
-    """Worker initializer: end this encoding process when its parent is gone (killed -9, it
-    could not terminate its pool), rather than linger."""
-    import threading
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()
-
-
-# ----------------------------------------------------------------------------- build
-
-class _Progress:
-    """A progress line on stderr every `every` seconds (terminal or not): documents, tokens,
-    tokens/s of this run, and an ETA when the total is known."""
-
-    def __init__(self, label, every, total_tokens=None, total_documents=None, enabled=True):
-        self.label, self.every, self.enabled = label, every, enabled
-        self.total_tokens, self.total_documents = total_tokens, total_documents
-        self.t0 = self.last = time.time()
-        self.start = None  # (documents, tokens) when this run began: a resumed build's rate
-
-    def update(self, documents, tokens, last=False):
-        """Print a line if `every` seconds have passed (last: also at the end of a long build)."""
-        now = time.time()
-        if self.start is None:  # the clock starts with the first document (opening a stream takes time)
-            self.start, self.t0, self.last = (documents, tokens), now, now
-        due = now - self.last >= self.every or (last and now - self.t0 >= self.every)
-        if not self.enabled or not due:
-            return
-        self.last = now
-        rate = (tokens - self.start[1]) / max(now - self.t0, 1e-9)
-        eta = ""
-        if self.total_tokens and rate > 0:
-            eta = f", ETA {_duration((self.total_tokens - tokens) / rate)}"
-        elif self.total_documents and documents > self.start[0]:
-            per_doc = (now - self.t0) / (documents - self.start[0])
-            eta = f", ETA ~{_duration(max(self.total_documents - documents, 0) * per_doc)}"
-        print(f"data.py: {self.label}: {documents:,} documents, {tokens:,} tokens, {rate:,.0f} tokens/s{eta}",
-              file=sys.stderr, flush=True)
-
-
-def _duration(seconds):
-    seconds = int(seconds)
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
-    return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def _read_manifest(partial, identity):
-    """The state of the last complete shard of a partial build, or None (no build, another
-    build's identity, or files shorter than it records)."""
-    try:
-        with open(os.path.join(partial, "manifest.json")) as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if manifest.get("identity") != identity:
-        return None
-    state = manifest["state"]
-    for split, info in state["splits"].items():
-        path = os.path.join(partial, f"{split}.bin")
-        if not os.path.isfile(path) or os.path.getsize(path) < 2 * info["tokens"]:
-            return None
-    return state
-
-
-def _lock(partial):
-    """An exclusive lock on the partial build, released when this process ends, however.
-
-    A POSIX record lock (lockf), not flock: it belongs to this process, so the encoding
-    processes it forks do not inherit it and cannot hold it after a kill -9 of this one."""
-    import fcntl
-    f = open(os.path.join(partial, "lock"), "a")
-    try:
-        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.close()
-        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
-                                      "to finish, or stop it") from None
-    return f
-
-
-def _build(name, files, folder, plan, num_proc, shard_tokens, progress):
-    """Tokenize the streams of `plan` into <folder>.partial/<split>.bin, resuming a build
-    interrupted there; return (stats {split: tokens, documents, max_id}, rule).
-
-    plan: identity (what the cache holds), streams [dict(hf_split, carve, stop, caps)].
-    Every shard_tokens tokens (at a document boundary) the .bin files are flushed to disk and
-    manifest.json records the state: stream, documents read in it, each split's tokens. A
-    resumed build truncates the files to that state and skips the documents already read (it
-    reads them again, it does not encode them), so it ends byte-identical to one that never
-    stopped. Caps: caps[split] max tokens (None: all); a full 'val' overflows into 'train';
-    a stream ends when its stop_split is full or its documents run out."""
-    partial = folder + ".partial"
-    os.makedirs(partial, exist_ok=True)
-    lock = _lock(partial)
-    try:
-        _remove_temps(partial, stale=True)
-        splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
-        fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
-                                                               for s in splits})
-        state = _read_manifest(partial, plan["identity"])
-        done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
-        if done:
-            print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
-                  file=sys.stderr, flush=True)
-        else:
-            state = fresh
-        bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
-        out = {}
-        try:
-            for s in splits:
-                with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
-                    pass
-                os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
-                out[s] = open(bins[s], "ab")
-        except OSError as e:
-            for f in out.values():
-                f.close()
-            raise _write_failed(folder, e) from e
-        try:
-            _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
-            for f in out.values():
-                try:
-                    f.close()  # buffered bytes are written here: a full disk can fail now
-                except OSError as e:
-                    raise _write_failed(folder, e) from e
-        finally:
-            for f in out.values():
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        return state["splits"], state["rule"]
-    finally:
-        lock.close()
-
-
-def _checkpoint(folder, partial, plan, state, out):
-    """Flush the .bin files to disk, then record `state` in manifest.json (temp file + rename)."""
-    path = os.path.join(partial, "manifest.json")
-    try:
-        for f in out.values():
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(_json_tmp(path, dict(identity=plan["identity"], state=state)), path)
-    except OSError as e:
-        raise _write_failed(folder, e) from e
-
-
-def _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress):
-    """The build loop of _build, from `state` on (updated in place)."""
-    stats = state["splits"]
-    for j, stream in enumerate(plan["streams"]):
-        if j < state["stream"]:
-            continue
-        hf_split, caps, stop_split = stream["hf_split"], stream["caps"], stream["stop"]
-        skip = state["documents"]
-        label = f"{os.path.basename(folder)} {'train+val' if stream['carve'] else stop_split}"
-        meter = _Progress(label, progress, caps[stop_split], plan.get("documents"), enabled=progress > 0)
-        docs = (d for d in sources.documents(name, files, folder, hf_split) if d and d.strip())
-        encoded = _encoded(itertools.islice(docs, skip, None), num_proc, plan["tokenizer"])
-        if stream["carve"]:
-            pieces, rule = sources.carve(encoded, start=skip)
-        else:
-            pieces, rule = ((stop_split, ids) for ids in encoded), "hub split"
-        # documents map 1:1 to pieces, except under carve's few-documents rule (never checkpointed)
-        resumable = not stream["carve"] or rule.startswith("document i")
-        state["rule"] = state["rule"] or rule
-        since = 0  # tokens written since the last checkpoint
-        try:
-            for split, ids in pieces:
-                if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
-                    split = "train"  # only 'val' can be full here: its overflow feeds 'train'
-                room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
-                ids = ids[:room]
-                try:
-                    out[split].write(ids.tobytes())
-                except OSError as e:
-                    raise _write_failed(folder, e) from e
-                info = stats[split]
-                info["tokens"] += len(ids)
-                info["documents"] += 1
-                info["max_id"] = max(info["max_id"], int(ids.max()) if len(ids) else 0)
-                state["documents"] += 1
-                since += len(ids)
-                meter.update(state["documents"], stats[stop_split]["tokens"])
-                if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
-                    break
-                if resumable and since >= shard_tokens:
-                    _checkpoint(folder, partial, plan, state, out)
-                    since = 0
-        finally:
-            encoded.close()  # stops the encoding processes of a stream left early
-        meter.update(state["documents"], stats[stop_split]["tokens"], last=True)
-        state.update(stream=j + 1, documents=0)
-        _checkpoint(folder, partial, plan, state, out)
-
-
-def _commit(folder, partial, splits, meta):
-    """Swap freshly built <partial>/<split>.bin files and meta in.
-
-    The new meta.json is written as a temp file first (the last write that needs disk space;
-    if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
-    renamed over the old ones and the new meta.json renamed in: a crash between these renames
-    leaves no meta.json, which reads as 'not built' and is rebuilt, never as a finished
-    cache with the wrong files."""
-    path = os.path.join(folder, "meta.json")
-    try:
-        meta_tmp = _json_tmp(path, meta)
-    except OSError as e:
-        raise _write_failed(folder, e) from e
-    _remove(path)
-    for s in splits:
-        os.replace(os.path.join(partial, f"{s}.bin"), os.path.join(folder, f"{s}.bin"))
-    os.replace(meta_tmp, path)
-
-
-def _kept_tokens(partial):
-    """Tokens a partial build has recorded in its manifest (0: nothing worth keeping)."""
-    try:
-        with open(os.path.join(partial, "manifest.json")) as f:
-            return sum(i["tokens"] for i in json.load(f)["state"]["splits"].values())
-    except (OSError, ValueError, KeyError):
-        return 0
-
-
-def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=PROGRESS_EVERY,
-            force=False, tokenizer="gpt2", shard_tokens=SHARD_TOKENS):
+def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=shards.PROGRESS_EVERY,
+            force=False, tokenizer="gpt2", shard_tokens=shards.SHARD_TOKENS):
     """Tokenize dataset `name` into <cache folder>/<split>.bin (uint16) + meta.json; return
     the folder. Cached splits are reused without touching the network or `datasets`.
 
@@ -592,7 +250,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     if bad:
         raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
     if os.path.isdir(folder):
-        _remove_temps(folder, stale=True)
+        shards.remove_temps(folder, stale=True)
     old = read_meta(folder)
     if not force and old is not None and all(s in old["splits"] for s in wanted):
         return folder  # cache hit
@@ -610,18 +268,19 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
     identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
                     val_every=sources.VAL_EVERY, format=1)
-    plan = dict(tokenizer=tokenizer, documents=hub.get("documents"), streams=streams,
+    plan = dict(encode=functools.partial(_encode_batch, tokenizer=tokenizer),  # picklable: to the workers
+                documents=hub.get("documents"), streams=streams,
                 identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
     created = not os.path.isdir(folder)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        raise _write_failed(folder, e) from e
+        raise shards.write_failed(folder, e) from e
     t0 = time.time()
     partial = folder + ".partial"
     try:
-        done, rule = _build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
-                               progress or 0)
+        done, rule = shards.build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
+                                  progress or 0)
         for split, info in done.items():
             if info["tokens"] == 0:
                 raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
@@ -638,10 +297,10 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
             splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
             python=sys.version.split()[0], tiktoken=tiktoken.__version__,
             created=time.strftime("%Y-%m-%d %H:%M:%S"))
-        _commit(folder, partial, done, meta)
+        shards.commit(folder, partial, done, meta)
         shutil.rmtree(partial, ignore_errors=True)
     except BaseException as e:
-        kept = _kept_tokens(partial)
+        kept = shards.kept_tokens(partial)
         if not kept:
             shutil.rmtree(partial, ignore_errors=True)
         elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
@@ -652,7 +311,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
                   "resumes from there", file=sys.stderr)
         raise
     finally:
-        _remove_temps(folder, stale=False)  # whatever this build left: nothing on success
+        shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
         if created and not os.listdir(folder):  # a failed first build leaves no empty folder
             os.rmdir(folder)
     return folder
@@ -710,7 +369,7 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
     train, val = (np.memmap(bins[s], dtype=np.uint16, mode="r") for s in ("train", "val"))
     result = dict(dataset=name, tokenizer=tokenizer, **ngram.ngram_yardsticks(train, val, vocab_size(tokenizer)))
     try:
-        os.replace(_json_tmp(path, dict(key=key, result=result)), path)
+        os.replace(shards.json_tmp(path, dict(key=key, result=result)), path)
     except OSError as e:  # the numbers are right; only their cache is missing
         print(f"data.py: warning: could not cache the yardsticks in {path} ({e.strerror or e})",
               file=sys.stderr)
@@ -735,9 +394,9 @@ class DataConfig:
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
     num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system")
-    shard_tokens: int = cli.arg(SHARD_TOKENS, "a resumable checkpoint of the build every this many tokens",
+    shard_tokens: int = cli.arg(shards.SHARD_TOKENS, "a resumable checkpoint of the build every this many tokens",
                                 group="system")
-    progress: float = cli.arg(PROGRESS_EVERY, "seconds between progress lines on stderr; 0 = none",
+    progress: float = cli.arg(shards.PROGRESS_EVERY, "seconds between progress lines on stderr; 0 = none",
                               group="system")
 
     def __post_init__(self):

@@ -1,10 +1,11 @@
 """Tests for data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
 (builtin, files:, hub sources with a fake stream), the offline-hub error, the import graph, the
-one-line errors, and the data faults (full disk, --force,
-stale temp files, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
+one-line errors, and the data faults (full disk and stale temp files, whose handling is in
+shards.py; --force, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
 tests/test_ngram.py; the resumable build: tests/test_prepare.py; batches: tests/test_batches.py.
 CPU, offline."""
 import errno
+import functools
 import inspect
 import itertools
 import json
@@ -21,6 +22,7 @@ import torch
 import cli
 import data
 import ngram
+import shards
 import sources
 
 
@@ -64,15 +66,15 @@ def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
     assert (np.asarray(train) == data.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
     # second call: a cache hit, nothing is tokenized
-    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
 
 
 def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
     folder = data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     calls = []
-    real = data._build
-    monkeypatch.setattr(data, "_build", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = shards.build
+    monkeypatch.setattr(shards, "build", lambda *a, **k: calls.append(1) or real(*a, **k))
     # killed before meta.json was written: half a train.bin and no meta
     os.remove(os.path.join(folder, "meta.json"))
     with open(os.path.join(folder, "train.bin"), "r+b") as f:
@@ -206,17 +208,18 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
     assert data.decode([0xE2, 0x82], "bytes") == "\ufffd" and data.decode([104, 105], "bytes") == "hi"
     assert data.decode(data.get_tokenizer().encode_ordinary("hello"), "gpt2") == "hello"
     # a NUL inside a document is dropped: 0 only ever ends a document; empty documents are skipped
-    ids = list(data._encoded(iter(["a\0b", "  ", "é"]), 1, "bytes"))
+    ids = list(shards._encoded(iter(["a\0b", "  ", "é"]), functools.partial(data._encode_batch, tokenizer="bytes")))
     assert [x.tolist() for x in ids] == [[97, 98, 0], [0xC3, 0xA9, 0]]
     # the gpt2 cache of the same source is a different folder, untouched by the bytes build
-    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
 
 
 # ----------------------------------------------------------------------------- data faults
 
 class FullDisk:
-    """`open` for data.py on a disk with `free` bytes left: writes past them raise ENOSPC."""
+    """`open` for shards.py (it writes the cache) on a disk with `free` bytes left: writes past
+    them raise ENOSPC."""
 
     def __init__(self, free):
         self.free = free
@@ -261,7 +264,7 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     bins = len(before["train.bin"]) + len(before["val.bin"])
     # no room at all; mid-train; the .bin files fit but not meta.json; half of meta.json
     for free in (0, 1000, bins, bins + 200):
-        monkeypatch.setattr(data, "open", FullDisk(free).open, raising=False)
+        monkeypatch.setattr(shards, "open", FullDisk(free).open, raising=False)
         with pytest.raises(data.CacheWriteError) as err:
             data.prepare("builtin", max_tokens=2000, cache_dir=cache, force=True)
         msg = str(err.value)
@@ -277,9 +280,9 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     with pytest.raises(data.CacheWriteError):
         data.prepare("builtin", max_tokens=1000, cache_dir=cache)
     assert not os.path.exists(data._cache_folder("builtin", 1000, cache))
-    monkeypatch.delattr(data, "open")
+    monkeypatch.delattr(shards, "open")
     # the previous cache is still a cache hit
-    monkeypatch.setattr(data, "_build", lambda *a, **k: pytest.fail("rebuilt a good cache"))
+    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("rebuilt a good cache"))
     assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
 
 

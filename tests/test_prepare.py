@@ -1,7 +1,8 @@
-"""Tests for data.py's resumable cache build: a stream that fails after k documents resumes and
-ends byte-identical to an uninterrupted build (and says so), the offline / hub-error messages,
-a FineWeb-Edu-shaped parquet file through the real `datasets` streaming code, a build killed
-with SIGKILL, progress lines without a terminal, encoding processes, the build lock. CPU, offline."""
+"""Tests for the resumable cache build (data.py's prepare, shards.py): a stream that fails after
+k documents resumes and ends byte-identical to an uninterrupted build (and says so), the offline /
+hub-error messages, a FineWeb-Edu-shaped parquet file through the real `datasets` streaming code,
+a build killed with SIGKILL, progress lines without a terminal, encoding processes, the build
+lock. CPU, offline."""
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import pytest
 
 import cli
 import data
+import shards
 import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,7 +84,7 @@ def test_a_failed_stream_resumes_byte_identical(tmp_path, monkeypatch, capsys):
     assert 0 < kept["documents"] <= 77
     encoded = []
     real = data._encode_batch
-    monkeypatch.setattr(data, "_encode_batch", lambda batch, tok: encoded.extend(batch) or real(batch, tok))
+    monkeypatch.setattr(data, "_encode_batch", lambda batch, tokenizer: encoded.extend(batch) or real(batch, tokenizer))
     state = _fake_hub(monkeypatch, 120)
     assert data.prepare("fineweb-edu", cache_dir=cache, num_proc=1, progress=0, shard_tokens=200) == folder
     assert "resuming the build" in capsys.readouterr().err
@@ -183,7 +185,7 @@ def test_progress_lines_without_a_terminal(tmp_path, capsys):
 
 def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(data, "POOL_AFTER", 16)  # the worker processes start after one batch
+    monkeypatch.setattr(shards, "POOL_AFTER", 16)  # the worker processes start after one batch
     src = tmp_path / "rows.jsonl"
     _corpus(src, 0.3)
     for tokenizer in ("gpt2", "bytes"):

@@ -1,0 +1,389 @@
+"""Resumable token-cache builds: documents encoded across processes and appended to uint16
+<split>.bin files in shards, with a manifest from which an interrupted build resumes.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the 130M
+SPEN trains on FineWeb-Edu, a stream far longer than one sitting; this file writes such a
+stream to disk so that a build stopped at any point (an error, Ctrl-C, kill -9) continues.
+data.py's prepare says what a cache holds (source, tokenizer, splits, caps) as a `plan` and
+calls build(), then commit(); it owns the finished cache's layout and meta.json.
+
+Layout of a build in progress, beside its cache folder <key>/:
+  <key>.partial/<split>.bin       uint16 token ids, appended in document order
+  <key>.partial/manifest.json     identity (what the build makes: cache key, tokenizer, streams,
+                                  val rule, format) and state (the stream reached, the documents
+                                  read in it, per split its tokens, documents and largest id)
+  <key>.partial/lock              a POSIX lock the building process holds: one build at a time
+  <file>.tmp<pid>                 a write in progress; a dead pid's are removed (remove_temps)
+
+Encoding (_encoded): documents are read here; `encode` (a picklable function: a list of
+documents -> their uint16 id arrays, data.py's tokenizer) runs in this process for the first
+POOL_AFTER documents, then on num_proc worker processes, at most 2 num_proc batches in flight.
+Results come back in document order, so the files do not depend on num_proc.
+
+Resuming: every shard_tokens tokens, at a document boundary, the .bin files are flushed to
+disk and manifest.json is replaced (temp file + rename). A build called again with the same
+identity cuts each .bin back to the tokens recorded, skips the documents already done (it reads
+them, it does not encode them) and ends byte-identical to a build that never stopped; a
+manifest of another identity, or files shorter than it records, start the build afresh. commit()
+renames the finished files into <key>/ with meta.json last. A failed write (full disk, no
+permission) raises CacheWriteError, one line. Messages begin 'data.py:', the command users run.
+
+No command line: `python data.py` builds. Tested in tests/test_prepare.py (resume after an error
+and after SIGKILL, encoding processes, the lock, progress lines) and tests/test_data.py (full
+disk, stale temp files).
+"""
+import collections
+import glob
+import itertools
+import json
+import os
+import re
+import sys
+import time
+
+import sources
+
+SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
+PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
+POOL_AFTER = 240        # documents encoded in-process before the worker processes start
+
+
+class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
+    """The token cache could not be written (full disk, no permission); message is one line."""
+
+
+# ----------------------------------------------------------------------------- files
+
+def _tmp(path):
+    return f"{path}.tmp{os.getpid()}"
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def remove_temps(folder, stale=True):
+    """Remove <file>.tmp<pid> in folder: those of dead processes (stale=True, a killed build)
+    or this process's own (stale=False, cleaning up after a failed build)."""
+    for path in glob.glob(os.path.join(glob.escape(folder), "*.tmp*")):
+        m = re.search(r"\.tmp(\d+)$", path)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        mine = pid == os.getpid()
+        if (stale and not mine and not _pid_alive(pid)) or (not stale and mine):
+            _remove(path)
+
+
+def write_failed(folder, e):
+    """The one-line CacheWriteError for OSError `e` while writing the cache of `folder`."""
+    return CacheWriteError(
+        f"cannot write the token cache in {folder} ({e.strerror or e}); free disk space there or "
+        "point --cache_dir (or $EMA_DATA_DIR) at another disk. The previous cache, if any, is unchanged.")
+
+
+def json_tmp(path, obj):
+    """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure).
+
+    The one JSON writer of the cache: meta.json is written this way and renamed only in
+    commit()'s swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
+    tmp = _tmp(path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        _remove(tmp)
+        raise
+    return tmp
+
+
+# ----------------------------------------------------------------------------- encoding
+
+def _batches(docs):
+    """Lists of documents that grow 16, 32, ... 1024, so a small max_tokens reads few."""
+    size = 16
+    while True:
+        batch = list(itertools.islice(docs, size))
+        if not batch:
+            return
+        yield batch
+        size = min(2 * size, 1024)
+
+
+def _encoded(docs, encode, num_proc=1):
+    """encode's uint16 ids of each document of `docs` (non-empty ones, in order): read here,
+    encoded here for the first POOL_AFTER documents (a small build starts no process), then
+    on num_proc worker processes. Whatever `encode` builds once (data.py's tokenizer) is thus
+    built here before the fork, and the workers inherit it.
+
+    Reading overlaps encoding: at most 2 num_proc batches are in flight, so memory stays
+    bounded however fast the reader is; results come back in document order, so the cache
+    does not depend on num_proc."""
+    batches = _batches(d for d in docs if d and d.strip())  # empty rows would be lone separators
+    done = 0
+    for batch in batches:
+        yield from encode(batch)
+        done += len(batch)
+        if num_proc > 1 and done >= POOL_AFTER:
+            break
+    else:
+        return
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ctx.Pool(num_proc, _exit_with, (os.getpid(),)) as pool:  # left early: terminated here
+        pending = collections.deque()
+        for batch in batches:
+            pending.append(pool.apply_async(encode, (batch,)))
+            # hand back what is done at once: a consumer that stops early made us read little
+            while pending and (pending[0].ready() or len(pending) >= 2 * num_proc):
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+
+def _exit_with(parent):
+    """Worker initializer: end this encoding process when its parent is gone (killed -9, it
+    could not terminate its pool), rather than linger."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# ----------------------------------------------------------------------------- build
+
+class _Progress:
+    """A progress line on stderr every `every` seconds (terminal or not): documents, tokens,
+    tokens/s of this run, and an ETA when the total is known."""
+
+    def __init__(self, label, every, total_tokens=None, total_documents=None, enabled=True):
+        self.label, self.every, self.enabled = label, every, enabled
+        self.total_tokens, self.total_documents = total_tokens, total_documents
+        self.t0 = self.last = time.time()
+        self.start = None  # (documents, tokens) when this run began: a resumed build's rate
+
+    def update(self, documents, tokens, last=False):
+        """Print a line if `every` seconds have passed (last: also at the end of a long build)."""
+        now = time.time()
+        if self.start is None:  # the clock starts with the first document (opening a stream takes time)
+            self.start, self.t0, self.last = (documents, tokens), now, now
+        due = now - self.last >= self.every or (last and now - self.t0 >= self.every)
+        if not self.enabled or not due:
+            return
+        self.last = now
+        rate = (tokens - self.start[1]) / max(now - self.t0, 1e-9)
+        eta = ""
+        if self.total_tokens and rate > 0:
+            eta = f", ETA {_duration((self.total_tokens - tokens) / rate)}"
+        elif self.total_documents and documents > self.start[0]:
+            per_doc = (now - self.t0) / (documents - self.start[0])
+            eta = f", ETA ~{_duration(max(self.total_documents - documents, 0) * per_doc)}"
+        print(f"data.py: {self.label}: {documents:,} documents, {tokens:,} tokens, {rate:,.0f} tokens/s{eta}",
+              file=sys.stderr, flush=True)
+
+
+def _duration(seconds):
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def _read_manifest(partial, identity):
+    """The state of the last complete shard of a partial build, or None (no build, another
+    build's identity, or files shorter than it records)."""
+    try:
+        with open(os.path.join(partial, "manifest.json")) as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if manifest.get("identity") != identity:
+        return None
+    state = manifest["state"]
+    for split, info in state["splits"].items():
+        path = os.path.join(partial, f"{split}.bin")
+        if not os.path.isfile(path) or os.path.getsize(path) < 2 * info["tokens"]:
+            return None
+    return state
+
+
+def _lock(partial):
+    """An exclusive lock on the partial build, released when this process ends, however.
+
+    A POSIX record lock (lockf), not flock: it belongs to this process, so the encoding
+    processes it forks do not inherit it and cannot hold it after a kill -9 of this one."""
+    import fcntl
+    f = open(os.path.join(partial, "lock"), "a")
+    try:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
+                                      "to finish, or stop it") from None
+    return f
+
+
+def build(name, files, folder, plan, num_proc, shard_tokens, progress):
+    """Tokenize the streams of `plan` into <folder>.partial/<split>.bin, resuming a build
+    interrupted there; return (stats {split: tokens, documents, max_id}, rule).
+
+    plan: identity (what the cache holds), streams [dict(hf_split, carve, stop, caps)],
+    encode (see _encoded), documents (the source's total, for the ETA; None: unknown).
+    Every shard_tokens tokens (at a document boundary) the .bin files are flushed to disk and
+    manifest.json records the state: stream, documents read in it, each split's tokens. A
+    resumed build truncates the files to that state and skips the documents already read (it
+    reads them again, it does not encode them), so it ends byte-identical to one that never
+    stopped. Caps: caps[split] max tokens (None: all); a full 'val' overflows into 'train';
+    a stream ends when its stop_split is full or its documents run out."""
+    partial = folder + ".partial"
+    os.makedirs(partial, exist_ok=True)
+    lock = _lock(partial)
+    try:
+        remove_temps(partial, stale=True)
+        splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
+        fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
+                                                               for s in splits})
+        state = _read_manifest(partial, plan["identity"])
+        done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
+        if done:
+            print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
+                  file=sys.stderr, flush=True)
+        else:
+            state = fresh
+        bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
+        out = {}
+        try:
+            for s in splits:
+                with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
+                    pass
+                os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
+                out[s] = open(bins[s], "ab")
+        except OSError as e:
+            for f in out.values():
+                f.close()
+            raise write_failed(folder, e) from e
+        try:
+            _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
+            for f in out.values():
+                try:
+                    f.close()  # buffered bytes are written here: a full disk can fail now
+                except OSError as e:
+                    raise write_failed(folder, e) from e
+        finally:
+            for f in out.values():
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        return state["splits"], state["rule"]
+    finally:
+        lock.close()
+
+
+def _checkpoint(folder, partial, plan, state, out):
+    """Flush the .bin files to disk, then record `state` in manifest.json (temp file + rename)."""
+    path = os.path.join(partial, "manifest.json")
+    try:
+        for f in out.values():
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(json_tmp(path, dict(identity=plan["identity"], state=state)), path)
+    except OSError as e:
+        raise write_failed(folder, e) from e
+
+
+def _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress):
+    """The build loop of build(), from `state` on (updated in place)."""
+    stats = state["splits"]
+    for j, stream in enumerate(plan["streams"]):
+        if j < state["stream"]:
+            continue
+        hf_split, caps, stop_split = stream["hf_split"], stream["caps"], stream["stop"]
+        skip = state["documents"]
+        label = f"{os.path.basename(folder)} {'train+val' if stream['carve'] else stop_split}"
+        meter = _Progress(label, progress, caps[stop_split], plan.get("documents"), enabled=progress > 0)
+        docs = (d for d in sources.documents(name, files, folder, hf_split) if d and d.strip())
+        encoded = _encoded(itertools.islice(docs, skip, None), plan["encode"], num_proc)
+        if stream["carve"]:
+            pieces, rule = sources.carve(encoded, start=skip)
+        else:
+            pieces, rule = ((stop_split, ids) for ids in encoded), "hub split"
+        # documents map 1:1 to pieces, except under carve's few-documents rule (never checkpointed)
+        resumable = not stream["carve"] or rule.startswith("document i")
+        state["rule"] = state["rule"] or rule
+        since = 0  # tokens written since the last checkpoint
+        try:
+            for split, ids in pieces:
+                if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
+                    split = "train"  # only 'val' can be full here: its overflow feeds 'train'
+                room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
+                ids = ids[:room]
+                try:
+                    out[split].write(ids.tobytes())
+                except OSError as e:
+                    raise write_failed(folder, e) from e
+                info = stats[split]
+                info["tokens"] += len(ids)
+                info["documents"] += 1
+                info["max_id"] = max(info["max_id"], int(ids.max()) if len(ids) else 0)
+                state["documents"] += 1
+                since += len(ids)
+                meter.update(state["documents"], stats[stop_split]["tokens"])
+                if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
+                    break
+                if resumable and since >= shard_tokens:
+                    _checkpoint(folder, partial, plan, state, out)
+                    since = 0
+        finally:
+            encoded.close()  # stops the encoding processes of a stream left early
+        meter.update(state["documents"], stats[stop_split]["tokens"], last=True)
+        state.update(stream=j + 1, documents=0)
+        _checkpoint(folder, partial, plan, state, out)
+
+
+def commit(folder, partial, splits, meta):
+    """Swap freshly built <partial>/<split>.bin files and meta in.
+
+    The new meta.json is written as a temp file first (the last write that needs disk space;
+    if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
+    renamed over the old ones and the new meta.json renamed in: a crash between these renames
+    leaves no meta.json, which reads as 'not built' and is rebuilt, never as a finished
+    cache with the wrong files."""
+    path = os.path.join(folder, "meta.json")
+    try:
+        meta_tmp = json_tmp(path, meta)
+    except OSError as e:
+        raise write_failed(folder, e) from e
+    _remove(path)
+    for s in splits:
+        os.replace(os.path.join(partial, f"{s}.bin"), os.path.join(folder, f"{s}.bin"))
+    os.replace(meta_tmp, path)
+
+
+def kept_tokens(partial):
+    """Tokens a partial build has recorded in its manifest (0: nothing worth keeping)."""
+    try:
+        with open(os.path.join(partial, "manifest.json")) as f:
+            return sum(i["tokens"] for i in json.load(f)["state"]["splits"].values())
+    except (OSError, ValueError, KeyError):
+        return 0
