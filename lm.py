@@ -9,7 +9,8 @@ alike through this file.
 The contract (both `spen.SPEN` and `gpt.GPT`)
     config                      the model's dataclass; Model(Config(**asdict(config))) rebuilds it
     forward(idx, targets=None)  idx (B, T) int64 -> (logits (B, T, V), mean cross-entropy over
-                                targets != -1, or None); ids are checked with `check_tokens`
+                                targets != -1, or None); no id checks (no host sync): ids are
+                                checked where data enters (data.load_split's vocab=, step, generate)
     hidden_states(idx)          n_layer + 1 tensors (B, T, C): the embedding, then each block's output
     init_state(B, device)       the recurrent state before any token (SPEN: traces; GPT: KV cache)
     step(token, state)          token (B,) -> (logits (B, V) for the next token, new state)
@@ -31,6 +32,7 @@ import inspect
 import math
 import os
 import platform
+import shutil
 import sys
 from contextlib import nullcontext
 
@@ -42,9 +44,24 @@ import cli
 EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-# Dense bf16 tensor-core peak of common GPUs (FLOP/s), matched against the device name.
-# The H200 has the H100's compute (and more memory).
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "4090": 165e12}
+# Dense (no sparsity) bf16 tensor-core peak FLOP/s from the vendors' datasheets, keyed by the
+# exact name torch.cuda.get_device_name prints: a name missing here gets no MFU, never a guess
+# from a similar name ("NVIDIA L4" is not "NVIDIA L40S"). The H200 has the H100 SXM's compute
+# (and more memory). RTX 4090: 165 TF is bf16 with fp32 accumulate (what autocast uses; the
+# datasheet's 330 is fp16 accumulate).
+PEAK_FLOPS = {
+    "NVIDIA H100 80GB HBM3": 989e12,   # H100 SXM5
+    "NVIDIA H100 PCIe": 756e12,
+    "NVIDIA H200": 989e12,             # H200 SXM
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA L4": 121e12,
+    "NVIDIA L40S": 362e12,
+    "NVIDIA GeForce RTX 4090": 165e12,
+}
+CUDA_WHEELS = "pip install torch --index-url https://download.pytorch.org/whl/cu124"  # cu12x: match nvidia-smi's CUDA
 
 
 def padded_vocab(vocab_size, multiple=64):
@@ -100,8 +117,9 @@ def configure_optimizers(model, weight_decay, learning_rate, betas, device_type)
 
 
 def peak_flops(device_name):
-    """Dense bf16 peak FLOP/s for a GPU name (torch.cuda.get_device_name), or None if unknown."""
-    return next((v for k, v in PEAK_FLOPS.items() if k in (device_name or "")), None)
+    """Dense bf16 peak FLOP/s for a GPU name exactly as torch.cuda.get_device_name prints it,
+    or None if the name is not in PEAK_FLOPS (then no MFU is shown)."""
+    return PEAK_FLOPS.get((device_name or "").strip())
 
 
 def estimate_mfu(model, T, tokens_per_second, peak):
@@ -126,6 +144,16 @@ def cosine_lr(step, lr, min_lr, warmup, decay_end):
 # ---- where a run computes ------------------------------------------------------------------
 
 
+def hidden_gpu():
+    """A one-line note when this machine has an NVIDIA GPU (nvidia-smi on PATH, or /dev/nvidia0)
+    that torch cannot use (a CPU wheel, or a driver too old for torch's CUDA); else None."""
+    if torch.cuda.is_available() or not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidia0")):
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return (f"this machine has an NVIDIA GPU but torch {torch.__version__} ({build}) cannot see it: install a "
+            f"CUDA build ({CUDA_WHEELS}; cu12x matching the CUDA version nvidia-smi shows), or update the driver")
+
+
 def resolve_device(name, auto=("cuda", "mps")):
     """(device, kind) for a --device value: 'auto' takes the first kind of `auto` that is there,
     else cpu; a device that is not there is a one-line cli.ConfigError."""
@@ -134,8 +162,8 @@ def resolve_device(name, auto=("cuda", "mps")):
         name = next((k for k in auto if there[k]), "cpu")
     kind = name.split(":")[0]
     if kind == "cuda" and not torch.cuda.is_available():
-        raise cli.ConfigError(f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU; "
-                              f"use --device cpu, or install a CUDA build of torch")
+        raise cli.ConfigError(f"--device {name}: " + (hidden_gpu() or f"this torch ({torch.__version__}) sees no "
+                              f"CUDA GPU; use --device cpu, or install a CUDA build of torch"))
     if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= torch.cuda.device_count():
         raise cli.ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
     if kind == "mps" and not torch.backends.mps.is_available():

@@ -54,6 +54,37 @@ def test_mfu():
     assert lm.peak_flops("NVIDIA H200") == 989e12 and lm.peak_flops("cpu") is None
 
 
+# torch.cuda.get_device_name spellings -> dense bf16 peak TFLOP/s (datasheets; 4090: fp32 accumulate)
+GPU_PEAKS = {"NVIDIA H100 80GB HBM3": 989, "NVIDIA H100 PCIe": 756, "NVIDIA H200": 989,
+             "NVIDIA A100-SXM4-80GB": 312, "NVIDIA A100-SXM4-40GB": 312, "NVIDIA A100-PCIE-40GB": 312,
+             "NVIDIA L4": 121, "NVIDIA L40S": 362, "NVIDIA GeForce RTX 4090": 165}
+
+
+def test_peak_table_matches_exact_names_only():
+    for name, tflops in GPU_PEAKS.items():
+        assert lm.peak_flops(name) == tflops * 1e12, name
+    # near names are not guessed: L4 is not L40S or L40, an unknown GPU gets no MFU
+    for name in ("NVIDIA L40", "L4", "NVIDIA H100 NVL", "NVIDIA GeForce RTX 4080", "Tesla T4", "", None):
+        assert lm.peak_flops(name) is None, name
+
+
+def test_a_gpu_torch_cannot_see_is_named_with_the_fix(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(lm.shutil, "which", lambda cmd: None)
+    monkeypatch.setattr(lm.os.path, "exists", lambda p: False)
+    assert lm.hidden_gpu() is None  # no GPU at all: nothing to say
+    with pytest.raises(cli.ConfigError, match="sees no CUDA GPU"):
+        lm.resolve_device("cuda")
+    for which, dev in ((lambda cmd: "/usr/bin/nvidia-smi", False), (lambda cmd: None, True)):
+        monkeypatch.setattr(lm.shutil, "which", which)
+        monkeypatch.setattr(lm.os.path, "exists", lambda p, dev=dev: dev and p == "/dev/nvidia0")
+        note = lm.hidden_gpu()
+        assert "cannot see it" in note and "--index-url https://download.pytorch.org/whl/cu12" in note
+        with pytest.raises(cli.ConfigError, match="cannot see it") as exc:
+            lm.resolve_device("cuda")
+        assert "\n" not in str(exc.value)
+
+
 def test_cosine_lr_warms_up_decays_and_stays_flat():
     lrs = [lm.cosine_lr(s, 1e-3, 1e-4, warmup=10, decay_end=100) for s in range(120)]
     assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warmup, peak at its end
