@@ -14,7 +14,8 @@ measures one part of that claim on the device it is given (JSON keys = section n
 What training costs is measured in bench_train.py (run as a worker of the same protocol; it
 imports this file's timing helpers, this file never imports it): blocks (one SPEN block vs one
 GPT block, tokens/s), ops (operators per training step), memory (activation memory per token),
-compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run.
+compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run (100 steps
+of train.py's 130m preset on random tokens).
 This file drives both and prints every table.
 
 Shape glossary: B batch, T time, C width, S traces, P context already seen, L chunk length.
@@ -26,7 +27,7 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --allocator both       # each section with and without the allocator tweak
       python bench.py --device cuda --out results/bench/bench_cuda.json   # the GPU check
 The committed references: results/bench/bench.json (CPU), results/bench/bench_cuda.json (GPU),
-shown in the README's "Performance" section. Speed claims are ratios within one (shared) run.
+shown in results/bench/README.md. Speed claims are ratios within one (shared) run.
 
 Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
 Python process, `python FILE.py --worker SECTIONS --worker_out OUT [--device ... --threads ...
@@ -410,8 +411,12 @@ def print_train_tables(base):
                   f"peak {r['peak_mib']:.0f} MiB, first call {r['first_call_s']:.1f} s")
     run = base.get("train_run")
     if run and "skipped" not in run:
-        print(f"\ntrain.main, cpu preset on builtin, {run['config']}: train loss {run.get('first_loss')} -> "
-              f"{run.get('last_loss')}, val loss {run.get('val_loss')}, {run['seconds']:.0f} s")
+        mfu = f"{run['mfu']:.1%}" if run.get("mfu") is not None else "n/a"
+        ms = f"{run['ms_per_step']:.0f}" if run.get("ms_per_step") is not None else "n/a"
+        print(f"\ntrain.main, 130m preset on random tokens ({run.get('gpu') or 'cpu'}), {run['config']}: {ms} ms/step, "
+              f"MFU {mfu}, peak {run.get('peak_mem_gib') or 0:.1f} GiB, train loss {run.get('first_loss')} -> "
+              f"{run.get('last_loss')} (ln V {run['ln_V']:.3f}), compile fell back: {run.get('compile_fell_back')}, "
+              f"{run['seconds']:.0f} s")
 
 
 def print_tables(res):

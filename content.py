@@ -46,7 +46,9 @@ import torch
 
 import checkpoint
 import cli
+import data as batches
 import data as data_lib
+import sources
 import ema
 import lm
 
@@ -99,7 +101,7 @@ def ridge_probe(X, labels, train_rows, lam=1e-3):
 def probe_tokens(val, B, T, top_k):
     """B validation windows; return idx (B, T), labels (N, G) and train_rows (N,) for positions
     t in [MAX_LAG, T): labels[n, k] = class of token x_{t-k}, or -1 if it is not in the top K."""
-    idx, _ = data_lib.get_batch(val, B, T, step=0, seed=PROBE_SEED)  # (B, T)
+    idx, _ = batches.get_batch(val, B, T, step=0, seed=PROBE_SEED)  # (B, T)
     counts = torch.bincount(idx.flatten())
     top = counts.argsort(descending=True)[:top_k]
     cls = torch.full((int(counts.numel()),), -1, dtype=torch.long)
@@ -225,4 +227,4 @@ def get_parser():
 
 if __name__ == "__main__":
     config = cli.parse(ContentConfig, get_parser())
-    cli.main_guard(lambda: main(config), data_lib.DataUnavailable, prog="content.py")
+    cli.main_guard(lambda: main(config), sources.DataUnavailable, prog="content.py")

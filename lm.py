@@ -154,6 +154,25 @@ def hidden_gpu():
             f"CUDA build ({CUDA_WHEELS}; cu12x matching the CUDA version nvidia-smi shows), or update the driver")
 
 
+def hub_weights_unreachable(name):
+    """Why Hugging Face weights `name` (e.g. 'gpt2') cannot load, decided before transformers or
+    huggingface_hub log anything (their loggers and retries would print a storm): the hub cannot
+    be reached (sources.hub_unreachable) and the local Hugging Face cache has no copy. None if
+    they can load (online, or cached)."""
+    from sources import hub_unreachable
+    why = hub_unreachable()
+    if not why:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache  # reads the cache folder only
+        repos = (name, f"openai-community/{name}")  # 'gpt2' now lives under openai-community
+        if any(isinstance(try_to_load_from_cache(repo, "config.json"), str) for repo in repos):
+            return None
+    except ImportError:
+        pass
+    return f"{why}, and {name!r} is not in the local Hugging Face cache: run once online (pip install transformers)"
+
+
 def resolve_device(name, auto=("cuda", "mps")):
     """(device, kind) for a --device value: 'auto' takes the first kind of `auto` that is there,
     else cpu; a device that is not there is a one-line cli.ConfigError."""

@@ -26,7 +26,7 @@ Run
 --start is text (`<|endoftext|>` is the document separator, id 50256; NUL for a byte-level model,
 whose samples are decoded as UTF-8 with U+FFFD for invalid bytes), FILE:path (a UTF-8 file), or
 IDS:a,b,c (token ids). Prints the samples, tokens/s and the state's size; writes
-nothing (the README's Quick start shows a run).
+nothing (results/train_cpu/README.md shows a run).
 """
 
 import math
@@ -84,6 +84,9 @@ class SampleConfig:
 def load(init_from, device):
     """(model in eval mode on device, a one-line description) from a checkpoint or GPT-2."""
     if init_from in GPT2_NAMES:
+        why = lm.hub_weights_unreachable(init_from)
+        if why:  # offline: one line, before transformers is imported
+            raise cli.UserError(f"--init_from {init_from}: cannot load OpenAI's weights: {why}")
         try:
             model = GPT.from_pretrained(init_from)
         except RuntimeError as e:
