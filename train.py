@@ -23,9 +23,28 @@ Choices where the paper is silent (all in PRESETS['130m']): AdamW (0.9, 0.95), w
 decay over the whole run, gradient clipping at 1.0, 524,288 tokens per step (32 x 1024 x 16),
 so 8B tokens are 15,259 steps; validation on C4 (the paper's headline metric).
 
-Data: `data.get_batch` is a pure function of (seed, step, rank), so the data position of a run
-is its step and `--resume` is exact. Micro-batch m of step s on rank r reads
-get_batch(step=s * A/W + m, rank=r). Validation reads one fixed set of eval_iters batches.
+Data: caches come from data.py (the same --cache_dir and --max_tokens, so the same cache; ids
+checked against the model's vocabulary as a split is loaded, never inside forward). Training
+windows are drawn without replacement within an epoch (`batches.epoch_batch`, a seeded
+permutation of the windows per epoch), a pure function of (seed, step, rank), so the data
+position of a run is its step and `--resume` is exact: micro-batch m of step s on rank r reads
+epoch_batch(step=s * A/W + m, rank=r, world=W); the log header states the epochs the run makes.
+
+Evaluation: during training, one fixed set of eval_iters random validation batches (seed
+EVAL_SEED), a quick estimate for the curve and ckpt_best. The reported numbers come from
+--eval_only: every corpus of --eval_data (a comma list) scored over contiguous non-overlapping
+windows of block_size tokens covering its whole val split (or its first --eval_tokens), each
+token predicted once (`evaluate_split`); eval.json holds each perplexity with that protocol
+(windows, tokens counted) beside it. Yardsticks (n-gram losses) only from caches that exist
+(--yardsticks auto) or when asked (--yardsticks count): no download, no long count unasked.
+
+Speed: one host sync per optimizer step (the loss, grad norm and stop flag, read together);
+--compile that fails (Triton needs a C compiler and Python headers) logs one warning line and
+trains eagerly; ms/step, MFU (lm.PEAK_FLOPS, exact GPU names) and ETA leave out each process's
+first WARMUP_STEPS steps.
+
+Multi-GPU (torchrun): rank 0 tokenizes any missing cache before the process group starts; the
+other ranks wait for its files (up to DATA_WAIT_S, 12 h), so no collective times out meanwhile.
 
 Faults: inputs (flags, out_dir, data, checkpoint) are checked before anything is written, and a
 user's mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise) while any other
@@ -40,8 +59,8 @@ Run
     python train.py --preset cpu_bytes           # offline, bytes; results/scaling holds the curves
     python train.py                              # the paper run (preset 130m), one CUDA GPU
     python train.py --out_dir out --resume --max_iters 30000           # continue a run
-    python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4  # perplexity
-    python train.py --eval_only --init_from gpt2 --eval_data c4        # real GPT-2 (online)
+    python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4,wikitext103  # the paper's two
+    python train.py --eval_only --init_from gpt2 --eval_data c4,wikitext103      # real GPT-2 (hub weights)
     torchrun --standalone --nproc_per_node 8 train.py                  # DDP (nccl; gloo on CPU)
 Writes out_dir/log.txt (provenance header + one line per log_interval), metrics.jsonl,
 ckpt_last.pt and ckpt_best.pt (atomic), and eval.json for --eval_only.
@@ -63,6 +82,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import batches
 import checkpoint
 import cli
 import data as data_lib
@@ -72,6 +92,9 @@ from lm import EVAL_SEED
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
+DATA_WAIT_S = 12 * 3600  # DDP ranks > 0 wait this long for rank 0 to tokenize (FineWeb-Edu: est. 20-90 min)
+AUTO_YARDSTICK_TOKENS = 20_000_000  # --yardsticks auto counts trigrams on at most this many (~0.5 min, ~1 GB)
+WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
 
 
 @dataclass
@@ -84,7 +107,12 @@ class TrainConfig:
                               "write eval.json, exit", group="I/O")
     data: str = cli.arg("fineweb-edu", "training corpus: builtin | fineweb-edu | c4 | wikitext103 | files:PATH",
                         group="data")
-    eval_data: str = cli.arg("", "validation corpus (its val split); empty: the same as --data", group="data")
+    eval_data: str = cli.arg("", "validation corpora, a comma list (their val splits), e.g. c4,wikitext103; "
+                             "empty: --data. Training validates on the first; --eval_only evaluates each", group="data")
+    cache_dir: str = cli.arg("", "token caches, as data.py --cache_dir; empty: data.py's default (.cache/data, or "
+                             "$EMA_DATA_DIR)", group="data")
+    max_tokens: int = cli.arg(None, "cap on the tokens of each split of --data, as data.py --max_tokens (the same "
+                              "cache); None: the whole corpus", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (BPE, V = 50257) | bytes (UTF-8 bytes, V = 256); the model's vocabulary",
                              choices=data_lib.TOKENIZERS, group="data")
     block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data")
@@ -112,7 +140,14 @@ class TrainConfig:
     warmup_iters: int = cli.arg(715, "linear warmup steps", group="optimization")
     grad_clip: float = cli.arg(1.0, "clip the global gradient norm to this; 0: no clipping", group="optimization")
     eval_interval: int = cli.arg(500, "evaluate and checkpoint every this many steps", group="evaluation")
-    eval_iters: int = cli.arg(100, "validation batches per evaluation (a fixed set)", group="evaluation")
+    eval_iters: int = cli.arg(100, "validation batches per evaluation during training (a fixed set)",
+                              group="evaluation")
+    eval_tokens: int = cli.arg(0, "--eval_only: evaluate the first N tokens of each val split; 0: the whole split",
+                               group="evaluation")
+    yardsticks: str = cli.arg("auto", "n-gram yardsticks of the validation corpus: auto (only from a cache that "
+                              "exists: its baselines.json, or counted here if its train split holds at most 20M "
+                              "tokens), count (prepare and count whatever it takes), off",
+                              choices=("auto", "count", "off"), group="evaluation")
     log_interval: int = cli.arg(10, "steps between log lines", group="evaluation")
     device: str = cli.arg("auto", "auto (cuda, then mps, else cpu) | cpu | cuda | cuda:N | mps", group="system")
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
@@ -142,6 +177,10 @@ class TrainConfig:
         req(not (self.eval_only and self.init_from == "scratch" and not self.resume),
             "--eval_only needs a trained model: --init_from PATH|gpt2, or --resume")
         req(bool(self.out_dir), "--out_dir must not be empty")
+        req(self.max_tokens is None or self.max_tokens >= 1, "--max_tokens must be >= 1 (or None), got {}",
+            self.max_tokens)
+        req(self.eval_tokens >= 0, "--eval_tokens must be >= 0 (0: the whole split), got {}", self.eval_tokens)
+        req(all(eval_names(self)), "--eval_data {!r} has an empty name in its comma list", self.eval_data)
         if self.init_from == "scratch" or self.resume:
             try:
                 model_config(self)  # the model's own checks (e.g. linear + history) as one line
@@ -208,13 +247,14 @@ class Placement:
 
 
 def setup_process(cfg):
-    """Resolve the device (one-line error if it is not there), start DDP, pick autocast."""
+    """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
+    process group starts later, in start_group, once the data is ready), pick autocast."""
     lm.configure_allocator()
     device, kind = lm.resolve_device(cfg.device)
     if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
             cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
-        raise cli.ConfigError("no GPU here, and this run trains over 1B tokens (the default preset 130m is the "
-                              "paper run); on this machine run: python train.py --preset cpu")
+        raise cli.ConfigError((lm.hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
+                              "preset 130m is the paper run); on a CPU run: python train.py --preset cpu")
     ddp = int(os.environ.get("RANK", -1)) != -1
     rank, world = 0, 1
     if ddp:
@@ -222,7 +262,6 @@ def setup_process(cfg):
         if kind == "cuda":
             device = f"cuda:{os.environ['LOCAL_RANK']}"
             torch.cuda.set_device(device)
-        dist.init_process_group(backend="nccl" if kind == "cuda" else "gloo")
     cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
                 "processes ({})", cfg.grad_accum, world)
     dtype = lm.resolve_dtype(cfg.dtype, kind)
@@ -232,6 +271,13 @@ def setup_process(cfg):
     return Placement(rank, world, ddp, device, kind, dtype, lm.autocast(dtype, kind))
 
 
+def start_group(place):
+    """Start the DDP process group (nccl on CUDA, gloo on CPU) once every rank has its data, so
+    no collective waits through a tokenization (see wait_for_caches)."""
+    if place.ddp and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if place.device_type == "cuda" else "gloo")
+
+
 # ---- the model: scratch, resume, a checkpoint, or GPT-2 ------------------------------------
 
 
@@ -239,6 +285,9 @@ def load_model(cfg):
     """(model, checkpoint dict or None, cfg) for every way a run can start. With a checkpoint,
     the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
     if cfg.init_from == "gpt2":
+        why = lm.hub_weights_unreachable("gpt2")
+        if why:  # offline: one line, before transformers is imported
+            raise checkpoint.CheckpointError(f"--init_from gpt2: cannot load OpenAI's weights: {why}")
         try:
             model = GPT.from_pretrained("gpt2")
         except RuntimeError as e:
@@ -280,27 +329,61 @@ def merge_checkpoint_settings(typed):
 # ---- data, evaluation, schedule ------------------------------------------------------------
 
 
-def load_data(cfg):
-    """(train tokens or None for eval_only, val tokens), each long enough for block_size."""
-    def split(name, which):
+def eval_names(cfg):
+    """The validation corpora: --eval_data's comma list, or --data."""
+    return [n.strip() for n in (cfg.eval_data or cfg.data).split(",")]
+
+
+def data_args(cfg, name):
+    """load_split's cache arguments for corpus `name`: --max_tokens caps --data's cache only (an
+    evaluation corpus is read whole; --eval_tokens limits what is evaluated)."""
+    return dict(max_tokens=cfg.max_tokens if name == cfg.data else None, cache_dir=cfg.cache_dir or None,
+                tokenizer=cfg.tokenizer)
+
+
+def wanted_splits(cfg):
+    """(corpus, split) pairs this run reads: --data's train split (unless --eval_only), the val splits."""
+    return ([] if cfg.eval_only else [(cfg.data, "train")]) + [(n, "val") for n in eval_names(cfg)]
+
+
+def wait_for_caches(cfg, poll=2.0):
+    """DDP ranks > 0: wait (up to DATA_WAIT_S) until rank 0 has tokenized every split this run
+    reads, before any process group exists (no collective times out meanwhile). If rank 0 fails,
+    torchrun stops every rank."""
+    deadline = time.time() + DATA_WAIT_S
+    for name, split in wanted_splits(cfg):
         try:
-            tokens = data_lib.load_split(name, which, tokenizer=cfg.tokenizer)
-            data_lib.check_split(tokens, cfg.block_size, name, which)
-        except ValueError as e:  # data.py's one-line errors for a corpus, split or size that does not fit
-            raise cli.UserError(str(e)) from None
+            folder = data_lib.cache_folder(name, **data_args(cfg, name))
+        except (cli.UserError, ValueError):
+            return  # a bad name: load_data says so in one line
+        while split not in ((data_lib.read_meta(folder) or {}).get("splits") or {}):
+            if time.time() > deadline:
+                raise cli.UserError(f"waited {DATA_WAIT_S / 3600:.0f} h for rank 0 to tokenize {name} ({folder}); "
+                                    f"prepare it first: python data.py --dataset {name}")
+            time.sleep(poll)
+
+
+def load_data(cfg, vocab):
+    """(train tokens or None for eval_only, {corpus: val tokens}), each long enough for block_size.
+    vocab: the model's; a cache holding larger ids is refused here, where data enters."""
+    def split(name, which):  # data.py / batches.py say in one line (a UserError) what does not fit
+        tokens = data_lib.load_split(name, which, vocab=vocab, **data_args(cfg, name))
+        batches.check_split(tokens, cfg.block_size, name, which)
         return tokens
     train = None if cfg.eval_only else split(cfg.data, "train")
-    return train, split(cfg.eval_data or cfg.data, "val")
+    return train, {name: split(name, "val") for name in eval_names(cfg)}
 
 
 @torch.no_grad()
 def estimate_loss(model, val, cfg, place):
-    """Mean cross-entropy over a fixed set of eval_iters validation batches (all ranks averaged)."""
+    """The validation loss during training: mean cross-entropy over a fixed set of eval_iters
+    random batches (seed EVAL_SEED, the same for every run; all ranks averaged). A quick, steady
+    estimate for the curve and ckpt_best; the reported number is --eval_only's (evaluate_split)."""
     model.eval()
     total = torch.zeros((), device=place.device)
     for i in range(cfg.eval_iters):
-        x, y = data_lib.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=place.rank,
-                                  device=place.device)
+        x, y = batches.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=place.rank,
+                                 device=place.device)
         with place.autocast:
             _, loss = model(x, y)
         total += loss.float()
@@ -310,15 +393,53 @@ def estimate_loss(model, val, cfg, place):
     return total.item() / (cfg.eval_iters * place.world)
 
 
-def count_yardsticks(cfg):
-    """Unigram / bigram cross-entropy of the validation corpus (data.baselines), when it has a
-    train split of its own to count on and is small enough to count here; else None."""
-    name = cfg.eval_data or cfg.data
+@torch.no_grad()
+def evaluate_split(model, val, cfg, place):
+    """The reported loss of a val split (the protocol of the paper's perplexities as we run them):
+    batches.eval_windows, contiguous non-overlapping windows of block_size tokens over the split
+    (or its first --eval_tokens), every token after the first predicted once, each window without
+    the previous one's context; the loss is the mean over those targets. Batches are shared out
+    over the DDP ranks and the sums all-reduced."""
+    model.eval()
+    cap = cfg.eval_tokens or None
+    starts, lengths = batches.eval_windows(len(val), cfg.block_size, cap)
+    # float64 sums: millions of per-token losses (MPS has no float64: float32 there)
+    total = torch.zeros((), device=place.device, dtype=torch.float32 if place.device_type == "mps" else torch.float64)
+    for i, (x, y) in enumerate(batches.eval_batches(val, cfg.block_size, cfg.batch_size, cap, device=place.device)):
+        if i % place.world == place.rank:
+            with place.autocast:
+                _, loss = model(x, y)
+            total += loss.to(total.dtype) * y.numel()  # mean -> sum over this batch's targets
+    if place.world > 1:
+        dist.all_reduce(total)
+    model.train()
+    targets = int(lengths.sum())
+    loss = total.item() / targets
+    return dict(val_loss=loss, perplexity=math.exp(loss),
+                protocol=dict(method="contiguous non-overlapping windows, each target once, no context carried "
+                                     "across windows (Hugging Face strided perplexity with stride = block_size)",
+                              block_size=cfg.block_size, windows=len(starts), tokens_counted=targets,
+                              split_tokens=len(val), eval_tokens=cap))
+
+
+def count_yardsticks(cfg, name):
+    """Unigram / bigram / trigram cross-entropy of corpus `name`'s val split (data.baselines),
+    counted on its train split. --yardsticks auto: only from a cache that exists (train and val
+    built): its baselines.json, or counted here when train holds <= AUTO_YARDSTICK_TOKENS; never
+    a download or a long count. count: prepare and count, whatever it takes. off: None."""
+    if cfg.yardsticks == "off":
+        return None
+    args = data_args(cfg, name)
+    if cfg.yardsticks == "count":
+        return data_lib.baselines(name, **args)  # a corpus without a train split (c4): its one-line error
     try:
-        if len(data_lib.load_split(name, "train", tokenizer=cfg.tokenizer)) > 200_000_000:
-            return None  # counting a 10B-token corpus belongs to `python data.py --baselines`
-        return data_lib.baselines(name, tokenizer=cfg.tokenizer)
-    except (data_lib.DataUnavailable, ValueError, MemoryError):
+        folder = data_lib.cache_folder(name, **args)
+        built = (data_lib.read_meta(folder) or {}).get("splits") or {}
+        if not {"train", "val"} <= set(built) or (built["train"]["tokens"] > AUTO_YARDSTICK_TOKENS and
+                                                  not os.path.exists(os.path.join(folder, "baselines.json"))):
+            return None
+        return data_lib.baselines(name, **args)
+    except (cli.UserError, ValueError, MemoryError):
         return None
 
 
@@ -330,26 +451,33 @@ def provenance(cfg, place, nparams, yardsticks):
     except (OSError, subprocess.SubprocessError):
         commit = ""
     dev = lm.device_name(place.device)
+    name = eval_names(cfg)[0]
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
-               f"train split)" if yardsticks else "not counted (python data.py --dataset NAME --baselines)")
+               f"train split)" if yardsticks else f"not counted (python data.py --dataset {name} --baselines, or "
+               f"--yardsticks count)")
     return [f"argv: {' '.join(sys.argv)}",
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
             f"numpy {np.__version__} | {platform.platform()}",
             f"device: {place.device} ({dev}) x {place.world} process(es), {torch.get_num_threads()} CPU threads, "
-            f"dtype {place.dtype}",
-            f"params: {nparams:,} | yardsticks on {cfg.eval_data or cfg.data} val: {counted}",
+            f"dtype {place.dtype}" + (f" | note: {lm.hidden_gpu()}" if lm.hidden_gpu() else ""),
+            f"params: {nparams:,} | yardsticks on {name} val: {counted}",
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
 
-def evaluate_checkpoint(cfg, place, model, val, folder, yardsticks, t0):
-    """--eval_only: loss and perplexity of a trained model on cfg's validation batches."""
-    loss = estimate_loss(model, val, cfg, place)
+def evaluate_checkpoint(cfg, place, model, vals, folder, yardsticks, t0):
+    """--eval_only: loss and perplexity of a trained model on each val split (evaluate_split),
+    each with its protocol and yardsticks, in eval.json."""
     source = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
-    res = dict(init_from=source, eval_data=cfg.eval_data or cfg.data, val_loss=loss, perplexity=math.exp(loss),
-               tokens=cfg.eval_iters * cfg.batch_size * cfg.block_size * place.world, params=model.num_params(),
-               yardsticks=yardsticks, seconds=time.time() - t0, out_dir=cfg.out_dir, kind=cfg.model)
-    folder.log(f"eval {res['eval_data']}: loss {loss:.4f} nats, perplexity {res['perplexity']:.2f} "
-        f"on {res['tokens']:,} tokens ({source}, {res['params']:,} params)")
+    results = {}
+    for name, val in vals.items():
+        r = results[name] = evaluate_split(model, val, cfg, place)
+        r["yardsticks"] = yardsticks if name == eval_names(cfg)[0] else count_yardsticks(cfg, name)
+        p = r["protocol"]
+        folder.log(f"eval {name}: loss {r['val_loss']:.4f} nats, perplexity {r['perplexity']:.2f} on "
+                   f"{p['tokens_counted']:,} tokens ({p['windows']:,} windows of {p['block_size']}; {source}, "
+                   f"{model.num_params():,} params)")
+    res = dict(init_from=source, kind=cfg.model, params=model.num_params(), tokenizer=cfg.tokenizer,
+               results=results, seconds=time.time() - t0, out_dir=cfg.out_dir)
     if place.master:
         checkpoint.atomic_json(res, folder.path("eval.json"))
     return res
@@ -404,37 +532,40 @@ def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder
 # ---- the run -------------------------------------------------------------------------------
 
 
-def main(cfg):
-    """Train (or evaluate) as cfg says; returns a dict of the final numbers."""
+def main(cfg, tokens=None):
+    """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
+    token arrays to use instead of reading --data / --eval_data (bench_train.py: random tokens)."""
     place = setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
-            result = run(cfg, place, stack)
+            result = run(cfg, place, stack, tokens)
         if place.ddp:
             dist.barrier()  # wait for rank 0's last checkpoint before tearing gloo/nccl down
         return result
     finally:
-        if place.ddp:
+        if place.ddp and dist.is_initialized():
             dist.destroy_process_group()
 
 
-def run(cfg, place, stack):
+def run(cfg, place, stack, tokens=None):
     """Check every input (model, checkpoint, data), then open the run folder, then evaluate or train."""
     t0 = time.time()
     checkpoint.check_out_dir(cfg.out_dir)
     model, ckpt, cfg = load_model(cfg)
-    if place.ddp and not place.master:
-        dist.barrier()  # rank 0 tokenizes the caches first; the others then read them
-    train_data, val = load_data(cfg)
-    if place.ddp and place.master:
-        dist.barrier()
+    if tokens is not None:
+        train_data, vals = tokens[0], {eval_names(cfg)[0]: tokens[1]}
+    else:
+        if place.ddp and not place.master:
+            wait_for_caches(cfg)  # rank 0 tokenizes first; the others then read its caches
+        train_data, vals = load_data(cfg, model.config.vocab_size)
+    start_group(place)
     model.to(place.device)
-    yardsticks = count_yardsticks(cfg) if place.master else None
+    yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
     for line in provenance(cfg, place, model.num_params(), yardsticks):
         folder.log(line)
     if cfg.eval_only:
-        return evaluate_checkpoint(cfg, place, model, val, folder, yardsticks, t0)
+        return evaluate_checkpoint(cfg, place, model, vals, folder, yardsticks, t0)
     optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), place.device_type)
     prog = Progress()
     if ckpt is not None:
@@ -442,26 +573,56 @@ def run(cfg, place, stack):
         prog = Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"])
         checkpoint.set_rng_state(ckpt["rng"])
     folder.open_metrics(keep_upto=prog.step if cfg.resume else -1)
-    folder.log(f"{cfg.model}: {cfg.max_iters} steps x {cfg.grad_accum * cfg.batch_size * cfg.block_size:,} tokens; "
+    n_epochs = batches.epochs(len(train_data), cfg.block_size, cfg.max_iters * cfg.grad_accum, cfg.batch_size)
+    folder.log(f"{cfg.model}: {cfg.max_iters} steps x {cfg.grad_accum * cfg.batch_size * cfg.block_size:,} tokens "
+               f"= {n_epochs:.2f} epochs of {len(train_data):,} train tokens (windows without replacement within an epoch); "
                f"{'resuming at step ' + str(prog.step) if cfg.resume else 'from ' + cfg.init_from}")
     stop = StopFlag()
     stack.callback(stop.restore)
-    return train_loop(cfg, place, model, optimizer, prog, train_data, val, folder, stop, yardsticks)
+    return train_loop(cfg, place, model, optimizer, prog, train_data, vals[eval_names(cfg)[0]], folder, stop,
+                      yardsticks)
+
+
+def compiled_or_eager(model, cfg, place, x, y, folder):
+    """torch.compile(model), compiled now on one forward + backward of (x, y) (then its gradients
+    dropped and the RNG put back, so the run is unchanged); if compiling fails (Triton needs a C
+    compiler and Python headers), one warning line and the eager model."""
+    if not cfg.compile:
+        return model
+    rng = checkpoint.rng_state()
+    try:
+        compiled = torch.compile(model)
+        with place.autocast:
+            _, loss = compiled(x, y)
+        loss.backward()
+    except Exception as e:  # noqa: BLE001 - any compiler failure; a real bug fails again, eagerly, with its traceback
+        folder.log(f"warning: torch.compile failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+                   f"training eagerly (same numbers, slower); --no-compile skips the attempt")
+        torch._dynamo.reset()
+        compiled = model
+    model.zero_grad(set_to_none=True)
+    checkpoint.set_rng_state(rng)
+    return compiled
 
 
 def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, stop, yardsticks):
-    """The loop: one optimizer step per iteration; log lines, evaluations and checkpoints."""
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    if place.ddp:
-        model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
+    """The loop: one optimizer step per iteration; log lines, evaluations and checkpoints.
+    One host sync per step: the `.tolist()` that reads the loss, grad norm and stop flag (the
+    finiteness check and the log need them); nothing else in a step waits for the device."""
     accum = cfg.grad_accum // place.world  # micro-batches per process per step
     tokens_per_step = cfg.grad_accum * cfg.batch_size * cfg.block_size
+    batch = lambda micro: batches.epoch_batch(  # noqa: E731 - micro-batch `micro` of step prog.step
+        train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro, seed=cfg.seed, rank=place.rank,
+        world=place.world, device=place.device)
+    model = compiled_or_eager(raw_model, cfg, place, *batch(0), folder)
+    if place.ddp:
+        model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
     scaler = torch.amp.GradScaler(place.device_type, enabled=(place.dtype == "fp16"))
     evaluate = lambda: evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder)  # noqa: E731
     t_train = time.time()
     if not cfg.resume:
         folder.record({"step": 0, "val_loss": evaluate()})
-    dt_avg, t_last = None, time.time()
+    speed = Speed(start=prog.step)
     while prog.step < cfg.max_iters:
         lr = lm.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
         for group in optimizer.param_groups:
@@ -470,19 +631,19 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
         for micro in range(accum):  # gradients are all-reduced on the last micro-batch only
             if place.ddp:
                 model.require_backward_grad_sync = micro == accum - 1
-            x, y = data_lib.get_batch(train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro,
-                                      seed=cfg.seed, rank=place.rank, device=place.device)
+            x, y = batch(micro)
             with place.autocast:
                 _, loss = model(x, y)
             loss_sum += loss.detach().float()
             scaler.scale(loss / accum).backward()
         scaler.unscale_(optimizer)
+        # a tensor: clip_grad_norm_ does not sync (no error_if_nonfinite); read with the loss below
         grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or float("inf"))
-        asked = torch.tensor(float(stop.requested), device=place.device)  # Ctrl-C on this rank
+        asked = torch.full((), float(stop.requested), device=place.device)  # Ctrl-C here; a fill, no copy
         flags = torch.stack([loss_sum / accum, grad_norm.float(), asked])
         if place.ddp:
             dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
-        train_loss, gnorm, stopping = (flags / place.world).tolist()  # one host sync per step
+        train_loss, gnorm, stopping = (flags / place.world).tolist()  # THE host sync of the step
         if stopping:  # Ctrl-C: this step's gradients are dropped; the state is that of prog.step
             save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
             folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
@@ -497,33 +658,70 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
         optimizer.zero_grad(set_to_none=True)
         prog.step += 1
 
-        now = time.time()
-        dt, t_last = now - t_last, now
-        dt_avg = dt if dt_avg is None else 0.9 * dt_avg + 0.1 * dt
+        dt = speed.tick(prog.step)
         rec = {"step": prog.step, "train_loss": train_loss, "lr": lr, "grad_norm": gnorm, "ms": round(1000 * dt, 2)}
         if prog.step % cfg.log_interval == 0 or prog.step == cfg.max_iters:
-            folder.log(log_line(prog.step, rec, dt_avg, tokens_per_step, cfg, place, raw_model))
+            folder.log(log_line(prog.step, rec, speed, tokens_per_step, cfg, place, raw_model))
         if prog.step % cfg.eval_interval == 0 or prog.step == cfg.max_iters:
             rec["val_loss"] = evaluate()
-            t_last = time.time()  # evaluation is not part of the step time
+            speed.pause()  # evaluation is not part of the step time
         folder.record(rec)
     seconds = time.time() - t_train
     folder.log(f"done: step {prog.step}, val loss {prog.val_loss:.4f}, best {prog.best_val:.4f}, {seconds:.0f} s")
     return dict(val_loss=prog.val_loss, best_val=prog.best_val, params=raw_model.num_params(), step=prog.step,
                 tokens=prog.step * tokens_per_step, seconds=seconds, out_dir=cfg.out_dir, kind=cfg.model,
-                yardsticks=yardsticks)
+                yardsticks=yardsticks, **speed.summary(raw_model, cfg, place, tokens_per_step))
 
 
-def log_line(step, rec, dt_avg, tokens_per_step, cfg, place, model):
-    """step | loss | lr | grad norm | ms/step | tok/s | (MFU, GPU memory) | ETA."""
-    peak = lm.peak_flops(torch.cuda.get_device_name(place.device) if place.device_type == "cuda" else "")
-    mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / dt_avg, peak)
-    extra = f" | mfu {100 * mfu:.1f}%" if mfu is not None else ""
-    if place.device_type == "cuda":
-        extra += f" | mem {torch.cuda.max_memory_allocated(place.device) / 2**30:.1f} GiB"
-    eta = (cfg.max_iters - step) * dt_avg
-    return (f"step {step:6d} | loss {rec['train_loss']:.4f} | lr {rec['lr']:.2e} | grad {rec['grad_norm']:.3f} | "
-            f"{1000 * dt_avg:.0f} ms/step | {tokens_per_step / dt_avg:,.0f} tok/s{extra} | eta "
+class Speed:
+    """Step times of this process, the first WARMUP_STEPS left out of the averages (they hold
+    compilation and allocator warm-up), so ms/step, MFU and ETA describe the steady state."""
+
+    def __init__(self, start):
+        self.warm_from = start + WARMUP_STEPS  # steps done when timing starts
+        self.t_last = time.time()
+        self.timed_steps, self.timed_seconds, self.avg = 0, 0.0, None
+
+    def tick(self, step):
+        now = time.time()
+        dt, self.t_last = now - self.t_last, now
+        if step > self.warm_from:
+            self.timed_steps += 1
+            self.timed_seconds += dt
+            self.avg = dt if self.avg is None else 0.9 * self.avg + 0.1 * dt  # recent steps weigh most
+        return dt
+
+    def pause(self):
+        self.t_last = time.time()
+
+    def summary(self, model, cfg, place, tokens_per_step):
+        """Mean ms/step, tokens/s, MFU and peak device memory of the timed steps (None if none)."""
+        if not self.timed_steps:
+            return dict(ms_per_step=None, tok_s=None, mfu=None)
+        tok_s = tokens_per_step * self.timed_steps / self.timed_seconds
+        out = dict(ms_per_step=1000 * self.timed_seconds / self.timed_steps, tok_s=tok_s,
+                   mfu=lm.estimate_mfu(model, cfg.block_size, tok_s, gpu_peak(place)))
+        if place.device_type == "cuda":
+            out["peak_mem_gib"] = torch.cuda.max_memory_allocated(place.device) / 2**30
+        return out
+
+
+def gpu_peak(place):
+    return lm.peak_flops(torch.cuda.get_device_name(place.device)) if place.device_type == "cuda" else None
+
+
+def log_line(step, rec, speed, tokens_per_step, cfg, place, model):
+    """step | loss | lr | grad norm | ms/step | tok/s | (MFU, GPU memory) | ETA; the rates and
+    the ETA once the warm-up steps are over."""
+    head = (f"step {step:6d} | loss {rec['train_loss']:.4f} | lr {rec['lr']:.2e} | grad {rec['grad_norm']:.3f} | ")
+    mem = (f" | mem {torch.cuda.max_memory_allocated(place.device) / 2**30:.1f} GiB"
+           if place.device_type == "cuda" else "")
+    if speed.avg is None:
+        return head + f"{rec['ms']:.0f} ms (warm-up step: no rates yet){mem}"
+    mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / speed.avg, gpu_peak(place))
+    eta = (cfg.max_iters - step) * speed.avg
+    return (head + f"{1000 * speed.avg:.0f} ms/step | {tokens_per_step / speed.avg:,.0f} tok/s"
+            + (f" | mfu {100 * mfu:.1f}%" if mfu is not None else "") + mem + " | eta "
             + (f"{eta / 3600:.2f} h" if eta > 3600 else f"{eta / 60:.1f} min"))
 
 
@@ -548,8 +746,8 @@ def parse_args(argv=None):
 def cli_main(argv=None):
     """`python train.py ...`: one line and a non-zero exit for every expected failure."""
     cfg = parse_args(argv)
-    try:  # DataUnavailable: sources.py's data errors, one line too
-        return cli.main_guard(lambda: main(cfg), data_lib.DataUnavailable, prog="train.py")
+    try:  # data errors (sources.DataUnavailable) are cli.UserErrors: one line too
+        return cli.main_guard(lambda: main(cfg), prog="train.py")
     except KeyboardInterrupt:
         print("train.py: interrupted before the first step; nothing was saved", file=sys.stderr)
         sys.exit(130)

@@ -77,11 +77,13 @@ def test_cli_smoke_writes_outputs_and_eval_only_agrees(tmp_path):
     assert ck["step"] == 4 and ck["kind"] == "spen" and SPENConfig(**ck["config"]).n_embd == 32
     assert ck["train"]["n_embd"] == 32 and ck["train"]["data"] == "builtin"
     assert not [p for p in os.listdir(out) if ".tmp" in p]  # atomic writes leave no temp files
-    # --eval_only on the checkpoint: its own validation batches -> training's last eval loss
-    ev = train.main(train.parse_args(["--eval_only", "--init_from", str(out / "ckpt_last.pt"),
-                                      "--out_dir", str(tmp_path / "ev")]))
-    saved = json.loads((tmp_path / "ev" / "eval.json").read_text())
-    assert saved["val_loss"] == pytest.approx(res["val_loss"], rel=1e-6) == pytest.approx(ev["val_loss"])
+    # --eval_only on the checkpoint (its corpus and context): the protocol of tests/test_eval.py
+    ev = train.main(train.parse_args(["--eval_only", "--init_from", str(out / "ckpt_last.pt"), "--eval_tokens",
+                                      "161", "--out_dir", str(tmp_path / "ev")]))
+    saved = json.loads((tmp_path / "ev" / "eval.json").read_text())["results"]["builtin"]
+    assert saved["val_loss"] == pytest.approx(ev["results"]["builtin"]["val_loss"])
+    assert saved["protocol"]["windows"] == 10 and saved["protocol"]["tokens_counted"] == 160
+    assert abs(saved["val_loss"] - res["val_loss"]) < 0.3  # the training estimate is near it
     assert saved["perplexity"] == pytest.approx(math.exp(saved["val_loss"]))
     assert saved["yardsticks"]["bigram"] < saved["yardsticks"]["unigram"]
 
@@ -225,11 +227,13 @@ def test_eval_only_gpt2_path_and_gpt_training(tmp_path, monkeypatch):
     from gpt import GPT, GPTConfig
     tiny = GPT(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=16))
     monkeypatch.setattr(train.GPT, "from_pretrained", classmethod(lambda cls, name: tiny))
-    ev = run(tmp_path / "g2", "--eval_only", "--init_from", "gpt2")
+    monkeypatch.setattr(lm, "hub_weights_unreachable", lambda name: None)  # as if online
+    ev = run(tmp_path / "g2", "--eval_only", "--init_from", "gpt2", "--eval_tokens", 33)
     saved = json.loads((tmp_path / "g2" / "eval.json").read_text())
-    assert saved["kind"] == "gpt" and saved["val_loss"] == ev["val_loss"]
-    assert saved["tokens"] == 2 * 2 * 8  # eval_iters x batch x block, block capped at the model's 8
-    assert abs(saved["val_loss"] - math.log(50257)) < 0.5
+    got = saved["results"]["builtin"]
+    assert saved["kind"] == "gpt" and got["val_loss"] == ev["results"]["builtin"]["val_loss"]
+    assert got["protocol"]["block_size"] == 8 and got["protocol"]["windows"] == 4  # capped at the model's 8
+    assert abs(got["val_loss"] - math.log(50257)) < 0.5
     res = run(tmp_path / "gpt", "--model", "gpt", "--max_iters", 2, "--eval_interval", 2)
     assert res["kind"] == "gpt" and math.isfinite(res["val_loss"])
 
@@ -346,6 +350,17 @@ def test_default_preset_without_gpu_names_a_command_that_works(capsys):
     with pytest.raises(SystemExit):
         train.cli_main([])
     assert "python train.py --preset cpu" in capsys.readouterr().err
+
+
+def test_a_gpu_torch_cannot_see_is_named_with_the_fix(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(lm.shutil, "which", lambda cmd: "/usr/bin/nvidia-smi" if cmd == "nvidia-smi" else None)
+    for flags in ([], ["--device", "cuda"]):  # auto falls back to the CPU; cuda is refused
+        with pytest.raises(SystemExit):
+            train.cli_main(flags)
+        err = capsys.readouterr().err
+        assert "torch" in err and "cannot see it" in err and "download.pytorch.org/whl/cu12" in err, err
+        assert err.count("\n") == 1
 
 
 def test_ddp_two_process_gloo_smoke(tmp_path):
