@@ -19,7 +19,8 @@ output, run in its worker processes) measure what that training costs:
   train      CUDA only: 130M SPEN and GPT-2 124M train steps at the paper's micro-batch
              (32 x 1024, halved until it fits), bf16 autocast, fused AdamW, eager and compiled:
              tokens/s, MFU (lm.estimate_mfu at lm.peak_flops), peak memory
-  train_run  CUDA only: a 200-step `train.main` run of the cpu preset on `builtin`, its losses
+  train_run  CUDA only: `train.main` with the 130m preset (compile, bf16) for 100 steps on random
+             tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
 
 Shape glossary: B batch, T time, C width.
 
@@ -31,12 +32,14 @@ Their numbers are in results/bench/bench.json (CPU) and results/bench/bench_cuda
 """
 
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import asdict
 
+import numpy as np
 import torch
 
 import bench
@@ -71,7 +74,10 @@ def bench_blocks(device, quick):
     """One SPEN block vs one GPT block (same width), forward + backward, B * T = const tokens."""
     C, H = (64, 4) if quick else (256, 4)
     Ts, tokens, reps = ((64, 256), 512, 2) if quick else ((256, 1024, 4096, 8192), 8192, 3)
-    sb = spen.Block(bench.spen_config(n_embd=C, n_head=H)).to(device)
+    scfg = bench.spen_config(n_embd=C, n_head=H)
+    sb = spen.Block(scfg)
+    spen.init_weights(sb, scfg)  # a Block does not initialise itself
+    sb = sb.to(device)
     gb = gpt.Block(gpt.GPTConfig(n_embd=C, n_head=H, block_size=max(Ts))).to(device)
     mixers = dict(spen=lambda u: sb.pred(u, spen.shift_right(sb.ctx(u))), gpt=lambda u: gb.attn(u))
     rows = []
@@ -242,23 +248,34 @@ def _train_steps(build, device, B, T, compiled, dtype, peak, steps):
 
 
 def bench_train_run(device, quick):
-    """train.main on the cpu preset and `builtin`: a short real run and its losses."""
+    """train.main with the paper's preset (130m: micro-batch 32 x 1024, 16 micro-batches a step,
+    bf16, compile, fused AdamW) for 100 steps on random tokens: the real loop end to end, no data
+    and no network; its ms/step, MFU and peak memory leave out the warm-up steps. The loss on
+    uniform random tokens stays near ln V (nothing to learn): a check that the run is sane."""
     out_dir = tempfile.mkdtemp(prefix="bench_train_")
-    over = dict(max_iters=2, eval_interval=2, eval_iters=1, n_layer=1, n_embd=64, block_size=32, batch_size=2,
-                grad_accum=1) if quick \
-        else dict(max_iters=200)
-    cfg = train.make_config("cpu", device=str(device), data="builtin", out_dir=out_dir, **over)
+    over = dict(max_iters=100, eval_interval=100, eval_iters=2, log_interval=10, warmup_iters=10)
+    if quick:
+        over.update(max_iters=2, eval_interval=2, eval_iters=1, log_interval=1, warmup_iters=1, n_layer=1,
+                    n_embd=64, block_size=32, batch_size=2, grad_accum=1, compile=False)
+    cfg = train.make_config("130m", device=str(device), out_dir=out_dir, **over)
+    rng = np.random.default_rng(0)
+    V = train.model_config(cfg).vocab_size
+    train_tokens, val = (rng.integers(0, V, size=n).astype(np.uint16) for n in (8_000_000, 200_000))
     t0 = time.perf_counter()
-    res = train.main(cfg)
-    keep = {k: res[k] for k in ("val_loss", "best_val", "params", "tokens", "step") if k in res}
-    try:  # the first and last logged training losses
+    res = train.main(cfg, tokens=(train_tokens, val))
+    keep = {k: res.get(k) for k in ("val_loss", "params", "tokens", "step", "ms_per_step", "tok_s", "mfu",
+                                     "peak_mem_gib")}
+    try:  # the first and last training losses, and whether compile fell back to eager
         with open(os.path.join(out_dir, "metrics.jsonl")) as f:
             losses = [r["train_loss"] for r in map(json.loads, f) if "train_loss" in r]
         keep.update(first_loss=losses[0], last_loss=losses[-1])
+        with open(os.path.join(out_dir, "log.txt")) as f:
+            keep["compile_fell_back"] = "warning: torch.compile failed" in f.read()
     except (OSError, ValueError, KeyError, IndexError):
         pass
     shutil.rmtree(out_dir, ignore_errors=True)  # its numbers are in this JSON now
-    return dict(config={k: v for k, v in asdict(cfg).items() if k in over or k in ("device", "data")},
+    return dict(config={k: v for k, v in asdict(cfg).items() if k in over or k in ("device", "compile", "dtype")},
+                gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None, ln_V=math.log(V),
                 seconds=time.perf_counter() - t0, **keep)
 
 

@@ -39,7 +39,8 @@ def test_quick_run_writes_json(tmp_path):
     assert run["ops"]["checks"]["pass"]
     assert run["memory"]["rows"][0]["paper_need_gb"] > 0
     assert set(run["train"]["models"]) == {"spen_eager", "gpt_eager"}  # the CUDA step, run on the CPU
-    assert run["train_run"]["step"] == 2 and run["train_run"]["val_loss"] > 0
+    tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
+    assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2
     assert "compile" not in run
     assert res["runs"]["on"]["ema"]["stream"]["step_us"] > 0
 
