@@ -44,11 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import batches
 import checkpoint
 import cli
-import data as batches
 import data as data_lib
-import sources
 import ema
 import lm
 
@@ -227,4 +226,4 @@ def get_parser():
 
 if __name__ == "__main__":
     config = cli.parse(ContentConfig, get_parser())
-    cli.main_guard(lambda: main(config), sources.DataUnavailable, prog="content.py")
+    cli.main_guard(lambda: main(config), prog="content.py")  # data errors are cli.UserErrors
