@@ -48,9 +48,10 @@ other ranks wait for its files (up to DATA_WAIT_S, 12 h), so no collective times
 
 Faults: inputs (flags, out_dir, data, checkpoint) are checked before anything is written, and a
 user's mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise) while any other
-exception, a bug, keeps its traceback; the run folder is locked (checkpoint.RunLock); a non-finite loss stops the run before that update; Ctrl-C
-saves ckpt_last at the current step and exits 130 (a second Ctrl-C aborts at once); a failed
-checkpoint write leaves the previous one intact. metrics.jsonl record s (1..max_iters) holds
+exception, a bug, keeps its traceback; the run folder is locked (checkpoint.RunLock); a
+non-finite loss stops the run before that update; Ctrl-C saves ckpt_last at the current step
+and exits 130 (a second Ctrl-C aborts at once); a failed checkpoint write leaves the previous
+one intact. metrics.jsonl record s (1..max_iters) holds
 the loss of step s's batches (weights after s - 1 updates) and, at evals, val_loss after s
 updates; record 0 holds only the initial val_loss.
 
