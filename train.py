@@ -30,13 +30,10 @@ permutation of the windows per epoch), a pure function of (seed, step, rank), so
 position of a run is its step and `--resume` is exact: micro-batch m of step s on rank r reads
 epoch_batch(step=s * A/W + m, rank=r, world=W); the log header states the epochs the run makes.
 
-Evaluation: during training, one fixed set of eval_iters random validation batches (seed
-EVAL_SEED), a quick estimate for the curve and ckpt_best. The reported numbers come from
---eval_only: every corpus of --eval_data (a comma list) scored over contiguous non-overlapping
-windows of block_size tokens covering its whole val split (or its first --eval_tokens), each
-token predicted once (`evaluate_split`); eval.json holds each perplexity with that protocol
-(windows, tokens counted) beside it. Yardsticks (n-gram losses) only from caches that exist
-(--yardsticks auto) or when asked (--yardsticks count): no download, no long count unasked.
+Evaluation (evaluate.py): during training a quick estimate on a fixed set of eval_iters random
+validation batches, for the curve and ckpt_best; the reported numbers come from --eval_only,
+each corpus of --eval_data over contiguous non-overlapping windows of its whole val split (or
+its first --eval_tokens), each token counted once, in eval.json with that protocol beside them.
 
 Speed: one host sync per optimizer step (the loss, grad norm and stop flag, read together);
 --compile that fails (Triton needs a C compiler and Python headers) logs one warning line and
@@ -88,13 +85,13 @@ import checkpoint
 import cli
 import data as data_lib
 import lm
+from evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
 from gpt import GPT, GPTConfig
-from lm import EVAL_SEED
+from lm import EVAL_SEED  # noqa: F401 - ablate.py reads train.EVAL_SEED
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
 DATA_WAIT_S = 12 * 3600  # DDP ranks > 0 wait this long for rank 0 to tokenize (FineWeb-Edu: est. 20-90 min)
-AUTO_YARDSTICK_TOKENS = 20_000_000  # --yardsticks auto counts trigrams on at most this many (~0.5 min, ~1 GB)
 WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
 
 
@@ -327,19 +324,7 @@ def merge_checkpoint_settings(typed):
     return TrainConfig(**merged)
 
 
-# ---- data, evaluation, schedule ------------------------------------------------------------
-
-
-def eval_names(cfg):
-    """The validation corpora: --eval_data's comma list, or --data."""
-    return [n.strip() for n in (cfg.eval_data or cfg.data).split(",")]
-
-
-def data_args(cfg, name):
-    """load_split's cache arguments for corpus `name`: --max_tokens caps --data's cache only (an
-    evaluation corpus is read whole; --eval_tokens limits what is evaluated)."""
-    return dict(max_tokens=cfg.max_tokens if name == cfg.data else None, cache_dir=cfg.cache_dir or None,
-                tokenizer=cfg.tokenizer)
+# ---- data ----------------------------------------------------------------------------------
 
 
 def wanted_splits(cfg):
@@ -375,75 +360,6 @@ def load_data(cfg, vocab):
     return train, {name: split(name, "val") for name in eval_names(cfg)}
 
 
-@torch.no_grad()
-def estimate_loss(model, val, cfg, place):
-    """The validation loss during training: mean cross-entropy over a fixed set of eval_iters
-    random batches (seed EVAL_SEED, the same for every run; all ranks averaged). A quick, steady
-    estimate for the curve and ckpt_best; the reported number is --eval_only's (evaluate_split)."""
-    model.eval()
-    total = torch.zeros((), device=place.device)
-    for i in range(cfg.eval_iters):
-        x, y = batches.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=place.rank,
-                                 device=place.device)
-        with place.autocast:
-            _, loss = model(x, y)
-        total += loss.float()
-    if place.world > 1:
-        dist.all_reduce(total)
-    model.train()
-    return total.item() / (cfg.eval_iters * place.world)
-
-
-@torch.no_grad()
-def evaluate_split(model, val, cfg, place):
-    """The reported loss of a val split (the protocol of the paper's perplexities as we run them):
-    batches.eval_windows, contiguous non-overlapping windows of block_size tokens over the split
-    (or its first --eval_tokens), every token after the first predicted once, each window without
-    the previous one's context; the loss is the mean over those targets. Batches are shared out
-    over the DDP ranks and the sums all-reduced."""
-    model.eval()
-    cap = cfg.eval_tokens or None
-    starts, lengths = batches.eval_windows(len(val), cfg.block_size, cap)
-    # float64 sums: millions of per-token losses (MPS has no float64: float32 there)
-    total = torch.zeros((), device=place.device, dtype=torch.float32 if place.device_type == "mps" else torch.float64)
-    for i, (x, y) in enumerate(batches.eval_batches(val, cfg.block_size, cfg.batch_size, cap, device=place.device)):
-        if i % place.world == place.rank:
-            with place.autocast:
-                _, loss = model(x, y)
-            total += loss.to(total.dtype) * y.numel()  # mean -> sum over this batch's targets
-    if place.world > 1:
-        dist.all_reduce(total)
-    model.train()
-    targets = int(lengths.sum())
-    loss = total.item() / targets
-    return dict(val_loss=loss, perplexity=math.exp(loss),
-                protocol=dict(method="contiguous non-overlapping windows, each target once, no context carried "
-                                     "across windows (Hugging Face strided perplexity with stride = block_size)",
-                              block_size=cfg.block_size, windows=len(starts), tokens_counted=targets,
-                              split_tokens=len(val), eval_tokens=cap))
-
-
-def count_yardsticks(cfg, name):
-    """Unigram / bigram / trigram cross-entropy of corpus `name`'s val split (data.baselines),
-    counted on its train split. --yardsticks auto: only from a cache that exists (train and val
-    built): its baselines.json, or counted here when train holds <= AUTO_YARDSTICK_TOKENS; never
-    a download or a long count. count: prepare and count, whatever it takes. off: None."""
-    if cfg.yardsticks == "off":
-        return None
-    args = data_args(cfg, name)
-    if cfg.yardsticks == "count":
-        return data_lib.baselines(name, **args)  # a corpus without a train split (c4): its one-line error
-    try:
-        folder = data_lib.cache_folder(name, **args)
-        built = (data_lib.read_meta(folder) or {}).get("splits") or {}
-        if not {"train", "val"} <= set(built) or (built["train"]["tokens"] > AUTO_YARDSTICK_TOKENS and
-                                                  not os.path.exists(os.path.join(folder, "baselines.json"))):
-            return None
-        return data_lib.baselines(name, **args)
-    except (cli.UserError, ValueError, MemoryError):
-        return None
-
-
 def provenance(cfg, place, nparams, yardsticks):
     """Header lines: how this run was made, so a log can be reproduced."""
     try:
@@ -463,25 +379,6 @@ def provenance(cfg, place, nparams, yardsticks):
             f"dtype {place.dtype}" + (f" | note: {lm.hidden_gpu()}" if lm.hidden_gpu() else ""),
             f"params: {nparams:,} | yardsticks on {name} val: {counted}",
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
-
-
-def evaluate_checkpoint(cfg, place, model, vals, folder, yardsticks, t0):
-    """--eval_only: loss and perplexity of a trained model on each val split (evaluate_split),
-    each with its protocol and yardsticks, in eval.json."""
-    source = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
-    results = {}
-    for name, val in vals.items():
-        r = results[name] = evaluate_split(model, val, cfg, place)
-        r["yardsticks"] = yardsticks if name == eval_names(cfg)[0] else count_yardsticks(cfg, name)
-        p = r["protocol"]
-        folder.log(f"eval {name}: loss {r['val_loss']:.4f} nats, perplexity {r['perplexity']:.2f} on "
-                   f"{p['tokens_counted']:,} tokens ({p['windows']:,} windows of {p['block_size']}; {source}, "
-                   f"{model.num_params():,} params)")
-    res = dict(init_from=source, kind=cfg.model, params=model.num_params(), tokenizer=cfg.tokenizer,
-               results=results, seconds=time.time() - t0, out_dir=cfg.out_dir)
-    if place.master:
-        checkpoint.atomic_json(res, folder.path("eval.json"))
-    return res
 
 
 class StopFlag:

@@ -12,6 +12,7 @@ import torch
 
 import checkpoint
 import data
+import evaluate
 import train
 
 TINY = ["--preset", "cpu", "--device", "cpu", "--dtype", "fp32", "--n_layer", "1", "--n_embd", "32",
@@ -63,13 +64,13 @@ def test_yardsticks_come_only_from_caches_that_exist(tmp_path):
     name = corpus(tmp_path / "fresh", 5)
     cfg = train.make_config("cpu", data=name, cache_dir=str(tmp_path / "cache"))
     folder = data.cache_folder(name, cache_dir=str(tmp_path / "cache"))
-    assert train.count_yardsticks(cfg, name) is None  # auto: no cache, nothing built or counted
+    assert evaluate.count_yardsticks(cfg, name) is None  # auto: no cache, nothing built or counted
     assert not (tmp_path / "cache").exists()
-    got = train.count_yardsticks(train.make_config("cpu", data=name, cache_dir=str(tmp_path / "cache"),
-                                                   yardsticks="count"), name)
+    got = evaluate.count_yardsticks(train.make_config("cpu", data=name, cache_dir=str(tmp_path / "cache"),
+                                                      yardsticks="count"), name)
     assert got["bigram"] < got["unigram"] and (tmp_path / "cache").exists()  # asked for: prepared and counted
-    assert train.count_yardsticks(cfg, name) == got  # auto now: the cache exists
-    assert train.count_yardsticks(train.make_config("cpu", data=name, yardsticks="off"), name) is None
+    assert evaluate.count_yardsticks(cfg, name) == got  # auto now: the cache exists
+    assert evaluate.count_yardsticks(train.make_config("cpu", data=name, yardsticks="off"), name) is None
     assert folder.startswith(str(tmp_path / "cache"))
 
 
