@@ -1,6 +1,7 @@
 """What SPEN (spen.py) and the GPT baseline (gpt.py) share as language models, written once:
 the contract both follow, token-id checks, optimizer groups, the learning-rate schedule,
-next-token sampling, MFU, and where a run computes (device, autocast dtype, allocator).
+next-token sampling, MFU and step timing (Speed), and where a run computes (device, autocast
+dtype, allocator).
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) compares an EMA-only language model with
 GPT-2; train.py, sample.py, content.py, ablate.py, recall.py and bench.py treat both models
@@ -24,7 +25,7 @@ Shape glossary
     head computes Vp logits and the models return the first V (as nanochat does), so padding
     rows are never tokens: not valid inputs, never in the loss, never sampled.
 
-Run: nothing to run; tests/test_lm.py checks every function here.
+Run: nothing to run; tests/test_lm.py checks every function here (Speed: tests/test_syncs.py).
 """
 
 import ctypes
@@ -34,6 +35,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 from contextlib import nullcontext
 
 import torch
@@ -42,6 +44,7 @@ import torch.nn.functional as F
 import cli
 
 EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
+WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Dense (no sparsity) bf16 tensor-core peak FLOP/s from the vendors' datasheets, keyed by the
@@ -128,6 +131,46 @@ def estimate_mfu(model, T, tokens_per_second, peak):
     if not peak:
         return None
     return model.flops_per_token(T) * tokens_per_second / peak
+
+
+def gpu_peak(device):
+    """peak_flops of the GPU `device` (a name such as "cuda:0"); None off CUDA (no MFU)."""
+    device = torch.device(device)
+    return peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+
+
+class Speed:
+    """Step times of this process, the first WARMUP_STEPS left out of the averages (they hold
+    compilation and allocator warm-up), so ms/step, MFU and ETA describe the steady state."""
+
+    def __init__(self, start):
+        self.warm_from = start + WARMUP_STEPS  # steps done when timing starts
+        self.t_last = time.time()
+        self.timed_steps, self.timed_seconds, self.avg = 0, 0.0, None
+
+    def tick(self, step):
+        now = time.time()
+        dt, self.t_last = now - self.t_last, now
+        if step > self.warm_from:
+            self.timed_steps += 1
+            self.timed_seconds += dt
+            self.avg = dt if self.avg is None else 0.9 * self.avg + 0.1 * dt  # recent steps weigh most
+        return dt
+
+    def pause(self):
+        self.t_last = time.time()
+
+    def summary(self, model, T, device, tokens_per_step):
+        """Mean ms/step, tokens/s, MFU (at context T) and peak memory of `device` over the timed
+        steps (None if none)."""
+        if not self.timed_steps:
+            return dict(ms_per_step=None, tok_s=None, mfu=None)
+        tok_s = tokens_per_step * self.timed_steps / self.timed_seconds
+        out = dict(ms_per_step=1000 * self.timed_seconds / self.timed_steps, tok_s=tok_s,
+                   mfu=estimate_mfu(model, T, tok_s, gpu_peak(device)))
+        if torch.device(device).type == "cuda":
+            out["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        return out
 
 
 def cosine_lr(step, lr, min_lr, warmup, decay_end):

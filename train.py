@@ -38,7 +38,7 @@ its first --eval_tokens), each token counted once, in eval.json with that protoc
 Speed: one host sync per optimizer step (the loss, grad norm and stop flag, read together);
 --compile that fails (Triton needs a C compiler and Python headers) logs one warning line and
 trains eagerly; ms/step, MFU (lm.PEAK_FLOPS, exact GPU names) and ETA leave out each process's
-first WARMUP_STEPS steps.
+first lm.WARMUP_STEPS steps.
 
 Multi-GPU (torchrun): rank 0 tokenizes any missing cache before the process group starts; the
 other ranks wait for its files (up to DATA_WAIT_S, 12 h), so no collective times out meanwhile.
@@ -92,7 +92,6 @@ from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
 DATA_WAIT_S = 12 * 3600  # DDP ranks > 0 wait this long for rank 0 to tokenize (FineWeb-Edu: est. 20-90 min)
-WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
 
 
 @dataclass
@@ -520,7 +519,7 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
     t_train = time.time()
     if not cfg.resume:
         folder.record({"step": 0, "val_loss": evaluate()})
-    speed = Speed(start=prog.step)
+    speed = lm.Speed(start=prog.step)
     while prog.step < cfg.max_iters:
         lr = lm.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
         for group in optimizer.param_groups:
@@ -568,44 +567,7 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
     folder.log(f"done: step {prog.step}, val loss {prog.val_loss:.4f}, best {prog.best_val:.4f}, {seconds:.0f} s")
     return dict(val_loss=prog.val_loss, best_val=prog.best_val, params=raw_model.num_params(), step=prog.step,
                 tokens=prog.step * tokens_per_step, seconds=seconds, out_dir=cfg.out_dir, kind=cfg.model,
-                yardsticks=yardsticks, **speed.summary(raw_model, cfg, place, tokens_per_step))
-
-
-class Speed:
-    """Step times of this process, the first WARMUP_STEPS left out of the averages (they hold
-    compilation and allocator warm-up), so ms/step, MFU and ETA describe the steady state."""
-
-    def __init__(self, start):
-        self.warm_from = start + WARMUP_STEPS  # steps done when timing starts
-        self.t_last = time.time()
-        self.timed_steps, self.timed_seconds, self.avg = 0, 0.0, None
-
-    def tick(self, step):
-        now = time.time()
-        dt, self.t_last = now - self.t_last, now
-        if step > self.warm_from:
-            self.timed_steps += 1
-            self.timed_seconds += dt
-            self.avg = dt if self.avg is None else 0.9 * self.avg + 0.1 * dt  # recent steps weigh most
-        return dt
-
-    def pause(self):
-        self.t_last = time.time()
-
-    def summary(self, model, cfg, place, tokens_per_step):
-        """Mean ms/step, tokens/s, MFU and peak device memory of the timed steps (None if none)."""
-        if not self.timed_steps:
-            return dict(ms_per_step=None, tok_s=None, mfu=None)
-        tok_s = tokens_per_step * self.timed_steps / self.timed_seconds
-        out = dict(ms_per_step=1000 * self.timed_seconds / self.timed_steps, tok_s=tok_s,
-                   mfu=lm.estimate_mfu(model, cfg.block_size, tok_s, gpu_peak(place)))
-        if place.device_type == "cuda":
-            out["peak_mem_gib"] = torch.cuda.max_memory_allocated(place.device) / 2**30
-        return out
-
-
-def gpu_peak(place):
-    return lm.peak_flops(torch.cuda.get_device_name(place.device)) if place.device_type == "cuda" else None
+                yardsticks=yardsticks, **speed.summary(raw_model, cfg.block_size, place.device, tokens_per_step))
 
 
 def log_line(step, rec, speed, tokens_per_step, cfg, place, model):
@@ -616,7 +578,7 @@ def log_line(step, rec, speed, tokens_per_step, cfg, place, model):
            if place.device_type == "cuda" else "")
     if speed.avg is None:
         return head + f"{rec['ms']:.0f} ms (warm-up step: no rates yet){mem}"
-    mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / speed.avg, gpu_peak(place))
+    mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / speed.avg, lm.gpu_peak(place.device))
     eta = (cfg.max_iters - step) * speed.avg
     return (head + f"{1000 * speed.avg:.0f} ms/step | {tokens_per_step / speed.avg:,.0f} tok/s"
             + (f" | mfu {100 * mfu:.1f}%" if mfu is not None else "") + mem + " | eta "

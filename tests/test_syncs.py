@@ -70,8 +70,8 @@ def test_a_failing_compile_warns_once_and_trains_eagerly(tmp_path, monkeypatch):
 
 
 def test_rates_skip_the_warm_up_steps():
-    speed = train.Speed(start=10)
-    assert [speed.tick(s) is not None for s in range(11, 11 + train.WARMUP_STEPS)]
+    speed = lm.Speed(start=10)
+    assert [speed.tick(s) is not None for s in range(11, 11 + lm.WARMUP_STEPS)]
     assert speed.avg is None and speed.timed_steps == 0  # compile / warm-up steps are not timed
-    speed.tick(11 + train.WARMUP_STEPS)
+    speed.tick(11 + lm.WARMUP_STEPS)
     assert speed.timed_steps == 1 and speed.avg is not None
