@@ -37,12 +37,15 @@ Decisions (README "Differences from the paper")
 
 Run: `python probe.py` (3 seeds) -> out/probe/results.json, results.md, roles.png, one progress
 line per stage and seed; `python probe.py --out_dir results/probe` refreshes the committed
-reference, results/probe/results.md holds its numbers.
+reference, results/probe/results.md holds its numbers. `python probe.py fit` only trains an
+SPCN on Grammar A (no labels) and saves out/spcn/spcn.pt for `--load_spcn` (`--epochs 0`: the
+untrained network).
 """
 
 import json
 import os
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 
@@ -59,26 +62,26 @@ PAPER = {"within_instantaneous": 0.795, "within_traces": 0.960, "spcn_over_bigru
 # the four readers of the grammar, in table order
 WHO = {"spcn": "SPCN, PGHU", "untrained": "SPCN, untrained", "gru": "causal GRU", "bigru": "BiGRU"}
 
-_D = spcn.SPCNConfig()
+DEFAULTS = spcn.SPCNConfig()  # the SPCN's own defaults, the flags' defaults here
 
 
 @dataclass
 class ProbeConfig:
     out_dir: str = cli.arg("out/probe", "where results.json, results.md, roles.png are written", group="I/O")
-    load_spcn: str = cli.arg("", "spcn.pt from `python spcn.py` (its own settings; else train one per seed)",
+    load_spcn: str = cli.arg("", "spcn.pt from `python probe.py fit` (its own settings; else train one per seed)",
                              group="I/O")
     n_train: int = cli.arg(2000, "training sentences per grammar", group="data")
     n_val: int = cli.arg(500, "validation sentences (tuning, tagger epoch choice)", group="data")
     n_test: int = cli.arg(1000, "held-out test sentences", group="data")
     data_seed: int = cli.arg(0, "split seed = data_seed + seed", group="data")
-    n_columns: int = cli.arg(_D.n_columns, "K columns", group="model (SPCN)")
-    column_size: int = cli.arg(_D.column_size, "U units per column", group="model (SPCN)")
-    k: int = cli.arg(_D.k, "winners per column, 1..column_size", group="model (SPCN)")
-    alphas: tuple = cli.arg(_D.alphas, "trace decays in (0, 1]", group="model (SPCN)")
-    feedback_gain: float = cli.arg(_D.feedback_gain, "g: amplitude of the predictive units", group="model (SPCN)")
+    n_columns: int = cli.arg(DEFAULTS.n_columns, "K columns", group="model (SPCN)")
+    column_size: int = cli.arg(DEFAULTS.column_size, "U units per column", group="model (SPCN)")
+    k: int = cli.arg(DEFAULTS.k, "winners per column, 1..column_size", group="model (SPCN)")
+    alphas: tuple = cli.arg(DEFAULTS.alphas, "trace decays in (0, 1]", group="model (SPCN)")
+    feedback_gain: float = cli.arg(DEFAULTS.feedback_gain, "g: amplitude of the predictive units", group="model (SPCN)")
     spcn_epochs: int = cli.arg(2, "PGHU passes over A-train (0: no learning, the untrained net)",
                                group="optimization")
-    spcn_lr: float = cli.arg(_D.lr, "PGHU rate eta (0: no learning)", group="optimization")
+    spcn_lr: float = cli.arg(DEFAULTS.lr, "PGHU rate eta (0: no learning)", group="optimization")
     l2: float = cli.arg(1e-2, "probe L2 penalty (chosen on the val splits)", group="optimization")
     probe_iters: int = cli.arg(100, "L-BFGS iterations per probe", group="optimization")
     gru_embd: int = cli.arg(32, "E: tagger word embedding size", group="optimization")
@@ -104,13 +107,21 @@ class ProbeConfig:
         req(bool(self.out_dir) and not os.path.isfile(self.out_dir),
             "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
         req(not self.load_spcn or os.path.isfile(self.load_spcn),
-            "--load_spcn: no file at {}; make one with `python spcn.py`", self.load_spcn)
-        self.spcn_config(0)  # validates the SPCN's fields, with their flag names
+            "--load_spcn: no file at {}; make one with `python probe.py fit`", self.load_spcn)
+        model_settings(lambda: self.spcn_config(0))  # validates the SPCN's fields, with their flag names
 
     def spcn_config(self, seed):
         return spcn.SPCNConfig(n_columns=self.n_columns, column_size=self.column_size, k=self.k,
                                alphas=self.alphas, feedback_gain=self.feedback_gain,
                                lr=self.spcn_lr, seed=seed)
+
+
+def model_settings(make):
+    """make() -> an SPCNConfig; its one-line ValueError becomes a cli.ConfigError (exit 2)."""
+    try:
+        return make()
+    except ValueError as e:
+        raise cli.ConfigError(str(e)) from None
 
 
 # --- representations and linear probes -----------------------------------------------------
@@ -325,6 +336,62 @@ def run_seed(cfg, seed, log, loaded=None):
     return out
 
 
+# --- `python probe.py fit`: only train an SPCN on Grammar A and save it --------------------------
+
+
+@dataclass
+class FitConfig:
+    out_dir: str = cli.arg("out/spcn", "folder for spcn.pt", group="I/O")
+    n_train: int = cli.arg(2000, "Grammar A training sentences", group="data")
+    data_seed: int = cli.arg(0, "seed of grammar.split", group="data")
+    n_columns: int = cli.arg(DEFAULTS.n_columns, "K columns", group="model")
+    column_size: int = cli.arg(DEFAULTS.column_size, "U units per column", group="model")
+    k: int = cli.arg(DEFAULTS.k, "winners per column, 1..column_size", group="model")
+    alphas: tuple = cli.arg(DEFAULTS.alphas, "trace decays alpha_s in (0, 1]", group="model")
+    feedback_gain: float = cli.arg(DEFAULTS.feedback_gain, "g: amplitude of the predictive units", group="model")
+    lr: float = cli.arg(DEFAULTS.lr, "eta: PGHU learning rate (0: no learning)", group="model")
+    var_rate: float = cli.arg(DEFAULTS.var_rate, "rho: rate of the running error variance", group="model")
+    eps: float = cli.arg(DEFAULTS.eps, "floor added to the error variance", group="model")
+    seed: int = cli.arg(DEFAULTS.seed, "seed of the frozen random projection", group="model")
+    epochs: int = cli.arg(2, "PGHU passes over the training sentences (0: save the untrained net)",
+                          group="optimization")
+    batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization")
+
+    def __post_init__(self):
+        cli.require(bool(self.out_dir) and not os.path.isfile(self.out_dir),
+                    "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
+        cli.require(isinstance(self.n_train, int) and self.n_train >= 1,
+                    "--n_train must be an integer >= 1, got {!r}", self.n_train)
+        cli.require(isinstance(self.epochs, int) and self.epochs >= 0,
+                    "--epochs must be an integer >= 0 (0: untrained), got {!r}", self.epochs)
+        cli.require(isinstance(self.batch_size, int) and self.batch_size >= 1,
+                    "--batch_size must be an integer >= 1, got {!r}", self.batch_size)
+        model_settings(self.model_config)  # validates the model fields
+
+    def model_config(self):
+        return spcn.SPCNConfig(**{f: getattr(self, f) for f in asdict(DEFAULTS) if f != "vocab_size"})
+
+
+def get_fit_parser():
+    p = cli.parser(FitConfig, "Train the SPCN on Grammar A with PGHU (no labels) and save it.")
+    p.prog = "probe.py fit"
+    return p
+
+
+def fit(cfg):
+    """`python probe.py fit`: train an SPCN as FitConfig says and save it to out_dir/spcn.pt -> {errors, path}."""
+    torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
+    model = spcn.SPCN(cfg.model_config())
+    train = grammar.split(cfg.n_train, 0, 0, seed=cfg.data_seed)["A"]["train"]
+    t0 = time.time()
+    errs = model.fit(train, epochs=cfg.epochs, batch_size=cfg.batch_size)
+    path = os.path.join(cfg.out_dir, "spcn.pt")
+    spcn.save(model, path)
+    curve = f"prediction error {errs[0]:.4f} -> {errs[-1]:.4f}" if errs else "untrained (0 epochs)"
+    print(f"saved {path} ({time.time() - t0:.1f} s); {curve}")
+    return {"errors": errs, "path": path}
+
+
 # --- outputs --------------------------------------------------------------------------------------
 
 
@@ -495,5 +562,9 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    cfg = cli.parse(ProbeConfig, get_parser())
-    cli.main_guard(lambda: main(cfg), spcn.LoadError, OSError)
+    if sys.argv[1:2] == ["fit"]:  # `python probe.py fit [flags]`: only train an SPCN and save it
+        fit_cfg = cli.parse(FitConfig, get_fit_parser(), sys.argv[2:])
+        cli.main_guard(lambda: fit(fit_cfg), OSError)
+    else:
+        cfg = cli.parse(ProbeConfig, get_parser())
+        cli.main_guard(lambda: main(cfg), spcn.LoadError, OSError)

@@ -48,9 +48,9 @@ Untrained: SPCN(cfg) before fit() is the same frozen projection and traces with 
 prediction (p = 0, q = 0, error = k / U per unit); probe.py probes it as the control for what
 PGHU adds.
 
-Run `python spcn.py` to train on Grammar A and save the weights: prints the prediction error
-per epoch (it falls) and writes out/spcn/spcn.pt atomically; `python probe.py --load_spcn
-out/spcn/spcn.pt` probes it. `--epochs 0` saves the untrained network.
+A library: nothing to run. `python probe.py fit` trains an SPCN on Grammar A and saves it
+(save / load below); `python probe.py --load_spcn out/spcn/spcn.pt` probes it; tests/test_spcn.py
+checks this file.
 """
 
 import os
@@ -59,7 +59,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import cli
 import grammar
 from ema import step
 
@@ -78,9 +77,12 @@ class SPCNConfig:
     seed: int = 0                    # seed of the frozen random projection
 
     def __post_init__(self):
-        """Refuse impossible settings with one line naming the flag (cli.ConfigError)."""
+        """Refuse impossible settings with a one-line ValueError naming the flag."""
         self.alphas = tuple(self.alphas)
-        req = cli.require
+
+        def req(ok, message, *values):
+            if not ok:
+                raise ValueError(message.format(*values))
         for name in ("vocab_size", "n_columns", "column_size"):
             v = getattr(self, name)
             req(isinstance(v, int) and v >= 1, "--{} must be an integer >= 1, got {!r}", name, v)
@@ -201,73 +203,12 @@ def save(model, path):
 def load(path):
     """spcn.pt from save() -> SPCN; LoadError (one line) for a missing, corrupt or foreign file."""
     if not os.path.isfile(path):
-        raise LoadError(f"no SPCN checkpoint at {path}; make one with `python spcn.py`")
+        raise LoadError(f"no SPCN checkpoint at {path}; make one with `python probe.py fit`")
     try:
-        ck = torch.load(path, map_location="cpu")
+        ck = torch.load(path, map_location="cpu", weights_only=True)
         model = SPCN(SPCNConfig(**ck["config"]))
         model.load_state_dict(ck["state_dict"])
     except Exception as e:  # any unpickling, key or shape error means the same thing here
-        raise LoadError(f"{path} is not an SPCN checkpoint from `python spcn.py` "
-                        f"({type(e).__name__}); make one with `python spcn.py`") from None
+        raise LoadError(f"{path} is not an SPCN checkpoint from `python probe.py fit` "
+                        f"({type(e).__name__}); make one with `python probe.py fit`") from None
     return model
-
-
-# --- the script: train on Grammar A and save ----------------------------------------------------
-
-_D = SPCNConfig()
-
-
-@dataclass
-class FitConfig:
-    out_dir: str = cli.arg("out/spcn", "folder for spcn.pt", group="I/O")
-    n_train: int = cli.arg(2000, "Grammar A training sentences", group="data")
-    data_seed: int = cli.arg(0, "seed of grammar.split", group="data")
-    n_columns: int = cli.arg(_D.n_columns, "K columns", group="model")
-    column_size: int = cli.arg(_D.column_size, "U units per column", group="model")
-    k: int = cli.arg(_D.k, "winners per column, 1..column_size", group="model")
-    alphas: tuple = cli.arg(_D.alphas, "trace decays alpha_s in (0, 1]", group="model")
-    feedback_gain: float = cli.arg(_D.feedback_gain, "g: amplitude of the predictive units", group="model")
-    lr: float = cli.arg(_D.lr, "eta: PGHU learning rate (0: no learning)", group="model")
-    var_rate: float = cli.arg(_D.var_rate, "rho: rate of the running error variance", group="model")
-    eps: float = cli.arg(_D.eps, "floor added to the error variance", group="model")
-    seed: int = cli.arg(_D.seed, "seed of the frozen random projection", group="model")
-    epochs: int = cli.arg(2, "PGHU passes over the training sentences (0: save the untrained net)",
-                          group="optimization")
-    batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization")
-
-    def __post_init__(self):
-        cli.require(bool(self.out_dir) and not os.path.isfile(self.out_dir),
-                    "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
-        cli.require(isinstance(self.n_train, int) and self.n_train >= 1,
-                    "--n_train must be an integer >= 1, got {!r}", self.n_train)
-        cli.require(isinstance(self.epochs, int) and self.epochs >= 0,
-                    "--epochs must be an integer >= 0 (0: untrained), got {!r}", self.epochs)
-        cli.require(isinstance(self.batch_size, int) and self.batch_size >= 1,
-                    "--batch_size must be an integer >= 1, got {!r}", self.batch_size)
-        self.model_config()  # validates the model fields
-
-    def model_config(self):
-        return SPCNConfig(**{f: getattr(self, f) for f in asdict(_D) if f != "vocab_size"})
-
-
-def get_parser():
-    return cli.parser(FitConfig, "Train the SPCN on Grammar A with PGHU (no labels) and save it.")
-
-
-def main(cfg):
-    """Train an SPCN as FitConfig says and save it to out_dir/spcn.pt -> {errors, path}."""
-    torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
-    model = SPCN(cfg.model_config())
-    train = grammar.split(cfg.n_train, 0, 0, seed=cfg.data_seed)["A"]["train"]
-    t0 = time.time()
-    errs = model.fit(train, epochs=cfg.epochs, batch_size=cfg.batch_size)
-    path = os.path.join(cfg.out_dir, "spcn.pt")
-    save(model, path)
-    curve = f"prediction error {errs[0]:.4f} -> {errs[-1]:.4f}" if errs else "untrained (0 epochs)"
-    print(f"saved {path} ({time.time() - t0:.1f} s); {curve}")
-    return {"errors": errs, "path": path}
-
-
-if __name__ == "__main__":
-    cfg = cli.parse(FitConfig, get_parser())
-    cli.main_guard(lambda: main(cfg), ValueError, OSError)

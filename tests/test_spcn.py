@@ -1,5 +1,6 @@
 """spcn.py: PGHU lowers the prediction error, no autograd anywhere, sparse codes, save/load,
-bad settings and bad checkpoint files refused with one line, the CLI (0 epochs = untrained)."""
+bad settings and bad checkpoint files refused with one line, and its training script
+(`python probe.py fit`: 0 epochs = untrained)."""
 import re
 import runpy
 import sys
@@ -7,7 +8,6 @@ import sys
 import pytest
 import torch
 
-import cli
 import grammar
 import spcn
 
@@ -63,9 +63,13 @@ def test_shapes_and_sparsity():
     (dict(feedback_gain=-1.0), "--feedback_gain must be"),
     (dict(var_rate=0.0), "--var_rate must be")])
 def test_bad_config_is_one_line(kw, message):
-    with pytest.raises(cli.ConfigError, match=re.escape(message)) as e:
+    with pytest.raises(ValueError, match=re.escape(message)) as e:
         spcn.SPCNConfig(**kw)
     assert "\n" not in str(e.value)
+
+
+class Pickled:
+    """An arbitrary object: torch.load(weights_only=True) refuses to unpickle it."""
 
 
 def test_load_refuses_missing_corrupt_and_foreign_files(tmp_path):
@@ -76,7 +80,8 @@ def test_load_refuses_missing_corrupt_and_foreign_files(tmp_path):
     small = spcn.SPCN(spcn.SPCNConfig(n_columns=2, column_size=4, k=1))
     ck = {"config": spcn.asdict(spcn.SPCNConfig()), "state_dict": small.state_dict()}
     torch.save(ck, tmp_path / "mismatch.pt")  # weights of another size
-    for name in ("bad.pt", "foreign.pt", "mismatch.pt"):
+    torch.save({"config": Pickled(), "state_dict": {}}, tmp_path / "code.pt")  # unpickling would run code
+    for name in ("bad.pt", "foreign.pt", "mismatch.pt", "code.pt"):
         with pytest.raises(spcn.LoadError, match="is not an SPCN checkpoint") as e:
             spcn.load(str(tmp_path / name))
         assert "\n" not in str(e.value)
@@ -84,16 +89,24 @@ def test_load_refuses_missing_corrupt_and_foreign_files(tmp_path):
 
 def test_cli_zero_epochs_saves_the_untrained_net_and_bad_flags_write_nothing(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sp"
-    monkeypatch.setattr(sys, "argv", ["spcn.py", "--out_dir", str(out), "--n_train", "20", "--epochs", "0",
+    monkeypatch.setattr(sys, "argv", ["probe.py", "fit", "--out_dir", str(out), "--n_train", "20", "--epochs", "0",
                                       "--n_columns", "2", "--column_size", "8", "--k", "2"])
-    runpy.run_module("spcn", run_name="__main__")
+    runpy.run_module("probe", run_name="__main__")
     model = spcn.load(str(out / "spcn.pt"))
     assert not model.P.any()  # no PGHU update
     for argv in (["--k", "40"], ["--epochs", "-1"], ["--n_train", "0"], ["--alphas", "0.5", "2"],
                  ["--batch_size", "0"]):
-        monkeypatch.setattr(sys, "argv", ["spcn.py", "--out_dir", str(tmp_path / "bad")] + argv)
+        monkeypatch.setattr(sys, "argv", ["probe.py", "fit", "--out_dir", str(tmp_path / "bad")] + argv)
         with pytest.raises(SystemExit) as e:
-            runpy.run_module("spcn", run_name="__main__")
+            runpy.run_module("probe", run_name="__main__")
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and argv[0] in err[0], (argv, err)
         assert not (tmp_path / "bad").exists()
+
+
+def test_spcn_is_a_library_that_imports_no_command_line_machinery():
+    import ast
+    tree = ast.parse(open(spcn.__file__).read())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not names & {"cli", "probe", "argparse"}, names
