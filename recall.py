@@ -25,8 +25,11 @@ Shape glossary
 The task (our choices, each stated because it decides what "recall" means):
     token ids   keys [0, K), values [K, K + M), one blank id K + M; vocab_size = K + M + 1
     sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then T - 2N query positions: each key is asked
-                exactly once, at a random position (so in random order), every other position
-                is blank. No value id ever occurs in the query region, and within a sequence
+                exactly once, at a random position among the first --query_span x N of them
+                (default 1: the N queries right after the pairs, in random order; 0: anywhere),
+                every other position is blank. No value id ever occurs in the query region
+                (nor does a blank after the last query change any answer: attention is causal),
+                and within a sequence
                 keys are distinct and values are distinct, so an answer can only come from its
                 pair: nothing in the query region can be copied.
     targets     at a query position the target is that key's value; -1 (ignored) everywhere
@@ -36,9 +39,23 @@ The task (our choices, each stated because it decides what "recall" means):
     chance      1 / M (a uniform guess among value ids); 1 / N is what a model scores that
                 knows which values occur in the sequence but not which key each belongs to.
     training    every batch holds an equal share of each pair count in --pairs (a mixture, as
-                Zoology trains), a fresh draw each step from the run's seed; validation (the
-                --sweep) and test sequences come from two other fixed seeds, the same for every
-                run. The test sequences are never used to choose anything.
+                Zoology trains), fresh draws each step from the run's seed, after an
+                N-curriculum (the first --curriculum steps hold the smallest N only); validation
+                and test sequences come from two other fixed seeds, the same for every run. The
+                test sequences are never used to choose anything.
+
+The recipe (one for every variant: the same data, steps, batch, optimizer and lr, so the table
+is fair): AdamW at a constant lr (optional warmup and final linear decay), no weight decay by
+default, clip 1.0. GPT learns this task in two phases: first it scores 1/N (it attends to the
+values of the sequence but not to the one whose key matches), then, after enough updates, it
+binds keys to values and jumps towards 1.0 (an induction-style circuit: a previous-token head
+writes each key into its value's position, then a content match). How long the plateau lasts
+grows with the span the queries fall in and with the number of key ids (results/recall/recall.md,
+Notes). Short sequences of the smallest N leave it first, and the circuit they teach
+then serves every N: hence the N-curriculum and the queries right after the pairs (Zoology's
+generator also puts most queries close to the pairs). Every run is evaluated on the validation
+sequences every --eval_every steps; the "plateau exit" of a variant at N pairs is the first
+evaluation whose accuracy is above (1/N + 1) / 2, halfway from the plateau to perfect recall.
 
 Capacity (the "state floats" column): numbers one layer's step() state holds after the test
 length T: state readers S*C (the traces, whatever T), softmax history S*C + 2*T*S*C (the cached
@@ -48,26 +65,31 @@ of linear memory, not a theorem about floats: handing back any of N C-wide value
 needs N independent C-wide vectors for the values and N for the keys, so F numbers hold about
 F / (2C) pairs: 1.5 for the state readers, more than any N tested for history readers and GPT.
 
-Run (expected output and time; the measured times are in results/recall/recall.md)
-    python recall.py                       # every variant, 1 seed: recall.json, recall.md, recall.png
+Run (the measured times and numbers are in results/recall/recall.md)
+    python recall.py                       # every variant, 1 seed: a line per finished run, then
+                                           # recall.json, recall.md, recall.png and runs/
     python recall.py --seeds 2             # 2 seeds each: twice the default's time
-    python recall.py --sweep               # lr sweep on validation sequences -> sweep.json; its
-                                           # best lr per variant is the LR dict below
-    python recall.py --variants gpt --steps 6000     # GPT alone with a longer budget
+    python recall.py --variants gpt --query_span 0 --curriculum 0 --steps 3000
+                                           # GPT without the curriculum, queries anywhere: the plateau
 Two single-threaded runs train at a time (--workers). Writes under --out_dir (default
-out/recall); the reference numbers are in results/recall/.
+out/recall); each finished run is saved at once as runs/VARIANT_sSEED.json, and a rerun with the
+same settings reuses it (an interrupted table continues). The reference numbers are in
+results/recall/.
 """
 
 import dataclasses
+import itertools
 import json
 import math
 import multiprocessing as mp
 import os
+import platform
 import time
 from dataclasses import dataclass
 
 import torch
 
+import checkpoint
 import cli
 import lm
 from gpt import GPT, GPTConfig
@@ -83,35 +105,38 @@ VARIANTS = {  # name -> (model, SPENConfig overrides); width, depth and heads ar
     "selective_softmax_state": ("spen", dict(predictor="softmax_attn", reads="state", context="selective")),
 }
 BOUNDED = {"linear", "softmax_state", "selective_linear", "selective_softmax_state", "linear_attn_history"}  # O(1) state
-# Peak learning rate per variant, the best validation accuracy of `python recall.py --sweep`
-# (results/recall/sweep.json) among SWEEP_LRS at the default steps.
-LR = {"gpt": 3e-3, "linear": 3e-3, "softmax_state": 1e-2, "softmax_history": 3e-3,
-      "linear_attn_history": 1e-2, "selective_linear": 1e-3, "selective_softmax_state": 1e-3}
-SWEEP_LRS = (1e-3, 3e-3, 1e-2)
 VAL_SEED, TEST_SEED = 10_001, 20_002  # data seeds of the validation and test sequences
 DIST_BINS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # distance bin d in [lo, next lo)
 
 
 @dataclass
 class RecallConfig:
-    out_dir: str = cli.arg("out/recall", "folder for recall.json, recall.md, recall.png (sweep: sweep.json)", group="I/O")
+    out_dir: str = cli.arg("out/recall", "folder for recall.json, recall.md, recall.png and runs/ (one JSON per "
+                           "finished run; a rerun with the same settings reuses them)", group="I/O")
     variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
-    sweep: bool = cli.arg(False, "instead of testing: train every variant at each lr of SWEEP_LRS (seed 0) "
-                          "and rank them on validation sequences", group="I/O")
-    pairs: tuple = cli.arg((2, 4, 8, 16), "N, key-value pair counts trained (mixed) and tested", group="data")
-    block_size: int = cli.arg(64, "T, tokens per sequence (needs T >= 3 max(N))", group="data")
-    n_keys: int = cli.arg(256, "K, key ids", group="data")
-    n_values: int = cli.arg(256, "M, value ids (chance = 1/M)", group="data")
+    pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data")
+    block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N))", group="data")
+    n_keys: int = cli.arg(8, "K, key ids", group="data")
+    n_values: int = cli.arg(64, "M, value ids (chance = 1/M)", group="data")
+    query_span: int = cli.arg(1, "the N queries fall among the first query_span x N positions after the pairs "
+                              "(1: right after them, in random order; 0: anywhere in the T - 2N positions)",
+                              group="data")
     test_seqs: int = cli.arg(256, "test sequences per pair count", group="data")
-    val_seqs: int = cli.arg(128, "validation sequences per pair count (--sweep)", group="data")
+    val_seqs: int = cli.arg(64, "validation sequences per pair count (the learning curve)", group="data")
     n_layer: int = cli.arg(2, "blocks, every variant", group="model")
     n_embd: int = cli.arg(64, "C, width, every variant", group="model")
     n_head: int = cli.arg(2, "attention heads (GPT and the SPEN attention readers)", group="model")
-    steps: int = cli.arg(1000, "optimizer steps per run, every variant (the token budget)", group="optimization")
-    batch_size: int = cli.arg(32, "B, sequences per step, split evenly over --pairs", group="optimization")
-    lr: float = cli.arg(0.0, "peak learning rate for every variant; 0 = the per-variant LR dict", group="optimization")
-    warmup: int = cli.arg(100, "linear warmup steps, then cosine to lr / 10", group="optimization")
-    weight_decay: float = cli.arg(0.1, "AdamW weight decay on matrices", group="optimization")
+    steps: int = cli.arg(1500, "optimizer steps per run, every variant (the token budget)", group="optimization")
+    batch_size: int = cli.arg(64, "B, sequences per step, split evenly over --pairs", group="optimization")
+    curriculum: int = cli.arg(500, "first steps that train on the smallest --pairs only, then the mixture",
+                              group="optimization")
+    lr: float = cli.arg(1e-3, "learning rate, every variant: constant after the warmup until the final decay",
+                        group="optimization")
+    warmup: int = cli.arg(0, "linear warmup steps", group="optimization")
+    decay: int = cli.arg(150, "final steps over which the lr falls linearly to 0 (warmup-stable-decay)",
+                         group="optimization")
+    weight_decay: float = cli.arg(0.0, "AdamW weight decay on matrices", group="optimization")
+    eval_every: int = cli.arg(100, "steps between validation evaluations (the learning curve)", group="evaluation")
     seeds: int = cli.arg(1, "seeds per variant (model init and training data)", group="evaluation")
     workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system")
 
@@ -119,33 +144,42 @@ class RecallConfig:
         self.variants, self.pairs = tuple(self.variants), tuple(int(n) for n in self.pairs)
         bad = [v for v in self.variants if v not in VARIANTS]
         cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
+        cli.require(self.query_span >= 0, "--query_span must be >= 0, got {}", self.query_span)
         cli.require(self.pairs and min(self.pairs) >= 1, "--pairs must be >= 1, got {}", self.pairs)
         cli.require(self.block_size >= 3 * max(self.pairs),
                     "--block_size must be >= 3 x the largest --pairs ({}), got {}", 3 * max(self.pairs), self.block_size)
         cli.require(self.n_keys >= max(self.pairs) and self.n_values >= max(self.pairs),
                     "--n_keys and --n_values must be >= the largest --pairs ({})", max(self.pairs))
-        for name in ("test_seqs", "val_seqs", "n_layer", "n_embd", "n_head", "steps", "seeds", "workers"):
+        for name in ("test_seqs", "val_seqs", "n_layer", "n_embd", "n_head", "steps", "eval_every", "seeds",
+                     "workers"):
             cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
         cli.require(self.batch_size >= len(self.pairs), "--batch_size must be >= the number of --pairs ({}), got {}",
                     len(self.pairs), self.batch_size)
         cli.require(self.n_embd % self.n_head == 0, "--n_embd must be divisible by --n_head, got {} and {}",
                     self.n_embd, self.n_head)
         cli.require(self.lr >= 0 and self.weight_decay >= 0, "--lr and --weight_decay must be >= 0")
-        cli.require(0 <= self.warmup < self.steps, "--warmup must be in [0, --steps), got {}", self.warmup)
+        cli.require(self.warmup >= 0 and self.decay >= 0 and self.warmup + self.decay <= self.steps,
+                    "--warmup and --decay must be >= 0 with warmup + decay <= --steps, got {} and {}",
+                    self.warmup, self.decay)
+        cli.require(0 <= self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
+                    self.curriculum)
 
 
 # ---------------------------------------------------------------------------------------------
 # Data
 
 
-def mqar(n_seq, n_pairs, T, n_keys, n_values, generator):
+def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0):
     """n_seq MQAR sequences with n_pairs pairs -> idx (B, T), targets (B, T), distance (B, T).
-    targets is -1 except at query positions (the queried key's value); distance is the
-    key-to-query distance there and 0 elsewhere. Deterministic given the generator's state."""
+    The N queries fall at random among the `span` positions right after the pairs (0: all
+    T - 2N of them; at most T - 2N); the rest is blank. targets is -1 except at query positions
+    (the queried key's value); distance is the key-to-query distance there and 0 elsewhere.
+    Deterministic given the generator's state."""
     N, blank = n_pairs, n_keys + n_values
     keys = torch.rand(n_seq, n_keys, generator=generator).argsort(1)[:, :N]  # (B, N) distinct keys
     values = n_keys + torch.rand(n_seq, n_values, generator=generator).argsort(1)[:, :N]  # (B, N) distinct
-    slots = 2 * N + torch.rand(n_seq, T - 2 * N, generator=generator).argsort(1)[:, :N]  # (B, N) query i asks key i
+    span = min(span or T, T - 2 * N)
+    slots = 2 * N + torch.rand(n_seq, span, generator=generator).argsort(1)[:, :N]  # (B, N) query i asks key i
     idx = torch.full((n_seq, T), blank, dtype=torch.long)
     idx[:, 0:2 * N:2], idx[:, 1:2 * N:2] = keys, values  # the pairs k_1 v_1 ... k_N v_N
     idx.scatter_(1, slots, keys)  # each key asked once; the rest of the query region stays blank
@@ -157,14 +191,24 @@ def mqar(n_seq, n_pairs, T, n_keys, n_values, generator):
 def eval_set(cfg, n_seq, seed):
     """{N: (idx, targets, distance)}, one fixed set per pair count, from data seed `seed`."""
     g = torch.Generator().manual_seed(seed)
-    return {N: mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g) for N in cfg.pairs}
+    return {N: mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N) for N in cfg.pairs}
 
 
 def train_batch(cfg, g):
-    """One training batch: batch_size sequences split as evenly as possible over cfg.pairs."""
-    shares = [cfg.batch_size // len(cfg.pairs) + (i < cfg.batch_size % len(cfg.pairs)) for i in range(len(cfg.pairs))]
-    parts = [mqar(b, N, cfg.block_size, cfg.n_keys, cfg.n_values, g) for b, N in zip(shares, cfg.pairs)]
-    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])  # (B, T) each
+    """batch_size sequences split as evenly as possible over cfg.pairs -> idx, targets (B, T) each."""
+    n_seq = cfg.batch_size
+    shares = [n_seq // len(cfg.pairs) + (i < n_seq % len(cfg.pairs)) for i in range(len(cfg.pairs))]
+    parts = [mqar(b, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N)
+             for b, N in zip(shares, cfg.pairs)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
+def batches(cfg, seed):
+    """The run's training batches, fresh draws from the run's seed: the first cfg.curriculum
+    steps hold the smallest pair count only (an N-curriculum), then the mixture of cfg.pairs."""
+    g, first = torch.Generator().manual_seed(seed), dataclasses.replace(cfg, pairs=(min(cfg.pairs),))
+    for step in itertools.count():
+        yield train_batch(first if step < cfg.curriculum else cfg, g)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,12 +233,23 @@ def state_floats(model, T):
     return model.state_floats(T) if isinstance(model, SPEN) else 2 * T * model.config.n_embd
 
 
-def lr_at(step, cfg, peak):
-    """Linear warmup to peak, then cosine to peak / 10 at the last step."""
+def lr_at(step, cfg):
+    """Warmup-stable-decay: linear warmup to cfg.lr, constant, then linear to 0 over the last
+    cfg.decay steps."""
     if step < cfg.warmup:
-        return peak * (step + 1) / cfg.warmup
-    frac = (step - cfg.warmup) / max(1, cfg.steps - 1 - cfg.warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        return cfg.lr * (step + 1) / cfg.warmup
+    return cfg.lr * min(1.0, (cfg.steps - step) / cfg.decay) if cfg.decay else cfg.lr
+
+
+def threshold(N):
+    """Validation accuracy at N pairs that counts as off the 1/N plateau: halfway from 1/N to 1."""
+    return (1 / N + 1) / 2
+
+
+def plateau_exit(curve, N):
+    """First step of the learning curve [(step, {N: acc}), ...] whose accuracy at N pairs is above
+    threshold(N); None if it never is."""
+    return next((step for step, acc in curve if acc[str(N)] > threshold(N)), None)
 
 
 @torch.no_grad()
@@ -221,19 +276,22 @@ def evaluate(model, sets, cfg):
 
 
 def run(job):
-    """Train one (variant, seed, lr); evaluate it on each split named in `splits` ('val': the
-    validation sequences, 'test': the test sequences) -> one dict per split under its name."""
-    cfg, variant, seed, lr, splits = job
+    """Train one (variant, seed): the validation curve every eval_every steps, the step where it
+    leaves the 1/N plateau at each N, and the final test evaluation."""
+    cfg, variant, seed = job
     torch.manual_seed(seed)
     t0 = time.time()
     model = build_model(cfg, variant)
-    opt = lm.configure_optimizers(model, cfg.weight_decay, lr, (0.9, 0.98), "cpu")
-    g = torch.Generator().manual_seed(seed)  # the run's training data
-    train_loss = []
-    for step in range(cfg.steps):
+    opt = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (0.9, 0.98), "cpu")
+    val, data, curve, train_loss = eval_set(cfg, cfg.val_seqs, VAL_SEED), batches(cfg, seed), [], []
+    for step in range(cfg.steps + 1):
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            curve.append((step, evaluate(model, val, cfg)["acc"]))
+        if step == cfg.steps:
+            break
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, cfg, lr)
-        idx, targets = train_batch(cfg, g)
+            group["lr"] = lr_at(step, cfg)
+        idx, targets = next(data)
         _, loss = model(idx, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -241,28 +299,37 @@ def run(job):
         opt.step()
         train_loss.append(loss.item())
     tail = train_loss[-max(1, cfg.steps // 10):]  # mean of the last 10% of steps
-    sets = dict(val=(cfg.val_seqs, VAL_SEED), test=(cfg.test_seqs, TEST_SEED))
-    return dict(variant=variant, seed=seed, lr=lr, params=model.num_params(),
-                state_floats=state_floats(model, cfg.block_size), train_loss=sum(tail) / len(tail),
-                seconds=time.time() - t0, **{sp: evaluate(model, eval_set(cfg, *sets[sp]), cfg) for sp in splits})
+    return dict(variant=variant, seed=seed, params=model.num_params(), state_floats=state_floats(model, cfg.block_size),
+                train_loss=sum(tail) / len(tail), curve=curve, exit_step={str(N): plateau_exit(curve, N) for N in cfg.pairs},
+                seconds=time.time() - t0, test=evaluate(model, eval_set(cfg, cfg.test_seqs, TEST_SEED), cfg))
+
+
+def run_key(cfg):
+    """The settings a run's result depends on (a saved run is reused only under the same key)."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("out_dir", "variants", "seeds", "workers")}
 
 
 def run_all(cfg, jobs):
-    """Run the jobs, cfg.workers at a time; one line per finished run with an overall ETA."""
-    t0, results = time.time(), []
-    workers = min(cfg.workers, len(jobs))
-    threads = torch.get_num_threads()
+    """Run the jobs, cfg.workers at a time, saving each finished run as runs/VARIANT_sSEED.json
+    (a run already saved there under the same settings is reused); one line per run with an ETA."""
+    folder, key = os.path.join(cfg.out_dir, "runs"), json.loads(json.dumps(run_key(cfg)))
+    os.makedirs(folder, exist_ok=True)
+    path = lambda v, seed: os.path.join(folder, f"{v}_s{seed}.json")
+    results, todo = [], []
+    for job in jobs:
+        saved = json.load(open(path(*job[1:]))) if os.path.exists(path(*job[1:])) else None
+        results.append(saved) if saved and saved["settings"] == key else todo.append(job)
+    t0, workers, threads = time.time(), min(cfg.workers, len(todo)), torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: one thread per run is fastest and leaves a core per worker
     pool = mp.get_context("spawn").Pool(workers, torch.set_num_threads, (1,)) if workers > 1 else None
     try:
-        for r in (pool.imap_unordered(run, jobs) if pool else map(run, jobs)):
+        for done, r in enumerate(pool.imap_unordered(run, todo) if pool else map(run, todo), 1):
+            checkpoint.atomic_json(dict(r, settings=key), path(r["variant"], r["seed"]))
             results.append(r)
-            done, el = len(results), time.time() - t0
-            split = "val" if "val" in r else "test"  # the sweep shows validation accuracy only
-            accs = " ".join(f"{N}:{a:.2f}" for N, a in r[split]["acc"].items())
-            print(f"[{done}/{len(jobs)}] {r['variant']:<24s} seed {r['seed']} lr {r['lr']:.0e} {split} "
-                  f"acc {accs} | train loss {r['train_loss']:.3f} | {r['seconds']:.0f} s | "
-                  f"elapsed {el:.0f} s, ETA {el / done * (len(jobs) - done):.0f} s", flush=True)
+            el, accs = time.time() - t0, " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
+            print(f"[{done}/{len(todo)}] {r['variant']:<24s} seed {r['seed']} test acc {accs} | plateau exit "
+                  f"{r['exit_step']} | train loss {r['train_loss']:.3f} | {r['seconds']:.0f} s | elapsed {el:.0f} s, "
+                  f"ETA {el / done * (len(todo) - done):.0f} s", flush=True)
     finally:
         torch.set_num_threads(threads)
         if pool:
@@ -281,10 +348,11 @@ def mean_std(xs):
 
 
 def summarize(cfg, results, seconds):
-    """recall.json: per variant, mean and std over seeds of accuracy per pair count and distance."""
+    """recall.json: per variant, mean and std over seeds of test accuracy per pair count and
+    distance, the plateau-exit step per seed and pair count, and the validation curves."""
     out = dict(command=command(cfg), settings=dataclasses.asdict(cfg), seconds=round(seconds, 1),
-               chance=1.0 / cfg.n_values, variants={})
-    out["settings"]["lr_per_variant"] = {v: cfg.lr or LR[v] for v in cfg.variants}
+               hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores", run_seconds=round(sum(r["seconds"] for r in results), 1), chance=1.0 / cfg.n_values,
+               threshold={str(N): threshold(N) for N in cfg.pairs}, variants={})
     for v in cfg.variants:
         rs = sorted((r for r in results if r["variant"] == v), key=lambda r: r["seed"])
         stats = {N: mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
@@ -295,7 +363,8 @@ def summarize(cfg, results, seconds):
                                   acc_distance={d: m for d, (m, s) in dist.items()},
                                   params=rs[0]["params"], state_floats=rs[0]["state_floats"],
                                   capacity_pairs=rs[0]["state_floats"] / (2 * cfg.n_embd),
-                                  lr=rs[0]["lr"], seconds=[round(r["seconds"], 1) for r in rs])
+                                  exit_step={N: [r["exit_step"][N] for r in rs] for N in stats},
+                                  seconds=[round(r["seconds"], 1) for r in rs], curves=[r["curve"] for r in rs])
     return out
 
 
@@ -310,26 +379,44 @@ def command(cfg):
     return " ".join(["python recall.py"] + flags)
 
 
+NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept when the table is rewritten
+
+
 def write_md(res, path):
     s, pairs = res["settings"], list(res["settings"]["pairs"])
+    recipe = (f"{s['steps']} steps x {s['batch_size']} fresh sequences (the first {s['curriculum']} with "
+              f"N = {min(pairs)} only), AdamW lr {s['lr']:g} (warmup {s['warmup']}, constant, linear decay to 0 over the last "
+              f"{s['decay']}), weight decay {s['weight_decay']:g}, clip 1.0, the same for every variant")
     lines = [f"# MQAR recall: accuracy at answer positions (test sequences, data seed {TEST_SEED})", "",
-             f"`{res['command']}`: T = {s['block_size']}, C = {s['n_embd']}, {s['n_layer']} layer(s), "
-             f"{s['n_head']} head(s), {s['steps']} steps x {s['batch_size']} sequences, {s['seeds']} seed(s); "
-             f"{s['n_keys']} keys, {s['n_values']} values (chance {res['chance']:.4f}); wall {res['seconds']:.0f} s.", "",
-             "| variant | params | state floats / layer | capacity (pairs) | lr | " +
+             f"`{res['command']}`", "",
+             f"T = {s['block_size']}, C = {s['n_embd']}, {s['n_layer']} layer(s), {s['n_head']} head(s); {recipe}; "
+             f"{s['seeds']} seed(s); {s['n_keys']} keys, {s['n_values']} values (chance {res['chance']:.4f}). "
+             f"Wall {res['seconds']:.0f} s for this invocation with {s['workers']} worker(s) of one thread each on "
+             f"{res['hardware']}; the runs' own times sum to {res['run_seconds']:.0f} s.", "",
+             "| variant | params | state floats / layer | capacity (pairs) | " +
              " | ".join(f"N={N} (1/N={1 / N:.2f})" for N in pairs) + " |",
-             "|---" * (5 + len(pairs)) + "|"]
+             "|---" * (4 + len(pairs)) + "|"]
     for v, r in res["variants"].items():
         cells = [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs]
-        lines.append(f"| {v} | {r['params']:,} | {r['state_floats']:,} | {r['capacity_pairs']:.1f} | {r['lr']:.0e} | "
+        lines.append(f"| {v} | {r['params']:,} | {r['state_floats']:,} | {r['capacity_pairs']:.1f} | "
                      + " | ".join(cells) + " |")
+    lines += ["", f"Plateau exit: the first validation evaluation (every {s['eval_every']} steps, {s['val_seqs']} "
+              "sequences per N, data seed " f"{VAL_SEED}) whose accuracy at N pairs is above (1/N + 1) / 2; "
+              "'-' = never within the budget; one entry per seed.", "",
+              "| variant | " + " | ".join(f"N={N} (> {threshold(N):.3f})" for N in pairs) + " |",
+              "|---" * (1 + len(pairs)) + "|"]
+    for v, r in res["variants"].items():
+        lines.append(f"| {v} | " + " | ".join(", ".join("-" if x is None else f"{x:,}" for x in r["exit_step"][str(N)])
+                                              for N in pairs) + " |")
     bins = sorted({int(d) for r in res["variants"].values() for d in r["acc_distance"]})
     lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", "",
               "| variant | " + " | ".join(f"d>={d}" for d in bins) + " |", "|---" * (1 + len(bins)) + "|"]
     for v, r in res["variants"].items():
         lines.append(f"| {v} | " + " | ".join(f"{r['acc_distance'].get(str(d), float('nan')):.3f}" for d in bins) + " |")
+    old = open(path).read() if os.path.exists(path) else ""
+    notes = old[old.index(NOTES):] if NOTES in old else ""
     with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(lines) + "\n" + ("\n" + notes if notes else ""))
 
 
 def plot(res, path):
@@ -337,22 +424,31 @@ def plot(res, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     pairs = list(res["settings"]["pairs"])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
     for v, r in res["variants"].items():
         style = "--" if v in BOUNDED else "-"
         a1.errorbar(pairs, [r["acc"][str(N)] for N in pairs], [r["acc_std"][str(N)] for N in pairs],
                     fmt=style + "o", ms=4, capsize=2, label=v)
         d = sorted(int(k) for k in r["acc_distance"])
         a2.plot(d, [r["acc_distance"][str(k)] for k in d], style + "o", ms=4, label=v)
+        curve = r["curves"][0]  # seed 0
+        a3.plot([step for step, _ in curve], [acc[str(ref)] for _, acc in curve], style, label=v)
     a1.plot(pairs, [1 / N for N in pairs], "k:", label="1/N (knows which values, not which key)")
-    for a in (a1, a2):
+    a3.axhline(1 / ref, color="k", ls=":", lw=0.8)
+    a3.axhline(threshold(ref), color="k", lw=0.6, label=f"plateau exit: > (1/N + 1) / 2")
+    for a in (a1, a2, a3):
         a.axhline(res["chance"], color="grey", lw=0.8, label="chance 1/M")
-        a.set_xscale("log", base=2)
         a.set_ylim(-0.02, 1.02)
         a.set_ylabel("accuracy")
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
     a1.set_xlabel("key-value pairs N")
     a2.set_xlabel("key-to-query distance (bin start, all N pooled)")
+    a3.set_xlabel("optimizer step")
+    a3.set_title(f"validation accuracy at N = {ref} while training (seed 0)")
     a1.legend(fontsize=7)
+    a3.legend(fontsize=7)
     a1.set_title("MQAR recall (dashed: state of fixed size whatever T)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -360,40 +456,20 @@ def plot(res, path):
 
 
 def write_outputs(cfg, res):
-    with open(os.path.join(cfg.out_dir, "recall.json"), "w") as f:
-        json.dump(res, f, indent=1)
+    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "recall.json"))
     write_md(res, os.path.join(cfg.out_dir, "recall.md"))
     plot(res, os.path.join(cfg.out_dir, "recall.png"))
     print(open(os.path.join(cfg.out_dir, "recall.md")).read())
 
 
 def main(cfg):
-    """Test run (default) or lr sweep (--sweep); returns the recall.json dict (sweep: sweep.json's).
-    The sweep trains each variant at every lr of SWEEP_LRS (seed 0), picks the lr with the best
-    mean validation accuracy over pair counts (ties: lower validation loss), writes sweep.json
-    (validation numbers only) and the recall.* files of the picked runs: the test numbers the
-    default run reproduces once LR holds the picked lrs (same seed, same data, same training)."""
+    """Train and test every (variant, seed) under the one recipe; returns the recall.json dict."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     t0 = time.time()
-    if not cfg.sweep:
-        jobs = [(cfg, v, seed, cfg.lr or LR[v], ("test",)) for seed in range(cfg.seeds) for v in cfg.variants]
-        res = summarize(cfg, run_all(cfg, jobs), time.time() - t0)
-        write_outputs(cfg, res)
-        return res
-    results = run_all(cfg, [(cfg, v, 0, lr, ("val", "test")) for v in cfg.variants for lr in SWEEP_LRS])
-    score = lambda r: (sum(r["val"]["acc"].values()) / len(r["val"]["acc"]), -sum(r["val"]["loss"].values()))
-    picked = [max((r for r in results if r["variant"] == v), key=score) for v in cfg.variants]
-    best = {r["variant"]: r["lr"] for r in picked}
-    runs = [{k: x for k, x in r.items() if k != "test"} for r in sorted(results, key=lambda r: (r["variant"], r["lr"]))]
-    out = dict(command=command(cfg), settings=dataclasses.asdict(cfg), seconds=round(time.time() - t0, 1),
-               lrs=SWEEP_LRS, best_lr=best, runs=runs)
-    with open(os.path.join(cfg.out_dir, "sweep.json"), "w") as f:
-        json.dump(out, f, indent=1)
-    res = summarize(dataclasses.replace(cfg, seeds=1), picked, time.time() - t0)
-    res["settings"]["lr_per_variant"] = best
+    results = run_all(cfg, [(cfg, v, seed) for seed in range(cfg.seeds) for v in cfg.variants])
+    res = summarize(cfg, results, time.time() - t0)
     write_outputs(cfg, res)
-    print("best lr per variant (mean validation accuracy over pair counts); put it in LR:", json.dumps(best))
-    return out
+    return res
 
 
 def get_parser():

@@ -1,7 +1,10 @@
 """Tests for recall.py: the MQAR generator's properties (answers only at query positions,
 distinct keys and values, nothing to copy in the query region, determinism per seed), the
-recall.json shape of a tiny run, one-line errors for bad settings, and one learning property
-(a tiny history reader recalls far above the 1/N plateau). A few seconds on 2 cores."""
+recipe's pieces (the training batches are a pure function of the seed, smallest N first, the
+warmup-stable-decay lr, the plateau-exit step on hand-made curves, saved runs reused only under
+the same settings), the recall.json shape of a tiny run, one-line errors for bad settings, and
+one learning property (a tiny history reader recalls far above the 1/N plateau). A few seconds
+on 2 cores."""
 import json
 
 import pytest
@@ -34,6 +37,16 @@ def test_answers_only_at_queries_and_each_key_asked_once(n_pairs):
         assert sorted(query[b][query[b] < K].tolist()) == sorted(keys[b].tolist()), "every key asked once"
 
 
+def test_query_span_puts_the_queries_right_after_the_pairs():
+    N = 4
+    idx, targets, _ = recall.mqar(32, N, T, K, M, torch.Generator().manual_seed(0), span=N)
+    assert (targets[:, 2 * N:3 * N] >= 0).all() and not (targets[:, 3 * N:] >= 0).any(), "span N: back to back"
+    assert (idx[:, 3 * N:] == K + M).all(), "blank after the queries"
+    idx, targets, _ = recall.mqar(256, N, T, K, M, torch.Generator().manual_seed(0), span=2 * N)
+    answered = (targets >= 0).nonzero()[:, 1]
+    assert answered.min() == 2 * N and answered.max() == 4 * N - 1, "span 2N: within the 2N positions after the pairs"
+
+
 def test_answer_is_the_pair_and_cannot_be_copied_from_the_query_region():
     N = 6
     idx, targets, distance = draw(n_pairs=N)
@@ -56,8 +69,53 @@ def test_generator_is_deterministic_per_seed():
                            recall.eval_set(cfg, 5, recall.TEST_SEED)[4][0]), "validation and test differ"
 
 
-TINY = dict(pairs=(2, 4), block_size=16, n_keys=8, n_values=8, test_seqs=4, val_seqs=4, n_layer=1, n_embd=16,
-            n_head=1, steps=3, warmup=1, batch_size=4, seeds=2, workers=1)
+TINY = dict(pairs=(2, 4), block_size=16, n_keys=8, n_values=8, query_span=0, test_seqs=4, val_seqs=4, n_layer=1,
+            n_embd=16, n_head=1, steps=3, warmup=1, decay=0, curriculum=0, batch_size=4, eval_every=2, seeds=2,
+            workers=1)
+
+
+def test_training_batches_are_a_pure_function_of_the_seed_with_the_smallest_n_first():
+    cfg = recall.RecallConfig(**{**TINY, "steps": 10, "curriculum": 3, "batch_size": 6})
+    take = lambda seed: [b for _, b in zip(range(6), recall.batches(cfg, seed))]
+    a, b, c = take(0), take(0), take(1)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b)), "same seed, same batches"
+    assert not torch.equal(a[0][0], c[0][0])
+    answers = [(t >= 0).sum(1).tolist() for _, t in a]  # pair count of each sequence
+    assert all(n == [2] * 6 for n in answers[:3]), "curriculum steps: the smallest N only"
+    assert all(sorted(n) == [2, 2, 2, 4, 4, 4] for n in answers[3:]), "then an even mixture"
+    assert len({tuple(r) for x, _ in a for r in x.tolist()}) == 36, "fresh draws do not repeat"
+
+
+def test_lr_is_warmup_then_constant_then_linear_decay_to_zero():
+    cfg = recall.RecallConfig(**{**TINY, "steps": 100, "warmup": 10, "decay": 20, "lr": 1e-3})
+    lrs = [recall.lr_at(s, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)
+    assert all(x == 1e-3 for x in lrs[10:80])
+    assert lrs[80] == pytest.approx(1e-3) and lrs[90] == pytest.approx(5e-4) and lrs[99] == pytest.approx(5e-5)
+    assert all(a > b for a, b in zip(lrs[80:], lrs[81:]))
+    assert [recall.lr_at(s, recall.RecallConfig(**{**TINY, "steps": 5, "warmup": 0})) for s in range(5)] == [1e-3] * 5
+
+
+def test_plateau_exit_is_the_first_evaluation_above_halfway_from_one_over_n_to_one():
+    assert recall.threshold(8) == pytest.approx(0.5625) and recall.threshold(2) == pytest.approx(0.75)
+    curve = [(0, {"2": 0.0, "8": 0.0}), (100, {"2": 0.5, "8": 0.125}), (200, {"2": 0.76, "8": 0.5625}),
+             (300, {"2": 0.9, "8": 0.57}), (400, {"2": 0.7, "8": 0.99})]
+    assert recall.plateau_exit(curve, 2) == 200, "first step strictly above 0.75"
+    assert recall.plateau_exit(curve, 8) == 300, "0.5625 is not above the threshold; 0.57 is"
+    assert recall.plateau_exit(curve[:3], 8) is None, "never above: None"
+
+
+def test_saved_runs_are_reused_only_under_the_same_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(recall, "plot", lambda res, path: None)  # the figure is another test's
+    cfg = recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "variants": ("linear",), "seeds": 1})
+    first = recall.main(cfg)
+    assert (tmp_path / "runs" / "linear_s0.json").exists()
+    monkeypatch.setattr(recall, "run", lambda job: pytest.fail("a saved run was trained again"))
+    again = recall.main(cfg)
+    assert again["variants"]["linear"]["acc"] == first["variants"]["linear"]["acc"]
+    with pytest.raises(pytest.fail.Exception):
+        recall.main(recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "variants": ("linear",), "seeds": 1,
+                                                                   "steps": 4}))
 
 
 def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
@@ -66,6 +124,9 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
     assert on_disk == json.loads(json.dumps(res))
     assert {"settings", "chance", "variants"} <= set(on_disk)
     assert on_disk["chance"] == 1 / 8 and on_disk["settings"]["steps"] == 3
+    for name, v in on_disk["variants"].items():
+        assert len(v["curves"]) == 2 and [s for s, _ in v["curves"][0]] == [0, 2, 3], "eval every 2 steps and at the end"
+        assert set(v["exit_step"]) == {"2", "4"} and len(v["exit_step"]["2"]) == 2
     assert list(on_disk["variants"]) == list(recall.VARIANTS)
     for name, v in on_disk["variants"].items():
         assert {"acc", "acc_std", "params", "state_floats"} <= set(v), name
@@ -81,7 +142,10 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
 
 @pytest.mark.parametrize("argv, flag", [(["--pairs", "8", "--block_size", "20"], "--block_size"),
                                         (["--variants", "nope"], "--variants"),
-                                        (["--steps", "0"], "--steps")])
+                                        (["--steps", "0"], "--steps"),
+                                        (["--curriculum", "1501"], "--curriculum"),
+                                        (["--query_span", "-1"], "--query_span"),
+                                        (["--steps", "10", "--warmup", "5", "--decay", "6"], "--decay")])
 def test_bad_settings_fail_with_one_line_and_write_nothing(tmp_path, capsys, argv, flag):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
@@ -95,10 +159,12 @@ def test_tiny_history_reader_recalls_above_the_one_over_n_plateau(one_thread):
     """A 2-block softmax_history SPEN (no positions to learn: the fast trace already holds each
     value beside its key) must beat 1/N = 0.5 clearly at N = 2; a model that knows only which
     values occur, not which key each belongs to, cannot (chance is 1/8)."""
-    cfg = recall.RecallConfig(**{**TINY, "pairs": (2,), "block_size": 8, "test_seqs": 64, "n_layer": 2,
-                                 "n_embd": 32, "steps": 200, "warmup": 10, "batch_size": 32, "seeds": 1})
-    r = recall.run((cfg, "softmax_history", 0, 1e-2, ("test",)))["test"]
-    assert r["acc"]["2"] > 0.8, r["acc"]
+    cfg = recall.RecallConfig(**{**TINY, "pairs": (2,), "block_size": 8, "test_seqs": 64, "val_seqs": 64, "n_layer": 2,
+                                 "n_embd": 32, "steps": 200, "warmup": 10, "batch_size": 32, "seeds": 1,
+                                 "lr": 1e-2, "eval_every": 50})
+    r = recall.run((cfg, "softmax_history", 0))
+    assert r["test"]["acc"]["2"] > 0.8, r["test"]["acc"]
+    assert r["exit_step"]["2"] is not None and r["exit_step"]["2"] <= 200
 
 
 def test_two_workers_give_the_numbers_of_one(tmp_path):
