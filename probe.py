@@ -44,16 +44,16 @@ untrained network).
 
 import json
 import os
-import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 
 import cli
 import grammar
+import runs
 import spcn
 
 PAPER = {"within_instantaneous": 0.795, "within_traces": 0.960, "spcn_over_bigru": 0.96,
@@ -395,14 +395,10 @@ def fit(cfg):
 # --- outputs --------------------------------------------------------------------------------------
 
 
-def mean_std(values):
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def summarise(runs, seconds):
+def summarise(per_seed, seconds):
     """Per-seed score dicts -> the results.json dictionary (means, with stds beside)."""
     def agg(name, key):
-        return mean_std([r[name][key] for r in runs])
+        return runs.mean_std([r[name][key] for r in per_seed])
 
     every = lambda split_name, key: {w: (f"{split_name}_{w}", key) for w in WHO}
     within = every("within", "overall")
@@ -433,24 +429,14 @@ def summarise(runs, seconds):
         res["prediction_error"][w], std["prediction_error"][w] = {}, {}
         for split_name in ("within", "transfer"):
             res["prediction_error"][w][split_name], std["prediction_error"][w][split_name] = \
-                mean_std([r["prediction_error"][w][split_name] for r in runs])
-    res["params"] = runs[0]["params"]
+                runs.mean_std([r["prediction_error"][w][split_name] for r in per_seed])
+    res["params"] = per_seed[0]["params"]
     res["per_seed"] = [{name: {k: v[k] for k in ("overall", "deep", "content", "structural", "rc_verb")}
                         for name, v in r.items() if name.startswith(("within_", "transfer_"))}
-                       for r in runs]
+                       for r in per_seed]
     res["spcn_over_bigru_within"] = res["within"]["traces"] / res["within"]["bigru"]
-    res["seeds"], res["seconds"], res["std"], res["paper"] = len(runs), seconds, std, PAPER
+    res["seeds"], res["seconds"], res["std"], res["paper"] = len(per_seed), seconds, std, PAPER
     return res
-
-
-def command(cfg):
-    """The command line that reproduces cfg: the flags that differ from the defaults."""
-    flags = []
-    for f in fields(cfg):
-        v = getattr(cfg, f.name)
-        if v != f.default:
-            flags.append(f"--{f.name} " + (" ".join(map(str, v)) if isinstance(v, tuple) else str(v)))
-    return " ".join(["python probe.py"] + flags)
 
 
 def write_markdown(res, path, cfg):
@@ -464,7 +450,7 @@ def write_markdown(res, path, cfg):
     lines = [
         f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
         f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",
-        f"Command: `{command(cfg)}`", "",
+        f"Command: `{cli.command_line('probe.py', cfg)}`", "",
         "SPCN columns: linear probes on activity + EMA traces, fit on A-train roles (the SPCN itself "
         "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", "",
         "| quantity | " + " | ".join(WHO.values()) + " | paper SPCN | paper BiGRU |",
@@ -544,8 +530,8 @@ def main(cfg):
     loaded = spcn.load(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
     t0 = time.time()
     log = lambda msg: print(f"[{time.time() - t0:6.1f} s] {msg}", flush=True)
-    runs = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
-    res = summarise(runs, time.time() - t0)
+    per_seed = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
+    res = summarise(per_seed, time.time() - t0)
     res["args"] = asdict(cfg)
     os.makedirs(cfg.out_dir, exist_ok=True)
     with open(os.path.join(cfg.out_dir, "results.json"), "w") as fh:

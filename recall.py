@@ -80,8 +80,6 @@ results/recall/.
 import dataclasses
 import itertools
 import json
-import math
-import multiprocessing as mp
 import os
 import platform
 import time
@@ -92,6 +90,7 @@ import torch
 import checkpoint
 import cli
 import lm
+import runs
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 
@@ -319,11 +318,10 @@ def run_all(cfg, jobs):
     for job in jobs:
         saved = json.load(open(path(*job[1:]))) if os.path.exists(path(*job[1:])) else None
         results.append(saved) if saved and saved["settings"] == key else todo.append(job)
-    t0, workers, threads = time.time(), min(cfg.workers, len(todo)), torch.get_num_threads()
+    t0, threads = time.time(), torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: one thread per run is fastest and leaves a core per worker
-    pool = mp.get_context("spawn").Pool(workers, torch.set_num_threads, (1,)) if workers > 1 else None
     try:
-        for done, r in enumerate(pool.imap_unordered(run, todo) if pool else map(run, todo), 1):
+        for done, (_, r) in enumerate(runs.run_jobs(run, todo, cfg.workers), 1):
             checkpoint.atomic_json(dict(r, settings=key), path(r["variant"], r["seed"]))
             results.append(r)
             el, accs = time.time() - t0, " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
@@ -332,9 +330,6 @@ def run_all(cfg, jobs):
                   f"ETA {el / done * (len(todo) - done):.0f} s", flush=True)
     finally:
         torch.set_num_threads(threads)
-        if pool:
-            pool.close()
-            pool.join()
     return results
 
 
@@ -342,21 +337,16 @@ def run_all(cfg, jobs):
 # Outputs
 
 
-def mean_std(xs):
-    m = sum(xs) / len(xs)
-    return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5 if len(xs) > 1 else 0.0
-
-
 def summarize(cfg, results, seconds):
     """recall.json: per variant, mean and std over seeds of test accuracy per pair count and
     distance, the plateau-exit step per seed and pair count, and the validation curves."""
-    out = dict(command=command(cfg), settings=dataclasses.asdict(cfg), seconds=round(seconds, 1),
+    out = dict(command=cli.command_line("recall.py", cfg), settings=dataclasses.asdict(cfg), seconds=round(seconds, 1),
                hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores", run_seconds=round(sum(r["seconds"] for r in results), 1), chance=1.0 / cfg.n_values,
                threshold={str(N): threshold(N) for N in cfg.pairs}, variants={})
     for v in cfg.variants:
         rs = sorted((r for r in results if r["variant"] == v), key=lambda r: r["seed"])
-        stats = {N: mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
-        dist = {d: mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
+        stats = {N: runs.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
+        dist = {d: runs.mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
         out["variants"][v] = dict(acc={N: m for N, (m, s) in stats.items()},
                                   acc_std={N: s for N, (m, s) in stats.items()},
                                   acc_per_seed={N: [r["test"]["acc"][N] for r in rs] for N in stats},
@@ -366,17 +356,6 @@ def summarize(cfg, results, seconds):
                                   exit_step={N: [r["exit_step"][N] for r in rs] for N in stats},
                                   seconds=[round(r["seconds"], 1) for r in rs], curves=[r["curve"] for r in rs])
     return out
-
-
-def command(cfg):
-    """The command line that reproduces cfg: the script and every setting that is not a default."""
-    flags = []
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        if v != f.default:
-            text = " ".join(map(str, v)) if isinstance(v, tuple) else str(v)
-            flags.append(f"--{f.name}" if v is True else f"--no-{f.name}" if v is False else f"--{f.name} {text}")
-    return " ".join(["python recall.py"] + flags)
 
 
 NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept when the table is rewritten
