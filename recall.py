@@ -317,7 +317,7 @@ def run_all(cfg, jobs):
     results, todo = [], []
     for job in jobs:
         saved = json.load(open(path(*job[1:]))) if os.path.exists(path(*job[1:])) else None
-        results.append(saved) if saved and saved["settings"] == key else todo.append(job)
+        results.append(dict(saved, reused=True)) if saved and saved["settings"] == key else todo.append(job)
     t0, threads = time.time(), torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: one thread per run is fastest and leaves a core per worker
     try:
@@ -341,7 +341,8 @@ def summarize(cfg, results, seconds):
     """recall.json: per variant, mean and std over seeds of test accuracy per pair count and
     distance, the plateau-exit step per seed and pair count, and the validation curves."""
     out = dict(command=cli.command_line("recall.py", cfg), settings=dataclasses.asdict(cfg), seconds=round(seconds, 1),
-               hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores", run_seconds=round(sum(r["seconds"] for r in results), 1), chance=1.0 / cfg.n_values,
+               hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores", chance=1.0 / cfg.n_values,
+               run_seconds=round(sum(r["seconds"] for r in results), 1), reused=sum("reused" in r for r in results),
                threshold={str(N): threshold(N) for N in cfg.pairs}, variants={})
     for v in cfg.variants:
         rs = sorted((r for r in results if r["variant"] == v), key=lambda r: r["seed"])
@@ -371,7 +372,8 @@ def write_md(res, path):
              f"T = {s['block_size']}, C = {s['n_embd']}, {s['n_layer']} layer(s), {s['n_head']} head(s); {recipe}; "
              f"{s['seeds']} seed(s); {s['n_keys']} keys, {s['n_values']} values (chance {res['chance']:.4f}). "
              f"Wall {res['seconds']:.0f} s for this invocation with {s['workers']} worker(s) of one thread each on "
-             f"{res['hardware']}; the runs' own times sum to {res['run_seconds']:.0f} s.", "",
+             f"{res['hardware']} ({res['reused']} of the runs reused from runs/); the runs' own times sum to "
+             f"{res['run_seconds']:.0f} s.", "",
              "| variant | params | state floats / layer | capacity (pairs) | " +
              " | ".join(f"N={N} (1/N={1 / N:.2f})" for N in pairs) + " |",
              "|---" * (4 + len(pairs)) + "|"]
