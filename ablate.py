@@ -23,8 +23,16 @@ earlier in the window (some j < i - 1 with w_j = w_{i-1} and w_{j+1} = w_i): an 
 could predict it. Each variant's per-token loss is split into hits and all other tokens, beside
 the bigram's and unigram's per-token losses on the same tokens.
 
+The copy split (the content question, sharpest on bytes): a target w_i is a COPY when it and the
+k tokens before it, w_(i-k) .. w_i, occurred earlier in the window (a (k+1)-gram ending at some
+j < i), i.e. an in-context copy of a string of at least k tokens predicts it; binned by the
+distance i - j to the nearest such j (COPY_BINS). Losses on copies and on all other targets, per
+variant and for the unigram, bigram and trigram yardsticks on the same targets. A state reader
+must carry the string in its traces to copy it; a history reader or GPT can look it up.
+
 Shape glossary
-    B windows, T tokens per window (block_size), V vocabulary, n seeds per variant.
+    B windows, T tokens per window (block_size), V vocabulary, n seeds per variant,
+    k tokens of context a copy must repeat (copy_k).
 
 Noise rule: a difference of means counts when |d| > 2 SE, SE = sqrt(s_1^2 / n + s_2^2 / n),
 s the sample standard deviations over the n seeds; otherwise "within seed noise". Applied to
@@ -35,8 +43,10 @@ Run
     python ablate.py --out_dir results/ablate         # refresh the committed reference
     python ablate.py --preset gpu --out_dir out/ablate_gpu   # larger, one CUDA GPU, offline (see PRESETS)
     python ablate.py --content_only                   # only the content probe of finished runs
+    python ablate.py --preset cpu_bytes --out_dir results/ablate_bytes   # UTF-8 bytes, 6 readers
 Writes ablate.json, ablate.md, curves.png (validation loss against tokens, with the yardsticks),
-hits.png (the hit split) and, through content.py, content.json / content.png under --out_dir
+hits.png (the hit split), copy.png (the copy split) and, through content.py (BPE runs only),
+content.json / content.png under --out_dir
 (default out/ablate); run folders (checkpoints, logs, metrics.jsonl, result.json) under
 OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a run stopped
 mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses nothing. The reference numbers are in results/ablate/.
@@ -60,6 +70,7 @@ import checkpoint
 import cli
 import content
 import data as data_lib
+import ngram
 import train
 
 VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
@@ -75,9 +86,11 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
           "gpt": "tokens (KV cache)"}
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
-SHARED = ("data", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
+SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
 HIT_SEED = train.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
+YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (data.baselines)
+COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
 PRESETS = {
     "cpu": {},  # the field defaults
     # One GPU, offline, on builtin: 4 blocks of width 256, T 256, 32 x 256 = 8,192 tokens per step,
@@ -87,6 +100,13 @@ PRESETS = {
     "gpu": dict(n_layer=4, n_embd=256, block_size=256, batch_size=32, max_iters=1500, lr=1e-3, min_lr=1e-4,
                 warmup_iters=100, dropout=0.1, eval_interval=100, eval_iters=20, hit_seqs=256, workers=1,
                 device="cuda"),
+    # UTF-8 bytes of builtin (V = 256): the six readers of the content question at train.py's
+    # cpu_bytes shape (4 x 128, T 256), 1M bytes per run as 500 steps of 8 x 256 (early on, more
+    # updates of a smaller batch buy more per byte), one thread, no content probe (it decodes BPE).
+    "cpu_bytes": dict(tokenizer="bytes", variants=("linear", "softmax_state", "linear_attn_history",
+                                                   "softmax_history", "selective", "gpt"),
+                      n_layer=4, n_embd=128, block_size=256, batch_size=8, max_iters=500, lr=2e-3, min_lr=2e-4,
+                      warmup_iters=20, eval_interval=50, eval_iters=16, hit_seqs=128, workers=1, content=False),
 }
 
 
@@ -99,6 +119,8 @@ class AblateConfig:
     content_only: bool = cli.arg(False, "train nothing: only the content probe of the runs in OUT/runs", group="I/O")
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")
     data: str = cli.arg("builtin", "corpus (train and validation splits): builtin | files:PATH | ...", group="data")
+    tokenizer: str = cli.arg("gpt2", "gpt2 (BPE) | bytes (UTF-8 bytes, V = 256), every variant",
+                             choices=data_lib.TOKENIZERS, group="data")
     block_size: int = cli.arg(128, "T, tokens per sequence", group="data")
     n_layer: int = cli.arg(2, "blocks, every variant", group="model")
     n_embd: int = cli.arg(64, "C, width, every variant", group="model")
@@ -112,6 +134,8 @@ class AblateConfig:
     eval_interval: int = cli.arg(20, "steps between validation losses (the curves)", group="evaluation")
     eval_iters: int = cli.arg(10, "validation batches per evaluation (a fixed set)", group="evaluation")
     hit_seqs: int = cli.arg(64, "validation windows of the hit split (a fixed set)", group="evaluation")
+    copy_k: int = cli.arg(8, "copy split: a target is a copy when it and the k tokens before it occurred earlier "
+                          "in the window", group="evaluation")
     workers: int = cli.arg(2, "runs trained at a time, one CPU thread each (1: in this process)", group="system")
     device: str = cli.arg("cpu", "passed to train.py: cpu | cuda | auto", group="system")
 
@@ -119,8 +143,10 @@ class AblateConfig:
         self.variants = tuple(self.variants)
         bad = [v for v in self.variants if v not in VARIANTS]
         cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
-        for name in ("seeds", "hit_seqs", "workers"):
+        for name in ("seeds", "hit_seqs", "workers", "copy_k"):
             cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
+        cli.require(not (self.content and self.tokenizer != "gpt2"), "--content probes BPE runs only; add "
+                    "--no-content with --tokenizer {}", self.tokenizer)
         if not self.content_only:
             for name in self.variants:
                 train_config(self, name, 0)  # train.py's own checks of every setting, as one line
@@ -184,13 +210,69 @@ def split(nll, hits):
                 hit_fraction=hits.double().mean().item(), loss_all=nll.mean().item())
 
 
-def yardstick_nll(name, w):
-    """Per-token losses (B, T) of the unigram and bigram yardsticks (data.py) on windows w."""
-    counts = data_lib.ngram_counts(data_lib.load_split(name, "train"))
-    lam = data_lib.baselines(name)["bigram_lambda"]
-    p_uni, p_ml = data_lib.token_probs(counts, w.flatten().numpy())  # p_ml[i] uses token i - 1
-    p_uni, p_ml = (torch.from_numpy(p).view(w.shape)[:, 1:] for p in (p_uni, p_ml))  # targets w[:, 1:]
-    return dict(unigram=-p_uni.log(), bigram=-(lam * p_ml + (1 - lam) * p_uni).log())
+def copy_distance(w, k):
+    """w (B, T+1) token windows -> (B, T) int64: for the target w[b, i] (i = t + 1), the distance
+    i - j to the nearest earlier j < i whose k + 1 tokens w[j-k .. j] equal w[i-k .. i] (the target
+    continues a k-token string seen earlier, as it continued then: an in-context copy predicts it);
+    0 where there is none. Occurrences may overlap (a run of one byte: distance 1)."""
+    B, L = w.shape
+    n = L - k  # end positions e = k .. L-1 of the (k+1)-grams
+    same = torch.ones(B, n, n, dtype=torch.bool)
+    for d in range(k + 1):  # (k+1)-gram ending at e equals the one ending at e': all k+1 tokens agree
+        g = w[:, k - d:L - d]  # (B, n): the token d before each end
+        same &= g[:, :, None] == g[:, None, :]
+    earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # [e, e']: e' < e
+    pos = torch.arange(n)
+    nearest = torch.where(same & earlier, pos, -1).amax(-1)  # (B, n): latest earlier end, -1: none
+    dist = torch.zeros(B, L - 1, dtype=torch.long)
+    dist[:, k - 1:] = torch.where(nearest >= 0, pos - nearest, 0)  # target index t = e - 1
+    return dist
+
+
+def copy_distance_loop(w, k):
+    """The plain-loop definition of copy_distance, the reference it is tested against."""
+    B, L = w.shape
+    dist = torch.zeros(B, L - 1, dtype=torch.long)
+    for b in range(B):
+        s = w[b].tolist()
+        for i in range(k, L):
+            for j in range(i - 1, k - 1, -1):  # nearest first
+                if s[j - k:j + 1] == s[i - k:i + 1]:
+                    dist[b, i - 1] = i - j
+                    break
+    return dist
+
+
+def copy_split(nll, dist, bins=COPY_BINS):
+    """Per-token losses (B, T) split by copy distance (copy_distance): dict(loss_copy, loss_other,
+    copy_fraction, by_distance=[dict(lo, hi, loss, fraction)] over the bins [1, e0), [e0, e1), ...)."""
+    nll = torch.as_tensor(nll, dtype=torch.float64)
+    copy = dist > 0
+    edges = (1, *bins, None)
+    rows = []
+    for lo, hi in zip(edges, edges[1:]):
+        m = (dist >= lo) & (dist < hi if hi else True)
+        rows.append(dict(lo=lo, hi=hi, loss=nll[m].mean().item() if m.any() else None,
+                         fraction=m.double().mean().item()))
+    return dict(loss_copy=nll[copy].mean().item() if copy.any() else None, loss_other=nll[~copy].mean().item(),
+                copy_fraction=copy.double().mean().item(), by_distance=rows)
+
+
+def yardstick_nll(name, w, tokenizer="gpt2"):
+    """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (data.baselines: the
+    same counts and weights) on windows w; each window is scored on its own (no context across)."""
+    counts = data_lib.ngram_counts(data_lib.load_split(name, "train", tokenizer=tokenizer),
+                                   data_lib.vocab_size(tokenizer), order=3)
+    y = data_lib.baselines(name, tokenizer=tokenizer)
+    lam, mu = y["bigram_lambda"], y["trigram_mu"]
+    rows = {k: [] for k in YARDSTICKS}
+    for win in w.numpy():  # (T+1,): p[i] is the probability of win[i] given what precedes it in the window
+        p_uni, p_ml = data_lib.token_probs(counts, win)
+        p_bi = lam * p_ml + (1 - lam) * p_uni
+        p_tri = mu * ngram.trigram_probs(counts, win, p_bi) + (1 - mu) * p_bi
+        for k, p in zip(("unigram", "bigram", "trigram"), (p_uni, p_bi, p_tri)):
+            rows[k].append(-np.log(p[1:]))  # targets win[1:]
+    return {k: torch.from_numpy(np.stack(v)) for k, v in rows.items()}
 
 
 # ---- training (one run per job, cfg.workers at a time) -------------------------------------
@@ -212,7 +294,7 @@ def run_one(job):
     cfg, name, seed = job
     tcfg = train_config(cfg, name, seed)
     key = json.loads(json.dumps(dataclasses.asdict(tcfg)))
-    hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED)
+    hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k, copy_bins=list(COPY_BINS))
     path = os.path.join(tcfg.out_dir, "result.json")
     rec = json.load(open(path)) if os.path.exists(path) else {}
     if not same_run(rec.get("train_config"), key):
@@ -233,8 +315,9 @@ def run_one(job):
     if rec.get("hit_key") != hit_key:
         device = "cuda" if tcfg.device == "auto" and torch.cuda.is_available() else tcfg.device.replace("auto", "cpu")
         model, _ = checkpoint.load_model(os.path.join(tcfg.out_dir, "ckpt_last.pt"), device)
-        w = hit_windows(cfg, data_lib.load_split(cfg.data, "val"))
-        rec.update(hit_key=hit_key, split=split(token_nll(model, w.to(device)).cpu(), recall_hits(w)))
+        w = hit_windows(cfg, data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer))
+        nll = token_nll(model, w.to(device)).cpu()
+        rec.update(hit_key=hit_key, split=split(nll, recall_hits(w)), copy=copy_split(nll, copy_distance(w, cfg.copy_k)))
     checkpoint.atomic_json(rec, path)
     return dict(rec, name=name, seed=seed, run=tcfg.out_dir)
 
@@ -314,6 +397,18 @@ def mean_std(xs):
     return m, float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
 
 
+def mean_copy(splits):
+    """The copy splits of a variant's seeds -> their means, with the per-seed values beside them."""
+    def avg(xs):
+        return float(np.mean(xs)) if None not in xs else None
+    out = {k: avg([s[k] for s in splits]) for k in ("loss_copy", "loss_other", "copy_fraction")}
+    out.update(loss_copy_per_seed=[s["loss_copy"] for s in splits], loss_other_per_seed=[s["loss_other"] for s in splits])
+    out["by_distance"] = [dict(lo=b["lo"], hi=b["hi"], fraction=b["fraction"],
+                               loss=avg([s["by_distance"][i]["loss"] for s in splits]))
+                          for i, b in enumerate(splits[0]["by_distance"])]
+    return out
+
+
 def compare(v, ref):
     """The noise rule (docstring) for v against ref: dict(delta, two_se, verdict)."""
     n_v, n_r = len(v["val_loss"]), len(ref["val_loss"])
@@ -325,10 +420,10 @@ def compare(v, ref):
                 ("lower" if d < 0 else "higher"))
 
 
-def summarize(cfg, records, yard, yard_split, seconds):
+def summarize(cfg, records, yard, yard_split, seconds, yard_copy=None):
     """records of every run -> the ablate.json dict."""
     out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yard,
-               yardstick_split=yard_split, noise_rule="a difference counts when |d| > 2 SE, "
+               yardstick_split=yard_split, yardstick_copy=yard_copy, copy_bins=list(COPY_BINS), noise_rule="a difference counts when |d| > 2 SE, "
                "SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds", variants={}, history_vs_state={})
     for name in cfg.variants:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
@@ -342,6 +437,8 @@ def summarize(cfg, records, yard, yard_split, seconds):
         for k in ("loss_hit", "loss_other", "hit_fraction"):
             v[k] = float(np.mean([r["split"][k] for r in rs]))
             v[k + "_per_seed"] = [r["split"][k] for r in rs]
+        if all("copy" in r for r in rs):
+            v["copy"] = mean_copy([r["copy"] for r in rs])
         out["variants"][name] = v
     vs = out["variants"]
     for name, v in vs.items():
@@ -362,7 +459,8 @@ def write_md(res, path):
              f"over the runs (train.py's own clock): {sum(sum(v['seconds']) for v in vs.values()):.0f} s; wall time of "
              f"this invocation {res['seconds']:.0f} s (reused runs cost nothing in it).", "",
              f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
-             f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}** nats/token.", "",
+             f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}**"
+             + (f", **trigram {y['trigram']:.3f}**" if "trigram" in y else "") + " nats/token.", "",
              "| variant | reads | val loss mean ± std | per seed | − bigram | Δ vs linear | 2·SE | verdict | "
              "best val | params |", "|---" * 10 + "|"]
     for name, v in vs.items():
@@ -383,15 +481,70 @@ def write_md(res, path):
               "recall hits (the bigram (w_(i-1), w_i) occurred earlier in the window: "
               f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", "",
               "| model | loss on hits | loss on others | all tokens | hits − others |", "|---|---|---|---|---|"]
-    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in ("bigram", "unigram"))]:
+    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in YARDSTICKS if k in ys)]:
         all_ = r.get("loss_all", r["hit_fraction"] * r["loss_hit"] + (1 - r["hit_fraction"]) * r["loss_other"])
         lines.append(f"| {name} | {r['loss_hit']:.3f} | {r['loss_other']:.3f} | {all_:.3f} | "
                      f"{r['loss_hit'] - r['loss_other']:+.3f} |")
+    if res.get("yardstick_copy") and all("copy" in v for v in vs.values()):
+        lines += copy_table(res)
     lines += ["", "Validation loss in nats after the last step (train.py's fixed validation batches; best val: the "
               "lowest over the evaluations, mean over seeds); "
               "seed s reads the same training batches in every variant. Noise rule: " + res["noise_rule"] + "."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _bin_name(b):
+    return f"{b['lo']}-{b['hi'] - 1}" if b["hi"] else f"{b['lo']}+"
+
+
+def copy_table(res):
+    """ablate.md lines: the copy split per variant and yardstick, overall and by distance."""
+    s, vs, yc = res["settings"], res["variants"], res["yardstick_copy"]
+    bins = yc["bigram"]["by_distance"]
+    f = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = ["", f"The copy split: a target is a **copy** when it and the {s['copy_k']} tokens before it occurred "
+             f"earlier in the window (an in-context copy of a >= {s['copy_k']}-token string predicts it): "
+             f"{yc['bigram']['copy_fraction']:.1%} of the {s['hit_seqs']} x {s['block_size']} validation targets. "
+             "By distance to the nearest earlier occurrence (share of all targets in brackets):", "",
+             "| model | loss on copies | loss on others | copies − others | "
+             + " | ".join(f"copy at {_bin_name(b)} ({b['fraction']:.1%})" for b in bins) + " |",
+             "|---" * (4 + len(bins)) + "|"]
+    rows = [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in YARDSTICKS if k in yc)]
+    for name, r in rows:
+        c = r.get("copy", r)
+        gap = None if c["loss_copy"] is None else c["loss_copy"] - c["loss_other"]
+        lines.append(f"| {name} | {f(c['loss_copy'])} | {f(c['loss_other'])} | "
+                     + ("—" if gap is None else f"{gap:+.3f}") + " | "
+                     + " | ".join(f(b["loss"]) for b in c["by_distance"]) + " |")
+    return lines
+
+
+def plot_copy(res, path):
+    """Loss on copies (by distance) and on all other targets, per variant, beside the yardsticks."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = {n: v["copy"] for n, v in res["variants"].items()}
+    rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in YARDSTICKS if k in res["yardstick_copy"]})
+    bins = res["yardstick_copy"]["bigram"]["by_distance"]
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    width = 0.8 / (len(bins) + 1)
+    x = np.arange(len(rows))
+    for i, b in enumerate(bins):
+        ax.bar(x + (i - len(bins) / 2) * width, [r["by_distance"][i]["loss"] or 0 for r in rows.values()], width,
+               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {_bin_name(b)} ({b['fraction']:.0%})")
+    ax.bar(x + len(bins) / 2 * width, [r["loss_other"] for r in rows.values()], width, color="0.6",
+           label=f"not a copy ({1 - res['yardstick_copy']['bigram']['copy_fraction']:.0%})")
+    ax.set_xticks(x, list(rows), rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("per-token validation loss (nats)")
+    ax.set_title(f"where the loss goes: targets an in-context copy of >= {res['settings']['copy_k']} tokens predicts, "
+                 "by distance, and the rest")
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def read_curve(run):
@@ -418,9 +571,11 @@ def plot_curves(res, path):
             ax.plot(xs, ys, color=f"C{i}", ls="--" if "history" in v["family"] else "-",
                     alpha=0.9 if s == 0 else 0.4, label=name if s == 0 else None)
     y = res["yardsticks"]
-    for k, ls in (("unigram", ":"), ("bigram", "-.")):
-        ax.axhline(y[k], color="k", ls=ls, lw=1.2, label=f"{k} yardstick ({y[k]:.2f})")
-    ax.set_ylim(min(y["bigram"], *(v["val_loss_mean"] for v in res["variants"].values())) - 0.3, y["unigram"] + 1.5)
+    for k, ls in (("unigram", ":"), ("bigram", "-."), ("trigram", "--")):
+        if k in y:
+            ax.axhline(y[k], color="k", ls=ls, lw=1.2, label=f"{k} yardstick ({y[k]:.2f})")
+    ax.set_ylim(min(y.get("trigram", y["bigram"]), *(v["val_loss_mean"] for v in res["variants"].values())) - 0.3,
+                y["unigram"] + 1.5)
     ax.set_xlabel("training tokens")
     ax.set_ylabel("validation loss (nats)")
     ax.set_title(f"validation loss on {res['settings']['data']} (dashed: history readers; faint: other seeds)")
@@ -435,7 +590,8 @@ def plot_hits(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = {**res["variants"], **{f"{k} (yardstick)": res["yardstick_split"][k] for k in ("bigram", "unigram")}}
+    ys = res["yardstick_split"]
+    rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in YARDSTICKS if k in ys}}
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(10, 4.5))
     ax.bar(x - 0.2, [r["loss_hit"] for r in rows.values()], 0.4, label="recall hits (in-context copy possible)")
@@ -462,20 +618,25 @@ def main(cfg):
     if cfg.content_only:
         return content.main(content_config(cfg))
     t0 = time.time()
-    val = data_lib.load_split(cfg.data, "val")  # a missing corpus fails here, before any write
-    yard = data_lib.baselines(cfg.data)
+    val = data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
+    yard = data_lib.baselines(cfg.data, tokenizer=cfg.tokenizer)
     w = hit_windows(cfg, val)
-    hits = recall_hits(w)
-    yard_split = {k: split(nll, hits) for k, nll in yardstick_nll(cfg.data, w).items()}
+    hits, dist = recall_hits(w), copy_distance(w, cfg.copy_k)
+    yard_nll = yardstick_nll(cfg.data, w, cfg.tokenizer)
+    yard_split = {k: split(nll, hits) for k, nll in yard_nll.items()}
+    yard_copy = {k: copy_split(nll, dist) for k, nll in yard_nll.items()}
     jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
     records = run_all(cfg, jobs)
-    res = summarize(cfg, records, {k: yard[k] for k in ("dataset", "unigram", "bigram")}, yard_split, time.time() - t0)
+    res = summarize(cfg, records, {k: yard[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in yard},
+                    yard_split, time.time() - t0, yard_copy)
     os.makedirs(cfg.out_dir, exist_ok=True)
     with open(os.path.join(cfg.out_dir, "ablate.json"), "w") as f:
         json.dump(res, f, indent=2)
     write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
     plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))
     plot_hits(res, os.path.join(cfg.out_dir, "hits.png"))
+    if all("copy" in v for v in res["variants"].values()):
+        plot_copy(res, os.path.join(cfg.out_dir, "copy.png"))
     print(open(os.path.join(cfg.out_dir, "ablate.md")).read(), flush=True)
     if cfg.content:
         res["content"] = content.main(content_config(cfg))

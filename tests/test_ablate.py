@@ -75,6 +75,36 @@ def test_recall_hits_match_the_loop_and_count_repeats():
     assert ablate.recall_hits(w).tolist() == [[False, False, False, True, False, False]]
 
 
+def test_copy_distance_matches_the_loop():
+    g = torch.Generator().manual_seed(0)
+    for k in (1, 3, 8):
+        w = torch.randint(0, 3, (5, 30), generator=g)  # 3 symbols: short repeats by chance ...
+        w = torch.cat([w, w[:, 5:20], torch.randint(0, 3, (5, 15), generator=g)], 1)  # ... and a long copy
+        d = ablate.copy_distance(w, k)
+        assert torch.equal(d, ablate.copy_distance_loop(w, k)) and d.shape == (5, 59)
+        assert (d > 0).any() and (d == 0).any()
+        assert d[:, :k - 1].eq(0).all()  # fewer than k tokens before the target: never a copy
+
+
+def test_copy_distance_by_hand():
+    # targets w[1:] = 2 3 9 1 2 3 8 1 2 3; with k = 2 the string "1 2 3" repeats: the target 3 at
+    # i = 6 continues "1 2" as at j = 2 (distance 4), and at i = 10 the nearest is j = 6 (again 4)
+    w = torch.tensor([[1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3]])
+    assert ablate.copy_distance(w, 2).tolist() == [[0, 0, 0, 0, 0, 4, 0, 0, 0, 4]]
+    assert ablate.copy_distance(w, 3).tolist() == [[0] * 10]  # "9 1 2 3" and "8 1 2 3" differ
+    assert ablate.copy_distance(torch.tensor([[5, 5, 5, 5, 5]]), 2).tolist() == [[0, 0, 1, 1]]  # a run overlaps
+
+
+def test_copy_split_by_hand():
+    nll = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
+    dist = torch.tensor([[0, 3, 0, 10, 200, 0]])
+    s = ablate.copy_split(nll, dist, bins=(8, 128))
+    assert s["loss_copy"] == pytest.approx(11 / 3) and s["loss_other"] == pytest.approx(10 / 3)
+    assert s["copy_fraction"] == pytest.approx(0.5)
+    assert [(b["lo"], b["hi"], b["loss"], b["fraction"]) for b in s["by_distance"]] == [
+        (1, 8, 2.0, pytest.approx(1 / 6)), (8, 128, 4.0, pytest.approx(1 / 6)), (128, None, 5.0, pytest.approx(1 / 6))]
+
+
 def test_split_weights_hits_and_others():
     nll = torch.tensor([[1.0, 3.0, 5.0, 7.0]])
     hits = torch.tensor([[True, False, False, True]])
@@ -87,6 +117,8 @@ def test_split_weights_hits_and_others():
     (dict(seeds=0), "--seeds must be >= 1"),
     (dict(max_iters=0), "--max_iters must be an integer >= 1"),  # train.py's own check
     (dict(block_size=1), "--block_size must be >= 2"),
+    (dict(tokenizer="bytes"), "--content probes BPE runs only"),
+    (dict(copy_k=0), "--copy_k must be >= 1"),
 ])
 def test_bad_settings_are_config_errors(overrides, message, tmp_path):
     with pytest.raises(cli.ConfigError, match=message):
