@@ -1,0 +1,345 @@
+"""Where does GPT overtake SPEN? Validation loss against training tokens, per model and width.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": at 8B tokens
+the 130M SPEN reaches C4 perplexity 260 where a GPT-2 small reaches 33. At small budgets the
+EMA model wins here (results/ablate, results/ablate_bytes): somewhere in between, as tokens or
+width grow, the curves must cross. This script draws the curves (log-log) and finds the
+crossing, or says that it lies beyond the budget and where the curves point.
+
+Each (model, width) is one train.py run, trained in segments: it stops at log-spaced steps,
+evaluates, saves ckpt_last, and continues from it (train.py --resume is exact), so every
+point of a curve is the same run and a stopped script continues where it was. The runs advance
+together, point by point: stopped at any time, every curve reaches about the same D. The learning
+rate is CONSTANT after a linear warmup (min_lr = lr): the run does not know its length, so
+every point means the same thing ("loss after D tokens at this lr"). A cosine or WSD cooldown
+would lower every point; the comparison between models at equal D holds either way.
+Overfitting watch: beside each validation loss, the mean training loss of the steps since the
+previous point (train.py's metrics.jsonl) and the passes over the training split so far.
+
+Crossover: the first D at which gpt's validation loss is below `linear`'s (log-interpolated
+between points), per width. Without one, the gap gpt - linear is fit as a line in log D over
+the last half of the points and extrapolated to zero: a rough pointer, not a measurement.
+
+Shape glossary
+    B sequences per step (batch_size), T tokens per sequence (block_size), A micro-batches per
+    step (grad_accum), C width (n_embd), D training tokens = step * A * B * T.
+
+Run
+    python scaling.py                                     # preset cpu: bytes on builtin, one thread
+    python scaling.py --out_dir results/scaling           # refresh the committed reference
+    python scaling.py --preset gpu_130m --out_dir out/scaling_130m   # the paper's pair, one GPU
+    python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
+Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
+(default out/scaling); run folders (train.py's log.txt, metrics.jsonl, checkpoints) under
+OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
+"""
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import checkpoint
+import cli
+import data as data_lib
+import train
+
+MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
+    "gpt": dict(model="gpt"),
+    "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
+    "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
+}
+PRESETS = {
+    "cpu": {},  # the field defaults: UTF-8 bytes of builtin, 4 blocks, widths 128 and 64
+    # The paper's pair: 12 x 768, GPT-2 BPE, FineWeb-Edu, C4 validation, 524,288 tokens per step,
+    # curves to 2B tokens (the paper's 8B: --max_tokens 8e9). Needs the hub (or a filled cache).
+    "gpu_130m": dict(data="fineweb-edu", eval_data="c4", tokenizer="gpt2", models=("gpt", "linear"), widths=(768,),
+                     n_layer=12, block_size=1024, batch_size=32, grad_accum=16, max_tokens=2e9, first_tokens=5e6,
+                     lr=6e-4, warmup_iters=715, eval_iters=50, device="cuda", compile=True),
+    # The cheaper sweep: 6 blocks, widths 128 .. 768, 131,072 tokens per step, 1B tokens each.
+    "gpu_sweep": dict(data="fineweb-edu", eval_data="fineweb-edu", tokenizer="gpt2", models=("gpt", "linear"),
+                      widths=(128, 256, 512, 768), n_layer=6, block_size=1024, batch_size=32, grad_accum=4,
+                      max_tokens=1e9, first_tokens=1e6, lr=1e-3, warmup_iters=200, eval_iters=50, device="cuda",
+                      compile=True),
+}
+
+
+@dataclass
+class ScalingConfig:
+    out_dir: str = cli.arg("out/scaling", "folder for scaling.json/md/png; runs in OUT/runs", group="I/O")
+    models: tuple = cli.arg(("gpt", "linear", "softmax_history"), "models, any of " + " ".join(MODELS), group="model")
+    widths: tuple = cli.arg((128, 64), "C, widths (every model at every width)", group="model")
+    n_layer: int = cli.arg(4, "blocks, every run", group="model")
+    data: str = cli.arg("builtin", "training corpus: builtin | fineweb-edu | files:PATH | ...", group="data")
+    eval_data: str = cli.arg("", "validation corpus; empty: the same as --data", group="data")
+    tokenizer: str = cli.arg("bytes", "bytes (UTF-8, V = 256) | gpt2 (BPE)", choices=data_lib.TOKENIZERS,
+                             group="data")
+    block_size: int = cli.arg(256, "T, tokens per sequence", group="data")
+    batch_size: int = cli.arg(16, "B, sequences per micro-batch", group="optimization")
+    grad_accum: int = cli.arg(1, "A, micro-batches per step", group="optimization")
+    max_tokens: float = cli.arg(1e7, "training tokens of each run (the last point)", group="optimization")
+    first_tokens: float = cli.arg(4e4, "training tokens at the first point after step 0", group="optimization")
+    points: int = cli.arg(16, "evaluation points, log-spaced from --first_tokens to --max_tokens", group="evaluation")
+    eval_iters: int = cli.arg(20, "validation batches per point (a fixed set, train.py's)", group="evaluation")
+    lr: float = cli.arg(2e-3, "learning rate after warmup, held constant", group="optimization")
+    warmup_iters: int = cli.arg(50, "linear warmup steps", group="optimization")
+    seed: int = cli.arg(0, "seed of initialisation and data order (the same for every run)", group="system")
+    device: str = cli.arg("cpu", "passed to train.py: cpu | cuda | auto", group="system")
+    compile: bool = cli.arg(False, "torch.compile (GPU presets)", group="system")
+
+    def __post_init__(self):
+        self.models, self.widths = tuple(self.models), tuple(int(w) for w in self.widths)
+        bad = [m for m in self.models if m not in MODELS]
+        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(MODELS), bad)
+        cli.require(self.widths and min(self.widths) >= 1, "--widths must be >= 1, got {}", self.widths)
+        cli.require(self.points >= 2, "--points must be >= 2, got {}", self.points)
+        cli.require(0 < self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
+                    self.first_tokens, self.max_tokens)
+        for m in self.models:
+            for w in self.widths:
+                run_config(self, m, w, 1)  # train.py's own checks, as one line
+
+
+def tokens_per_step(cfg):
+    return cfg.batch_size * cfg.block_size * cfg.grad_accum
+
+
+def eval_steps(cfg):
+    """The steps at which a curve is read: log-spaced from first_tokens to max_tokens, distinct."""
+    per = tokens_per_step(cfg)
+    first, last = max(1, round(cfg.first_tokens / per)), max(2, round(cfg.max_tokens / per))
+    return sorted({int(round(s)) for s in np.geomspace(first, last, cfg.points)})
+
+
+def run_dir(cfg, name, width):
+    return os.path.join(cfg.out_dir, "runs", f"{name}_c{width}")
+
+
+def run_config(cfg, name, width, max_iters, resume=False):
+    """The TrainConfig of one segment: train.py's defaults < the shared settings < the model."""
+    return train.make_config(
+        "130m", **MODELS[name], data=cfg.data, eval_data=cfg.eval_data, tokenizer=cfg.tokenizer, n_layer=cfg.n_layer,
+        n_embd=width, block_size=cfg.block_size, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
+        max_iters=max_iters, lr=cfg.lr, min_lr=cfg.lr, warmup_iters=cfg.warmup_iters, dropout=0.0,
+        eval_interval=max(eval_steps(cfg)), eval_iters=cfg.eval_iters, log_interval=max(1, max_iters // 10),
+        seed=cfg.seed, device=cfg.device, compile=cfg.compile, out_dir=run_dir(cfg, name, width), resume=resume)
+
+
+def read_points(run, per_step, train_tokens):
+    """The curve of a run folder: one dict per evaluation (step 0 included) with the validation
+    loss, the mean training loss since the previous evaluation and the passes over the train split."""
+    points, losses = [], []
+    path = os.path.join(run, "metrics.jsonl")
+    for line in open(path) if os.path.exists(path) else []:
+        rec = json.loads(line) if line.strip().endswith("}") else {}
+        if "train_loss" in rec:
+            losses.append(rec["train_loss"])
+        if "val_loss" in rec:
+            points.append(dict(step=rec["step"], tokens=rec["step"] * per_step, val_loss=rec["val_loss"],
+                               train_loss=float(np.mean(losses)) if losses else None,
+                               epochs=rec["step"] * per_step / train_tokens))
+            losses = []
+    return points
+
+
+def progress(run):
+    """Steps a run folder's last checkpoint holds (0: none)."""
+    path = os.path.join(run, "ckpt_last.pt")
+    return checkpoint.load(path)["step"] if os.path.exists(path) else 0
+
+
+# ---- where the curves cross ------------------------------------------------------------------
+
+
+def crossover(a, b):
+    """First D where curve a's loss falls below curve b's, log-interpolated between the shared
+    points; a and b are lists of (tokens, loss) on the same steps. None when a never goes below."""
+    pairs = [(d, la - lb) for (d, la), (_, lb) in zip(a, b) if d > 0]
+    for (d0, g0), (d1, g1) in zip(pairs, pairs[1:]):
+        if g0 >= 0 > g1:
+            return float(math.exp(math.log(d0) + g0 / (g0 - g1) * (math.log(d1) - math.log(d0))))
+    return None
+
+
+def extrapolate_gap(a, b, frac=0.5):
+    """Fit gap = a - b as c0 + c1 log D over the last `frac` of the shared points; returns
+    dict(slope per e-fold of D, gap_last, tokens_at_zero or None when the gap does not close)."""
+    pts = [(math.log(d), la - lb) for (d, la), (_, lb) in zip(a, b) if d > 0]
+    pts = pts[-max(2, int(round(frac * len(pts)))):]
+    x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    c1, c0 = np.polyfit(x, y, 1)
+    zero = float(math.exp(-c0 / c1)) if c1 < 0 and y[-1] > 0 else None
+    return dict(slope_per_efold=float(c1), gap_last=float(y[-1]), tokens_at_zero=zero, fit_points=len(pts))
+
+
+def analyse(cfg, curves):
+    """Per width: gpt against each SPEN model, measured crossover or the extrapolated one."""
+    out = {}
+    for w in cfg.widths:
+        g = curves.get(f"gpt_c{w}")
+        for m in cfg.models:
+            c = curves.get(f"{m}_c{w}")
+            if m == "gpt" or not g or not c:
+                continue
+            n = min(len(g["points"]), len(c["points"]))
+            a = [(p["tokens"], p["val_loss"]) for p in g["points"][:n]]
+            b = [(p["tokens"], p["val_loss"]) for p in c["points"][:n]]
+            if n >= 3:
+                out[f"gpt - {m} at width {w}"] = dict(width=w, model=m, up_to_tokens=a[-1][0], crossover_tokens=
+                                                      crossover(a, b), **extrapolate_gap(a, b))
+    return out
+
+
+# ---- the runs ----------------------------------------------------------------------------------
+
+
+def advance(cfg, name, width, step):
+    """Train one (model, width) run up to `step` (a segment: resume, train, evaluate, save);
+    nothing when its checkpoint is already there. Returns True when it trained."""
+    done = progress(run_dir(cfg, name, width))
+    if done >= step:
+        return False
+    t0 = time.time()
+    with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
+        res = train.main(run_config(cfg, name, width, step, resume=done > 0))
+    print(f"{name:<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
+          f"{time.time() - t0:.0f} s", flush=True)
+    return True
+
+
+def collect(cfg, yard, train_tokens, seconds):
+    per = tokens_per_step(cfg)
+    curves = {}
+    for m in cfg.models:
+        for w in cfg.widths:
+            run = run_dir(cfg, m, w)
+            pts = read_points(run, per, train_tokens)
+            if pts:
+                log = os.path.join(run, "log.txt")
+                params = next((int(ln.split("params:")[1].split("|")[0].replace(",", ""))
+                               for ln in open(log) if ln.startswith("params:")), None)
+                curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
+                                           train_seconds=train_seconds(run))
+    return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
+                eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",
+                yardsticks=yard, seconds=round(seconds, 1), curves=curves, crossovers=analyse(cfg, curves))
+
+
+def train_seconds(run):
+    """Seconds of training in a run folder (the sum of its step times in metrics.jsonl)."""
+    path = os.path.join(run, "metrics.jsonl")
+    return round(sum(json.loads(ln).get("ms", 0) for ln in open(path) if ln.strip().endswith("}")) / 1000, 1)
+
+
+# ---- tables and figure -------------------------------------------------------------------------
+
+
+def write_md(res, path):
+    s, y = res["settings"], res["yardsticks"] or {}
+    unit = "byte" if s["tokenizer"] == "bytes" else "token"
+    lines = [f"# Where GPT overtakes SPEN: validation loss against training {unit}s", "",
+             f"`python scaling.py` on `{s['data']}` ({s['tokenizer']}), {s['n_layer']} blocks, T = {s['block_size']}, "
+             f"{res['tokens_per_step']:,} {unit}s per step, lr {s['lr']:g} after {s['warmup_iters']} warmup steps, "
+             f"{res['schedule']}; seed {s['seed']}, one run per (model, width). Train split: "
+             f"{res['train_split_tokens']:,} {unit}s. Wall time of this invocation {res['seconds']:.0f} s.", ""]
+    if y:
+        lines += [f"Yardsticks (nats/{unit}): unigram {y['unigram']:.3f}, bigram {y['bigram']:.3f}"
+                  + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + ".", ""]
+    lines += ["| run | params | train s | " + " | ".join(f"{p['tokens']:,}" for p in _longest(res)) + " |",
+              "|---" * (3 + len(_longest(res))) + "|"]
+    for k, c in res["curves"].items():
+        lines.append(f"| {k} | {c['params']:,} | {c['train_seconds']:.0f} | "
+                     + " | ".join(f"{p['val_loss']:.3f}" for p in c["points"]) + " |")
+    lines += ["", f"Validation loss (nats/{unit}) after the number of training {unit}s in the header "
+              "(train.py's fixed validation batches).", "", "Overfitting watch, at the last point of each run:", "",
+              "| run | passes over train | mean train loss since previous point | val loss | val − train |",
+              "|---|---|---|---|---|"]
+    for k, c in res["curves"].items():
+        p = c["points"][-1]
+        if p["train_loss"] is not None:
+            lines.append(f"| {k} | {p['epochs']:.2f} | {p['train_loss']:.3f} | {p['val_loss']:.3f} | "
+                         f"{p['val_loss'] - p['train_loss']:+.3f} |")
+    lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):",
+              "", f"| pair | measured up to | gap at the last point | crossover {unit}s | slope of the gap per e-fold "
+              f"of {unit}s (fit on the last points) | extrapolated zero |", "|---|---|---|---|---|---|"]
+    for k, x in res["crossovers"].items():
+        cross = f"{x['crossover_tokens']:,.0f}" if x["crossover_tokens"] else "none measured"
+        zero = f"~{x['tokens_at_zero']:.2g}" if x["tokens_at_zero"] else "—"
+        lines.append(f"| {k} | {x['up_to_tokens']:,} | {x['gap_last']:+.3f} | {cross} | "
+                     f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points) | {zero} |")
+    lines += ["", "The extrapolation fits a straight line to the gap in log tokens over the last half of the points "
+              "and reads where it reaches zero: a pointer to where to look, not a measurement."]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def _longest(res):
+    return max((c["points"] for c in res["curves"].values()), key=len, default=[])
+
+
+def plot(res, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
+    models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
+    for c in res["curves"].values():
+        pts = [p for p in c["points"] if p["tokens"] > 0]
+        ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3,
+                color=f"C{models.index(c['model'])}", ls=["-", "--", ":", "-."][widths.index(c["width"]) % 4],
+                label=f"{c['model']} C={c['width']} ({c['params'] / 1e6:.2f}M)")
+    for k, ls in (("bigram", "-."), ("trigram", ":")):
+        if res["yardsticks"] and k in res["yardsticks"]:
+            ax.axhline(res["yardsticks"][k], color="k", lw=1, ls=ls, label=f"{k} yardstick ({res['yardsticks'][k]:.2f})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    unit = "bytes" if res["settings"]["tokenizer"] == "bytes" else "tokens"
+    ax.set_xlabel(f"training {unit} (constant lr after warmup)")
+    ax.set_ylabel(f"validation loss (nats/{unit[:-1]})")
+    ax.set_title(f"where GPT overtakes SPEN: {res['settings']['data']} ({res['settings']['tokenizer']})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(cfg):
+    """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict."""
+    t0 = time.time()
+    name = cfg.eval_data or cfg.data
+    train_tokens = len(data_lib.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
+    yard = train.yardsticks(run_config(cfg, cfg.models[0], cfg.widths[0], 1))
+    yard = {k: yard[k] for k in ("unigram", "bigram", "trigram") if k in yard} | {"dataset": name} if yard else None
+    os.makedirs(cfg.out_dir, exist_ok=True)
+
+    def save():
+        res = collect(cfg, yard, train_tokens, time.time() - t0)
+        checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
+        write_md(res, os.path.join(cfg.out_dir, "scaling.md"))
+        plot(res, os.path.join(cfg.out_dir, "scaling.png"))
+        return res
+
+    for step in eval_steps(cfg):  # step-major: stopped at any time, every curve reaches about the same D
+        if any([advance(cfg, m, w, step) for w in cfg.widths for m in cfg.models]):
+            save()  # partial results land on disk as they come
+    res = save()
+    print(open(os.path.join(cfg.out_dir, "scaling.md")).read(), flush=True)
+    return res
+
+
+def get_parser():
+    return cli.parser(ScalingConfig, "Validation loss against training tokens for GPT and SPEN readers at several "
+                      "widths; where GPT overtakes SPEN (see the module docstring).", presets=PRESETS)
+
+
+if __name__ == "__main__":
+    config = cli.parse(ScalingConfig, get_parser(), presets=PRESETS)
+    cli.main_guard(lambda: main(config), checkpoint.CheckpointError, data_lib.DataUnavailable, ValueError,
+                   prog="scaling.py")
