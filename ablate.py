@@ -299,8 +299,9 @@ def run_one(job):
     rec = json.load(open(path)) if os.path.exists(path) else {}
     if not same_run(rec.get("train_config"), key):
         last = os.path.join(tcfg.out_dir, "ckpt_last.pt")
-        if os.path.exists(last) and same_run(checkpoint.load(last)["train"], key):
-            tcfg = dataclasses.replace(tcfg, resume=True)  # interrupted: continue exactly from its checkpoint
+        if os.path.exists(last) and same_run(dict(checkpoint.load(last)["train"], resume=False), key):
+            # interrupted: continue exactly from its checkpoint (a resumed run saves resume=True: not a difference)
+            tcfg = dataclasses.replace(tcfg, resume=True)
         try:
             with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
                 res = train.main(tcfg)

@@ -135,6 +135,31 @@ def test_content_only_without_runs_is_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_an_interrupted_run_continues_from_its_checkpoint_even_after_a_resume(tmp_path, monkeypatch):
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path),
+                    **dict(TINY, variants=("linear",), seeds=1))
+    ablate.run_one((cfg, "linear", 0))
+    run = ablate.run_dir(cfg, "linear", 0)
+    os.remove(os.path.join(run, "result.json"))  # as if stopped before the end ...
+    ck = torch.load(os.path.join(run, "ckpt_last.pt"), weights_only=True)
+    ck["train"]["resume"] = True  # ... of a run that had already been resumed once
+    torch.save(ck, os.path.join(run, "ckpt_last.pt"))
+    seen = []
+
+    def fake_main(tcfg):
+        seen.append(tcfg)
+        raise SystemExit(130)
+    monkeypatch.setattr(ablate.train, "main", fake_main)
+    with pytest.raises(KeyboardInterrupt):
+        ablate.run_one((cfg, "linear", 0))
+    assert seen and seen[0].resume  # continued, not started over
+    ck["train"]["lr"] = 1.0  # another run's checkpoint: started over
+    torch.save(ck, os.path.join(run, "ckpt_last.pt"))
+    with pytest.raises(KeyboardInterrupt):
+        ablate.run_one((cfg, "linear", 0))
+    assert not seen[1].resume
+
+
 def test_same_run_tolerates_a_new_field_at_its_default_only():
     key = {k: v for k, v in ablate.dataclasses.asdict(ablate.train.make_config("cpu")).items()}
     old = {k: v for k, v in key.items() if k != "dropout"}  # a run saved before `dropout` existed
