@@ -273,7 +273,14 @@ def write_md(res, path):
         lines.append(f"| {k} | {x['up_to_tokens']:,} | {x['gap_last']:+.3f} | {cross} | "
                      f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points) | {zero} |")
     lines += ["", "The extrapolation fits a straight line to the gap in log tokens over the last half of the points "
-              "and reads where it reaches zero: a pointer to where to look, not a measurement."]
+              "and reads where it reaches zero: a pointer to where to look, not a measurement.", "",
+              "Prepared GPU runs (the same script and schedule; each run reads its own curve):", ""]
+    for name in ("gpu_130m", "gpu_sweep"):
+        g = cli.build(ScalingConfig, PRESETS, name)
+        lines.append(f"- `python scaling.py --preset {name} --out_dir out/scaling_{name[4:]}`: {', '.join(g.models)} at "
+                     f"width {', '.join(map(str, g.widths))}, {g.n_layer} blocks, {g.tokenizer} on {g.data} "
+                     f"(validation: {g.eval_data or g.data}), {tokens_per_step(g):,} tokens per step, "
+                     f"{g.max_tokens:.3g} tokens per run, {len(g.models) * len(g.widths)} runs.")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
