@@ -16,6 +16,11 @@ would lower every point; the comparison between models at equal D holds either w
 Overfitting watch: beside each validation loss, the mean training loss of the steps since the
 previous point (train.py's metrics.jsonl) and the passes over the training split so far.
 
+Where the loss goes along the way: at every point, the copy split of ablate.py (targets that an
+in-context copy of >= copy_k earlier tokens predicts, by distance, against all others) on the
+same fixed validation windows as the ablation, so a curve shows whether GPT overtakes SPEN on
+copies first, on the rest, or both.
+
 Crossover: the first D at which gpt's validation loss is below `linear`'s (log-interpolated
 between points), per width. Without one, the gap gpt - linear is fit as a line in log D over
 the last half of the points and extrapolated to zero: a rough pointer, not a measurement.
@@ -30,8 +35,8 @@ Run
     python scaling.py --preset gpu_130m --out_dir out/scaling_130m   # the paper's pair, one GPU
     python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
 Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
-(default out/scaling); run folders (train.py's log.txt, metrics.jsonl, checkpoints) under
-OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
+(default out/scaling); run folders (train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl,
+the copy split at each point) under OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
 """
 
 import contextlib
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import ablate
 import checkpoint
 import cli
 import data as data_lib
@@ -86,6 +92,10 @@ class ScalingConfig:
     first_tokens: float = cli.arg(4e4, "training tokens at the first point after step 0", group="optimization")
     points: int = cli.arg(16, "evaluation points, log-spaced from --first_tokens to --max_tokens", group="evaluation")
     eval_iters: int = cli.arg(20, "validation batches per point (a fixed set, train.py's)", group="evaluation")
+    hit_seqs: int = cli.arg(128, "validation windows of the copy split at each point (ablate.py's fixed set)",
+                            group="evaluation")
+    copy_k: int = cli.arg(8, "copy split: the target and the k tokens before it occurred earlier in the window",
+                          group="evaluation")
     lr: float = cli.arg(2e-3, "learning rate after warmup, held constant", group="optimization")
     warmup_iters: int = cli.arg(50, "linear warmup steps", group="optimization")
     seed: int = cli.arg(0, "seed of initialisation and data order (the same for every run)", group="system")
@@ -98,6 +108,8 @@ class ScalingConfig:
         cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(MODELS), bad)
         cli.require(self.widths and min(self.widths) >= 1, "--widths must be >= 1, got {}", self.widths)
         cli.require(self.points >= 2, "--points must be >= 2, got {}", self.points)
+        cli.require(self.hit_seqs >= 1 and self.copy_k >= 1, "--hit_seqs and --copy_k must be >= 1, got {} and {}",
+                    self.hit_seqs, self.copy_k)
         cli.require(0 < self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
                     self.first_tokens, self.max_tokens)
         for m in self.models:
@@ -145,6 +157,27 @@ def read_points(run, per_step, train_tokens):
                                epochs=rec["step"] * per_step / train_tokens))
             losses = []
     return points
+
+
+def read_copy(run):
+    """The copy splits of a run folder (copy.jsonl), one per point, by step."""
+    path = os.path.join(run, "copy.jsonl")
+    return [json.loads(ln) for ln in open(path) if ln.strip().endswith("}")] if os.path.exists(path) else []
+
+
+def copy_point(cfg, run, windows, dist, per_step):
+    """Append the copy split of run's last checkpoint to copy.jsonl, unless that step is there."""
+    path = os.path.join(run, "ckpt_last.pt")
+    if not os.path.exists(path):
+        return
+    ckpt = checkpoint.load(path)
+    if ckpt["step"] in {r["step"] for r in read_copy(run)}:
+        return
+    model = checkpoint.build(ckpt, path)
+    rec = dict(step=ckpt["step"], tokens=ckpt["step"] * per_step,
+               **ablate.copy_split(ablate.token_nll(model, windows), dist))
+    with open(os.path.join(run, "copy.jsonl"), "a") as f:
+        f.write(json.dumps(rec) + "\n")
 
 
 def progress(run):
@@ -224,7 +257,7 @@ def collect(cfg, yard, train_tokens, seconds):
                 params = next((int(ln.split("params:")[1].split("|")[0].replace(",", ""))
                                for ln in open(log) if ln.startswith("params:")), None)
                 curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
-                                           train_seconds=train_seconds(run))
+                                           train_seconds=train_seconds(run), copy=read_copy(run))
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
                 eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",
                 yardsticks=yard, seconds=round(seconds, 1), curves=curves, crossovers=analyse(cfg, curves))
@@ -264,6 +297,16 @@ def write_md(res, path):
         if p["train_loss"] is not None:
             lines.append(f"| {k} | {p['epochs']:.2f} | {p['train_loss']:.3f} | {p['val_loss']:.3f} | "
                          f"{p['val_loss'] - p['train_loss']:+.3f} |")
+    lines += ["", f"Where the loss goes at the last point with a copy split (ablate.py's split: a target is a copy "
+              f"when it and the {s['copy_k']} tokens before it occurred earlier in the window; {s['hit_seqs']} fixed "
+              "validation windows, the ablation's):", "",
+              "| run | tokens | loss on copies | loss on others | copies − others | by distance |", "|---|---|---|---|---|---|"]
+    for k, c in res["curves"].items():
+        if c["copy"]:
+            r = c["copy"][-1]
+            bins = ", ".join(f"{ablate._bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"] if b["loss"] is not None)
+            lines.append(f"| {k} | {r['tokens']:,} | {r['loss_copy']:.3f} | {r['loss_other']:.3f} | "
+                         f"{r['loss_copy'] - r['loss_other']:+.3f} | {bins} |")
     lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):",
               "", f"| pair | measured up to | gap at the last point | crossover {unit}s | slope of the gap per e-fold "
               f"of {unit}s (fit on the last points) | extrapolated zero |", "|---|---|---|---|---|---|"]
@@ -293,14 +336,19 @@ def plot(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.5))
     widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
     models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
     for c in res["curves"].values():
         pts = [p for p in c["points"] if p["tokens"] > 0]
-        ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3,
-                color=f"C{models.index(c['model'])}", ls=["-", "--", ":", "-."][widths.index(c["width"]) % 4],
+        style = dict(color=f"C{models.index(c['model'])}", ls=["-", "--", ":", "-."][widths.index(c["width"]) % 4])
+        ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3, **style,
                 label=f"{c['model']} C={c['width']} ({c['params'] / 1e6:.2f}M)")
+        cp = [r for r in c["copy"] if r["tokens"] > 0 and r["loss_copy"] is not None]
+        bx.plot([r["tokens"] for r in cp], [r["loss_copy"] for r in cp], marker="o", ms=3, **style,
+                label=f"{c['model']} C={c['width']}: copies")
+        bx.plot([r["tokens"] for r in cp], [r["loss_other"] for r in cp], marker="x", ms=4, alpha=0.5, **style,
+                label=f"{c['model']} C={c['width']}: others")
     for k, ls in (("bigram", "-."), ("trigram", ":")):
         if res["yardsticks"] and k in res["yardsticks"]:
             ax.axhline(res["yardsticks"][k], color="k", lw=1, ls=ls, label=f"{k} yardstick ({res['yardsticks'][k]:.2f})")
@@ -312,6 +360,13 @@ def plot(res, path):
     ax.set_title(f"where GPT overtakes SPEN: {res['settings']['data']} ({res['settings']['tokenizer']})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set_xlabel(f"training {unit}")
+    bx.set_ylabel(f"validation loss (nats/{unit[:-1]})")
+    bx.set_title(f"targets an in-context copy (>= {res['settings']['copy_k']} tokens) predicts (o) vs the rest (x)")
+    bx.grid(alpha=0.3, which="both")
+    bx.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -333,8 +388,15 @@ def main(cfg):
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
+    windows = ablate.hit_windows(cfg, data_lib.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
+    dist = ablate.copy_distance(windows, cfg.copy_k)
     for step in eval_steps(cfg):  # step-major: stopped at any time, every curve reaches about the same D
-        if any([advance(cfg, m, w, step) for w in cfg.widths for m in cfg.models]):
+        trained = False
+        for w in cfg.widths:
+            for m in cfg.models:
+                trained |= advance(cfg, m, w, step)
+                copy_point(cfg, run_dir(cfg, m, w), windows, dist, tokens_per_step(cfg))
+        if trained:
             save()  # partial results land on disk as they come
     res = save()
     print(open(os.path.join(cfg.out_dir, "scaling.md")).read(), flush=True)

@@ -43,6 +43,8 @@ def test_outputs_and_segments_equal_one_run(tiny_run, tmp_path):
     for c in saved["curves"].values():
         assert [p["step"] for p in c["points"]] == [0, 2, 3, 6] and c["params"] > 0
         assert c["points"][-1]["tokens"] == 6 * 64 and c["points"][-1]["train_loss"] > 0
+        assert [r["step"] for r in c["copy"]] == [2, 3, 6]  # the copy split at every point after step 0
+        assert all(r["loss_other"] > 0 and 0 <= r["copy_fraction"] < 1 for r in c["copy"])
     assert "gpt - linear at width 32" in saved["crossovers"]
     for f in ("scaling.md", "scaling.png"):
         assert os.path.getsize(os.path.join(out, f)) > 500
