@@ -32,6 +32,7 @@ Shape glossary
 Run
     python scaling.py                                     # preset cpu: bytes on builtin, one thread
     python scaling.py --out_dir results/scaling           # refresh the committed reference
+    python scaling.py --out_dir results/scaling --no-train    # tables and figure of the runs as they are
     python scaling.py --preset gpu_130m --out_dir out/scaling_130m   # the paper's pair, one GPU
     python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
 Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
@@ -78,6 +79,8 @@ PRESETS = {
 @dataclass
 class ScalingConfig:
     out_dir: str = cli.arg("out/scaling", "folder for scaling.json/md/png; runs in OUT/runs", group="I/O")
+    train: bool = cli.arg(True, "train the runs up to --max_tokens (--no-train: only write scaling.json/md/png from "
+                          "the run folders as they are, e.g. after stopping)", group="I/O")
     models: tuple = cli.arg(("gpt", "linear", "softmax_history"), "models, any of " + " ".join(MODELS), group="model")
     widths: tuple = cli.arg((128, 64), "C, widths (every model at every width)", group="model")
     n_layer: int = cli.arg(4, "blocks, every run", group="model")
@@ -390,7 +393,8 @@ def main(cfg):
 
     windows = ablate.hit_windows(cfg, data_lib.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
     dist = ablate.copy_distance(windows, cfg.copy_k)
-    for step in eval_steps(cfg):  # step-major: stopped at any time, every curve reaches about the same D
+    steps = eval_steps(cfg) if cfg.train else []
+    for step in steps:  # step-major: stopped at any time, every curve reaches about the same D
         trained = False
         for w in cfg.widths:
             for m in cfg.models:

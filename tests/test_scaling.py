@@ -59,6 +59,10 @@ def test_rerun_reuses_the_finished_points(tiny_run, capsys):
     again = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=out, **TINY))
     assert " step " not in capsys.readouterr().out.split("# Where")[0]  # no segment was trained
     assert again["curves"] == first["curves"]
+    # --no-train with a larger budget only reports the runs as they are
+    report = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=out,
+                                    **dict(TINY, max_tokens=64 * 60), train=False))
+    assert " step " not in capsys.readouterr().out.split("# Where")[0] and report["curves"] == first["curves"]
 
 
 def test_crossover_and_extrapolation_on_known_curves():
