@@ -534,9 +534,9 @@ def plot_copy(res, path):
     x = np.arange(len(rows))
     for i, b in enumerate(bins):
         ax.bar(x + (i - len(bins) / 2) * width, [r["by_distance"][i]["loss"] or 0 for r in rows.values()], width,
-               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {_bin_name(b)} ({b['fraction']:.0%})")
+               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {_bin_name(b)} ({b['fraction']:.1%})")
     ax.bar(x + len(bins) / 2 * width, [r["loss_other"] for r in rows.values()], width, color="0.6",
-           label=f"not a copy ({1 - res['yardstick_copy']['bigram']['copy_fraction']:.0%})")
+           label=f"not a copy ({1 - res['yardstick_copy']['bigram']['copy_fraction']:.1%})")
     ax.set_xticks(x, list(rows), rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("per-token validation loss (nats)")
     ax.set_title(f"where the loss goes: targets an in-context copy of >= {res['settings']['copy_k']} tokens predicts, "

@@ -21,8 +21,9 @@ in-context copy of >= copy_k earlier tokens predicts, by distance, against all o
 same fixed validation windows as the ablation, so a curve shows whether GPT overtakes SPEN on
 copies first, on the rest, or both.
 
-Crossover: the first D at which gpt's validation loss is below `linear`'s (log-interpolated
-between points), per width. Without one, the gap gpt - linear is fit as a line in log D over
+Crossover: the D from which gpt's validation loss stays below `linear`'s to the last point
+(log-interpolated between points), per width; one seed, so a gap within seed noise (ablate.py
+measures it) is a pointer, not a verdict. Without one, the gap gpt - linear is fit as a line in log D over
 the last half of the points and extrapolated to zero: a rough pointer, not a measurement.
 
 Shape glossary
@@ -193,10 +194,13 @@ def progress(run):
 
 
 def crossover(a, b):
-    """First D where curve a's loss falls below curve b's, log-interpolated between the shared
-    points; a and b are lists of (tokens, loss) on the same steps. None when a never goes below."""
+    """The D from which curve a's loss stays below curve b's to the last point (the last crossing
+    from above, log-interpolated between the shared points); a and b are lists of (tokens, loss)
+    on the same steps. None when a is not below b at the last point, or never was above it."""
     pairs = [(d, la - lb) for (d, la), (_, lb) in zip(a, b) if d > 0]
-    for (d0, g0), (d1, g1) in zip(pairs, pairs[1:]):
+    if not pairs or pairs[-1][1] >= 0:
+        return None
+    for (d0, g0), (d1, g1) in reversed(list(zip(pairs, pairs[1:]))):
         if g0 >= 0 > g1:
             return float(math.exp(math.log(d0) + g0 / (g0 - g1) * (math.log(d1) - math.log(d0))))
     return None

@@ -73,6 +73,9 @@ def test_crossover_and_extrapolation_on_known_curves():
     # gap +0.1 at 1e4, -0.1 at 1e5: zero halfway in log D
     assert x == pytest.approx(10 ** 4.5, rel=1e-6)
     assert scaling.crossover(list(zip(d, spen)), list(zip(d, gpt))) is None  # the other way: the gap only opens
+    early = [2.9, 2.6, 2.1, 1.8]  # below at 1e3 (noise at init), above at 1e4, below from then on
+    assert scaling.crossover(list(zip(d, early)), list(zip(d, spen))) == pytest.approx(10 ** 4.5, rel=1e-6)
+    assert scaling.crossover(list(zip(d, [3.2, 2.6, 2.1, 2.1])), list(zip(d, spen))) is None  # above at the end
     gap = [0.4, 0.3, 0.2, 0.1]  # closes 0.1 per decade: zero at 1e7
     e = scaling.extrapolate_gap(list(zip(d, [2 + g for g in gap])), list(zip(d, [2.0] * 4)), frac=1.0)
     assert e["tokens_at_zero"] == pytest.approx(1e7, rel=1e-6)
