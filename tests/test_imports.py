@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBRARIES = {"batches", "cli", "checkpoint", "data", "ema", "evaluate", "gpt", "grammar", "lm", "ngram", "runs",
              "shards", "sources", "spcn", "spen", "variants"}
 # Entry points with a command line; a script may import a library or another script.
-SCRIPTS = {"ablate", "bench", "bench_train", "content", "probe", "recall", "sample", "train"}
+SCRIPTS = {"ablate", "bench", "bench_train", "content", "probe", "recall", "sample", "scaling", "train"}
 
 
 def modules():
