@@ -55,6 +55,7 @@ import ablate
 import checkpoint
 import cli
 import data as data_lib
+import evaluate
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -385,7 +386,7 @@ def main(cfg):
     name = cfg.eval_data or cfg.data
     train_tokens = len(data_lib.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
     tc = run_config(cfg, cfg.models[0], cfg.widths[0], 1)
-    yard = train.count_yardsticks(tc, train.eval_names(tc)[0])  # train.py's rule: from a cache that exists
+    yard = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
     yard = {k: yard[k] for k in ("unigram", "bigram", "trigram") if k in yard} | {"dataset": name} if yard else None
     os.makedirs(cfg.out_dir, exist_ok=True)
 
