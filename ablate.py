@@ -56,10 +56,10 @@ import contextlib
 import dataclasses
 import json
 import math
-import multiprocessing as mp
 import os
 import sys
 import time
+import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +71,7 @@ import cli
 import content
 import data as data_lib
 import ngram
+import runs
 import train
 
 VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
@@ -278,8 +279,12 @@ def yardstick_nll(name, w, tokenizer="gpt2"):
 # ---- training (one run per job, cfg.workers at a time) -------------------------------------
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(cli.UserError):
     """A run stopped before its end for a reason other than Ctrl-C (e.g. train.py's NaN guard)."""
+
+
+RESUMES = ("finished runs are reused when the same command runs again (unfinished ones continue from their last "
+           "checkpoint)")
 
 
 def same_run(stored, key):
@@ -323,70 +328,31 @@ def run_one(job):
     return dict(rec, name=name, seed=seed, run=tcfg.out_dir)
 
 
-def _worker(job):
-    """A worker process: one run on one thread; an expected stop is one line, not a traceback."""
-    torch.set_num_threads(1)  # small models: one thread per run, one run per core
-    try:
-        run_one(job)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except RunInterrupted as e:
-        sys.exit(f"ablate.py: {e}")
+class Job(typing.NamedTuple):
+    """One run of the ablation; named as `variant seed s` in messages."""
+    cfg: AblateConfig
+    name: str
+    seed: int
 
-
-def _record(job):
-    """The record run_one left in a finished run's result.json."""
-    cfg, name, seed = job
-    rec = json.load(open(os.path.join(run_dir(cfg, name, seed), "result.json")))
-    return dict(rec, name=name, seed=seed, run=run_dir(cfg, name, seed))
-
-
-def _stop(procs):
-    """After Ctrl-C: each worker got it too and saves its checkpoint at its next step; wait, then
-    SIGTERM (train.py saves on that as well) and, last, SIGKILL whatever still runs."""
-    for stop in (None, "terminate", "kill"):
-        for p in procs:
-            if stop and p.is_alive():
-                getattr(p, stop)()
-        for p in procs:
-            p.join(timeout=30)
+    def __repr__(self):
+        return f"{self.name} seed {self.seed}"
 
 
 def run_all(cfg, jobs):
-    """Run the jobs, cfg.workers at a time, each in its own process (workers=1: in this one); one
-    line per finished run with an overall ETA. A failed run stops the ablation (RunInterrupted)."""
-    t0, records, pending, running = time.time(), [], list(jobs), {}
-    ctx = mp.get_context("spawn")  # a fresh interpreter per run: no forked thread pools
+    """Run the jobs, cfg.workers at a time, each in its own process (runs.run_jobs; workers=1: in
+    this one); one line per finished run with an overall ETA. A failed run stops the ablation
+    (RunInterrupted)."""
+    t0, records = time.time(), []
     try:
-        while pending or running:
-            if cfg.workers == 1:
-                run_one(pending[0])
-                done = [pending.pop(0)]
-            else:
-                while pending and len(running) < cfg.workers:
-                    p = ctx.Process(target=_worker, args=(pending[0],))
-                    p.start()
-                    running[p] = pending.pop(0)
-                time.sleep(0.2)
-                done = []
-                for p in [p for p in running if not p.is_alive()]:
-                    job = running.pop(p)
-                    if p.exitcode == 130:
-                        raise KeyboardInterrupt
-                    if p.exitcode != 0:
-                        raise RunInterrupted(f"{job[1]} seed {job[2]} exited with status {p.exitcode}; see "
-                                             f"{run_dir(cfg, job[1], job[2])}/log.txt")
-                    done.append(job)
-            for job in done:
-                r = _record(job)
-                records.append(r)
-                el, n = time.time() - t0, len(records)
-                cost = "reused" if r["reused"] else f"{r['result']['seconds']:.0f} s"
-                print(f"[{n}/{len(jobs)}] {r['name']:<20s} seed {r['seed']} | val {r['result']['val_loss']:.3f} | "
-                      f"hit {r['split']['loss_hit']:.3f} other {r['split']['loss_other']:.3f} | {cost} | "
-                      f"elapsed {el:.0f} s, ETA {el / n * (len(jobs) - n):.0f} s", flush=True)
-    finally:
-        _stop(running)  # nothing left on success; after Ctrl-C or a failure, the runs still going
+        for _, r in runs.run_jobs(run_one, [Job(*j) for j in jobs], cfg.workers):
+            records.append(r)
+            el, n = time.time() - t0, len(records)
+            cost = "reused" if r["reused"] else f"{r['result']['seconds']:.0f} s"
+            print(f"[{n}/{len(jobs)}] {r['name']:<20s} seed {r['seed']} | val {r['result']['val_loss']:.3f} | "
+                  f"hit {r['split']['loss_hit']:.3f} other {r['split']['loss_other']:.3f} | {cost} | "
+                  f"elapsed {el:.0f} s, ETA {el / n * (len(jobs) - n):.0f} s", flush=True)
+    except (RunInterrupted, runs.JobFailed) as e:
+        raise RunInterrupted(f"{e}; {RESUMES}") from None
     return records
 
 
@@ -652,9 +618,7 @@ def get_parser():
 if __name__ == "__main__":
     config = cli.parse(AblateConfig, get_parser(), presets=PRESETS)
     try:
-        cli.main_guard(lambda: main(config), content.ContentError, checkpoint.CheckpointError,
-                       data_lib.DataUnavailable, ValueError, prog="ablate.py")  # ValueError: ConfigError, data.py's
-    except (KeyboardInterrupt, RunInterrupted) as e:
-        print(f"ablate.py: {'interrupted' if isinstance(e, KeyboardInterrupt) else e}; finished runs are reused "
-              "when the same command runs again (unfinished ones continue from their last checkpoint)", file=sys.stderr)
-        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 1)
+        cli.main_guard(lambda: main(config), prog="ablate.py")
+    except KeyboardInterrupt:
+        print(f"ablate.py: interrupted; {RESUMES}", file=sys.stderr)
+        sys.exit(130)

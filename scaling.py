@@ -420,5 +420,4 @@ def get_parser():
 
 if __name__ == "__main__":
     config = cli.parse(ScalingConfig, get_parser(), presets=PRESETS)
-    cli.main_guard(lambda: main(config), checkpoint.CheckpointError, data_lib.DataUnavailable, ValueError,
-                   prog="scaling.py")
+    cli.main_guard(lambda: main(config), prog="scaling.py")
