@@ -13,7 +13,7 @@ the trace STATE only (readers.py), so both families run here, with two controls:
     selective             SPEN linear with input-dependent decays (ours: a control)     (state)
     gpt                   GPT-2 style transformer (gpt.py), same width and depth
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
-order (data.get_batch is a pure function of (seed, step)); every loss is read against the
+order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
 yardsticks of the validation corpus (data.baselines: add-one unigram and interpolated bigram,
 counted on its train split).
 
@@ -66,10 +66,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import batches
 import checkpoint
 import cli
 import content
 import data as data_lib
+import lm
 import ngram
 import runs
 import train
@@ -89,7 +91,7 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
-HIT_SEED = train.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
+HIT_SEED = lm.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
 YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (data.baselines)
 COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
 PRESETS = {
@@ -189,7 +191,7 @@ def recall_hits_loop(w):
 
 def hit_windows(cfg, val):
     """The fixed validation windows of the hit split: (hit_seqs, T+1) int64."""
-    x, y = data_lib.get_batch(val, cfg.hit_seqs, cfg.block_size, step=0, seed=HIT_SEED)  # (B, T) each
+    x, y = batches.get_batch(val, cfg.hit_seqs, cfg.block_size, step=0, seed=HIT_SEED)  # (B, T) each
     return torch.cat([x, y[:, -1:]], 1)
 
 
@@ -262,13 +264,13 @@ def copy_split(nll, dist, bins=COPY_BINS):
 def yardstick_nll(name, w, tokenizer="gpt2"):
     """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (data.baselines: the
     same counts and weights) on windows w; each window is scored on its own (no context across)."""
-    counts = data_lib.ngram_counts(data_lib.load_split(name, "train", tokenizer=tokenizer),
+    counts = ngram.ngram_counts(data_lib.load_split(name, "train", tokenizer=tokenizer),
                                    data_lib.vocab_size(tokenizer), order=3)
     y = data_lib.baselines(name, tokenizer=tokenizer)
     lam, mu = y["bigram_lambda"], y["trigram_mu"]
     rows = {k: [] for k in YARDSTICKS}
     for win in w.numpy():  # (T+1,): p[i] is the probability of win[i] given what precedes it in the window
-        p_uni, p_ml = data_lib.token_probs(counts, win)
+        p_uni, p_ml = ngram.token_probs(counts, win)
         p_bi = lam * p_ml + (1 - lam) * p_uni
         p_tri = mu * ngram.trigram_probs(counts, win, p_bi) + (1 - mu) * p_bi
         for k, p in zip(("unigram", "bigram", "trigram"), (p_uni, p_bi, p_tri)):
@@ -359,11 +361,6 @@ def run_all(cfg, jobs):
 # ---- summary, tables, figures --------------------------------------------------------------
 
 
-def mean_std(xs):
-    m = float(np.mean(xs))
-    return m, float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
-
-
 def mean_copy(splits):
     """The copy splits of a variant's seeds -> their means, with the per-seed values beside them."""
     def avg(xs):
@@ -395,7 +392,7 @@ def summarize(cfg, records, yard, yard_split, seconds, yard_copy=None):
     for name in cfg.variants:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
-        m, s = mean_std(losses)
+        m, s = runs.mean_std(losses)
         v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
                  best_val=[r["result"]["best_val"] for r in rs],
                  minus_bigram=m - yard["bigram"], minus_unigram=m - yard["unigram"],

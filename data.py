@@ -75,14 +75,6 @@ import shards
 import sources
 from shards import CacheWriteError  # noqa: F401  raised by the build, caught as data.CacheWriteError
 
-# Transitional, not used here: train.py, ablate.py and content.py still name
-# data_lib.DataUnavailable, data_lib.get_batch, data_lib.check_split, ablate.py
-# data_lib.ngram_counts / token_probs. Delete these lines once they import them from
-# sources / batches / ngram, where they are defined.
-from batches import check_split, get_batch  # noqa: F401  Transitional
-from ngram import ngram_counts, token_probs  # noqa: F401  Transitional
-from sources import DataUnavailable  # noqa: F401  Transitional
-
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")

@@ -87,7 +87,6 @@ import data as data_lib
 import lm
 from evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
 from gpt import GPT, GPTConfig
-from lm import EVAL_SEED  # noqa: F401 - ablate.py reads train.EVAL_SEED
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
