@@ -303,14 +303,17 @@ def run_one(job):
     key = json.loads(json.dumps(dataclasses.asdict(tcfg)))
     hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k, copy_bins=list(COPY_BINS))
     path = os.path.join(tcfg.out_dir, "result.json")
-    rec = json.load(open(path)) if os.path.exists(path) else {}
+    rec = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            rec = json.load(f)
     if not same_run(rec.get("train_config"), key):
         last = os.path.join(tcfg.out_dir, "ckpt_last.pt")
         if os.path.exists(last) and same_run(dict(checkpoint.load(last)["train"], resume=False), key):
             # interrupted: continue exactly from its checkpoint (a resumed run saves resume=True: not a difference)
             tcfg = dataclasses.replace(tcfg, resume=True)
         try:
-            with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # the log is in log.txt
                 res = train.main(tcfg)
         except SystemExit as e:  # train.py stops with a message (a NaN guard) or 130 (Ctrl-C, checkpoint saved)
             if e.code == 130:
@@ -513,15 +516,19 @@ def plot_copy(res, path):
 
 def read_curve(run):
     """(tokens, val_loss) lists from a run folder's metrics.jsonl."""
-    cfg = json.load(open(os.path.join(run, "result.json")))["train_config"]
+    with open(os.path.join(run, "result.json")) as f:
+        cfg = json.load(f)["train_config"]
     per_step = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
-    xs, ys = [], []
-    for line in open(os.path.join(run, "metrics.jsonl")):
-        rec = json.loads(line) if line.strip().endswith("}") else {}
-        if "val_loss" in rec:
-            xs.append(rec["step"] * per_step)
-            ys.append(rec["val_loss"])
-    return xs, ys
+    recs = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "val_loss" in r]
+    return [r["step"] * per_step for r in recs], [r["val_loss"] for r in recs]
+
+
+def read_jsonl(path):
+    """The complete records of a .jsonl file (a line cut short by a stop is skipped); [] if there is none."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(ln) for ln in f if ln.strip().endswith("}")]
 
 
 def plot_curves(res, path):
@@ -594,14 +601,14 @@ def main(cfg):
     res = summarize(cfg, records, {k: yard[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in yard},
                     yard_split, time.time() - t0, yard_copy)
     os.makedirs(cfg.out_dir, exist_ok=True)
-    with open(os.path.join(cfg.out_dir, "ablate.json"), "w") as f:
-        json.dump(res, f, indent=2)
+    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))
     write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
     plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))
     plot_hits(res, os.path.join(cfg.out_dir, "hits.png"))
     if all("copy" in v for v in res["variants"].values()):
         plot_copy(res, os.path.join(cfg.out_dir, "copy.png"))
-    print(open(os.path.join(cfg.out_dir, "ablate.md")).read(), flush=True)
+    with open(os.path.join(cfg.out_dir, "ablate.md")) as f:
+        print(f.read(), flush=True)
     if cfg.content:
         res["content"] = content.main(content_config(cfg))
     return res

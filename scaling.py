@@ -151,9 +151,7 @@ def read_points(run, per_step, train_tokens):
     """The curve of a run folder: one dict per evaluation (step 0 included) with the validation
     loss, the mean training loss since the previous evaluation and the passes over the train split."""
     points, losses = [], []
-    path = os.path.join(run, "metrics.jsonl")
-    for line in open(path) if os.path.exists(path) else []:
-        rec = json.loads(line) if line.strip().endswith("}") else {}
+    for rec in ablate.read_jsonl(os.path.join(run, "metrics.jsonl")):
         if "train_loss" in rec:
             losses.append(rec["train_loss"])
         if "val_loss" in rec:
@@ -166,8 +164,7 @@ def read_points(run, per_step, train_tokens):
 
 def read_copy(run):
     """The copy splits of a run folder (copy.jsonl), one per point, by step."""
-    path = os.path.join(run, "copy.jsonl")
-    return [json.loads(ln) for ln in open(path) if ln.strip().endswith("}")] if os.path.exists(path) else []
+    return ablate.read_jsonl(os.path.join(run, "copy.jsonl"))
 
 
 def copy_point(cfg, run, windows, dist, per_step):
@@ -246,7 +243,7 @@ def advance(cfg, name, width, step):
     if done >= step:
         return False
     t0 = time.time()
-    with contextlib.redirect_stdout(open(os.devnull, "w")):  # train.py's log goes to its log.txt
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # train.py's log: its log.txt
         res = train.main(run_config(cfg, name, width, step, resume=done > 0))
     print(f"{name:<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
           f"{time.time() - t0:.0f} s", flush=True)
@@ -261,9 +258,9 @@ def collect(cfg, yard, train_tokens, seconds):
             run = run_dir(cfg, m, w)
             pts = read_points(run, per, train_tokens)
             if pts:
-                log = os.path.join(run, "log.txt")
-                params = next((int(ln.split("params:")[1].split("|")[0].replace(",", ""))
-                               for ln in open(log) if ln.startswith("params:")), None)
+                with open(os.path.join(run, "log.txt")) as f:
+                    params = next((int(ln.split("params:")[1].split("|")[0].replace(",", ""))
+                                   for ln in f if ln.startswith("params:")), None)
                 curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
                                            train_seconds=train_seconds(run), copy=read_copy(run))
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
@@ -273,8 +270,7 @@ def collect(cfg, yard, train_tokens, seconds):
 
 def train_seconds(run):
     """Seconds of training in a run folder (the sum of its step times in metrics.jsonl)."""
-    path = os.path.join(run, "metrics.jsonl")
-    return round(sum(json.loads(ln).get("ms", 0) for ln in open(path) if ln.strip().endswith("}")) / 1000, 1)
+    return round(sum(r.get("ms", 0) for r in ablate.read_jsonl(os.path.join(run, "metrics.jsonl"))) / 1000, 1)
 
 
 # ---- tables and figure -------------------------------------------------------------------------
@@ -409,7 +405,8 @@ def main(cfg):
         if trained:
             save()  # partial results land on disk as they come
     res = save()
-    print(open(os.path.join(cfg.out_dir, "scaling.md")).read(), flush=True)
+    with open(os.path.join(cfg.out_dir, "scaling.md")) as f:
+        print(f.read(), flush=True)
     return res
 
 
