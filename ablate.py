@@ -49,7 +49,8 @@ hits.png (the hit split), copy.png (the copy split) and, through content.py (BPE
 content.json / content.png under --out_dir
 (default out/ablate); run folders (checkpoints, logs, metrics.jsonl, result.json) under
 OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a run stopped
-mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses nothing. The reference numbers are in results/ablate/.
+mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses
+nothing. The reference numbers are in results/ablate/ (BPE) and results/ablate_bytes/ (bytes).
 """
 
 import contextlib
@@ -387,18 +388,19 @@ def compare(v, ref):
                 ("lower" if d < 0 else "higher"))
 
 
-def summarize(cfg, records, yard, yard_split, seconds, yard_copy=None):
+def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy=None):
     """records of every run -> the ablate.json dict."""
-    out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yard,
-               yardstick_split=yard_split, yardstick_copy=yard_copy, copy_bins=list(COPY_BINS), noise_rule="a difference counts when |d| > 2 SE, "
-               "SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds", variants={}, history_vs_state={})
+    out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yardsticks,
+               yardstick_split=yardstick_split, yardstick_copy=yardstick_copy, copy_bins=list(COPY_BINS),
+               noise_rule="a difference counts when |d| > 2 SE, SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds",
+               variants={}, history_vs_state={})
     for name in cfg.variants:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
         m, s = runs.mean_std(losses)
         v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
                  best_val=[r["result"]["best_val"] for r in rs],
-                 minus_bigram=m - yard["bigram"], minus_unigram=m - yard["unigram"],
+                 minus_bigram=m - yardsticks["bigram"], minus_unigram=m - yardsticks["unigram"],
                  params=rs[0]["result"]["params"], tokens=rs[0]["result"]["tokens"],
                  seconds=[round(r["result"]["seconds"], 1) for r in rs], runs=[r["run"] for r in rs])
         for k in ("loss_hit", "loss_other", "hit_fraction"):
@@ -590,16 +592,16 @@ def main(cfg):
         return content.main(content_config(cfg))
     t0 = time.time()
     val = data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
-    yard = data_lib.baselines(cfg.data, tokenizer=cfg.tokenizer)
+    baselines = data_lib.baselines(cfg.data, tokenizer=cfg.tokenizer)
+    yardsticks = {k: baselines[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in baselines}
     w = hit_windows(cfg, val)
     hits, dist = recall_hits(w), copy_distance(w, cfg.copy_k)
-    yard_nll = yardstick_nll(cfg.data, w, cfg.tokenizer)
-    yard_split = {k: split(nll, hits) for k, nll in yard_nll.items()}
-    yard_copy = {k: copy_split(nll, dist) for k, nll in yard_nll.items()}
+    yardstick_losses = yardstick_nll(cfg.data, w, cfg.tokenizer)
+    yardstick_split = {k: split(nll, hits) for k, nll in yardstick_losses.items()}
+    yardstick_copy = {k: copy_split(nll, dist) for k, nll in yardstick_losses.items()}
     jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
     records = run_all(cfg, jobs)
-    res = summarize(cfg, records, {k: yard[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in yard},
-                    yard_split, time.time() - t0, yard_copy)
+    res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy)
     os.makedirs(cfg.out_dir, exist_ok=True)
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))
     write_md(res, os.path.join(cfg.out_dir, "ablate.md"))

@@ -250,7 +250,7 @@ def advance(cfg, name, width, step):
     return True
 
 
-def collect(cfg, yard, train_tokens, seconds):
+def collect(cfg, yardsticks, train_tokens, seconds):
     per = tokens_per_step(cfg)
     curves = {}
     for m in cfg.models:
@@ -265,7 +265,7 @@ def collect(cfg, yard, train_tokens, seconds):
                                            train_seconds=train_seconds(run), copy=read_copy(run))
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
                 eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",
-                yardsticks=yard, seconds=round(seconds, 1), curves=curves, crossovers=analyse(cfg, curves))
+                yardsticks=yardsticks, seconds=round(seconds, 1), curves=curves, crossovers=analyse(cfg, curves))
 
 
 def train_seconds(run):
@@ -382,12 +382,13 @@ def main(cfg):
     name = cfg.eval_data or cfg.data
     train_tokens = len(data_lib.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
     tc = run_config(cfg, cfg.models[0], cfg.widths[0], 1)
-    yard = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
-    yard = {k: yard[k] for k in ("unigram", "bigram", "trigram") if k in yard} | {"dataset": name} if yard else None
+    counted = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
+    yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram") if k in counted} | {"dataset": name}
+                  if counted else None)
     os.makedirs(cfg.out_dir, exist_ok=True)
 
     def save():
-        res = collect(cfg, yard, train_tokens, time.time() - t0)
+        res = collect(cfg, yardsticks, train_tokens, time.time() - t0)
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         write_md(res, os.path.join(cfg.out_dir, "scaling.md"))
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))
