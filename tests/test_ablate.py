@@ -166,3 +166,16 @@ def test_same_run_tolerates_a_new_field_at_its_default_only():
     assert ablate.same_run(key, key) and ablate.same_run(old, key)
     assert not ablate.same_run(old, dict(key, dropout=0.1))
     assert not ablate.same_run(dict(key, lr=1.0), key) and not ablate.same_run(None, key)
+
+
+def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monkeypatch):
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **dict(TINY, seeds=1))
+
+    def failing(fn, jobs, workers):  # a worker that exited with an error (runs.run_jobs's JobFailed)
+        raise ablate.runs.JobFailed(f"job {jobs[1]!r} exited with status 1; its output above says why")
+        yield
+    monkeypatch.setattr(ablate.runs, "run_jobs", failing)
+    with pytest.raises(ablate.RunInterrupted) as err:
+        ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
+    assert isinstance(err.value, cli.UserError)  # main_guard: one line, no traceback
+    assert "softmax_state seed 0 exited with status 1" in str(err.value) and "reused" in str(err.value)
