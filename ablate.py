@@ -17,18 +17,8 @@ order (batches.get_batch is a pure function of (seed, step)); every loss is read
 yardsticks of the validation corpus (data.baselines: add-one unigram and interpolated bigram,
 counted on its train split).
 
-Where the loss goes (Zoology's "associative recall hits", Arora et al. 2023): on a fixed set of
-validation windows, a target token w_i is a HIT when the bigram (w_{i-1}, w_i) already occurred
-earlier in the window (some j < i - 1 with w_j = w_{i-1} and w_{j+1} = w_i): an in-context copy
-could predict it. Each variant's per-token loss is split into hits and all other tokens, beside
-the bigram's and unigram's per-token losses on the same tokens.
-
-The copy split (the content question, sharpest on bytes): a target w_i is a COPY when it and the
-k tokens before it, w_(i-k) .. w_i, occurred earlier in the window (a (k+1)-gram ending at some
-j < i), i.e. an in-context copy of a string of at least k tokens predicts it; binned by the
-distance i - j to the nearest such j (COPY_BINS). Losses on copies and on all other targets, per
-variant and for the unigram, bigram and trigram yardsticks on the same targets. A state reader
-must carry the string in its traces to copy it; a history reader or GPT can look it up.
+Where the loss goes: per-token losses split into recall hits and copies (repeats.py), beside
+the yardsticks' on the same tokens.
 
 Shape glossary
     B windows, T tokens per window (block_size), V vocabulary, n seeds per variant,
@@ -65,7 +55,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import batches
 import checkpoint
@@ -73,7 +62,7 @@ import cli
 import content
 import data as data_lib
 import lm
-import ngram
+import repeats
 import runs
 import train
 
@@ -93,8 +82,6 @@ PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "soft
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
 HIT_SEED = lm.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
-YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (data.baselines)
-COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
 PRESETS = {
     "cpu": {},  # the field defaults
     # One GPU, offline, on builtin: 4 blocks of width 256, T 256, 32 x 256 = 8,192 tokens per step,
@@ -171,112 +158,10 @@ def train_config(cfg, name, seed):
 # ---- where the loss goes -------------------------------------------------------------------
 
 
-def recall_hits(w):
-    """w (B, T+1) token windows -> (B, T) bool: hit[b, t] says the target w[b, t+1] follows
-    w[b, t] as it did earlier in the window (some j < t with w[j] = w[t], w[j+1] = w[t+1])."""
-    big = w[:, :-1] * (int(w.max()) + 1) + w[:, 1:]  # (B, T) bigram ids of (w_t, w_{t+1})
-    same = big[:, :, None] == big[:, None, :]  # (B, T, T): [t, j] bigram t equals bigram j
-    earlier = torch.ones(w.size(1) - 1, w.size(1) - 1, dtype=torch.bool).tril(-1)  # j < t
-    return (same & earlier).any(-1)
-
-
-def recall_hits_loop(w):
-    """The plain-loop definition of recall_hits, the reference it is tested against."""
-    B, T = w.size(0), w.size(1) - 1
-    hit = torch.zeros(B, T, dtype=torch.bool)
-    for b in range(B):
-        for t in range(T):
-            hit[b, t] = any(w[b, j] == w[b, t] and w[b, j + 1] == w[b, t + 1] for j in range(t))
-    return hit
-
-
 def hit_windows(cfg, val):
     """The fixed validation windows of the hit split: (hit_seqs, T+1) int64."""
     x, y = batches.get_batch(val, cfg.hit_seqs, cfg.block_size, step=0, seed=HIT_SEED)  # (B, T) each
     return torch.cat([x, y[:, -1:]], 1)
-
-
-@torch.no_grad()
-def token_nll(model, w, chunk=16):
-    """Per-token cross-entropy (B, T) of model on windows w (B, T+1): input w[:, :-1], target w[:, 1:]."""
-    model.eval()
-    out = []
-    for i in range(0, len(w), chunk):
-        logits, _ = model(w[i:i + chunk, :-1])  # (b, T, V)
-        out.append(F.cross_entropy(logits.float().transpose(1, 2), w[i:i + chunk, 1:], reduction="none"))
-    return torch.cat(out)
-
-
-def split(nll, hits):
-    """dict(loss_hit, loss_other, hit_fraction, loss_all) of per-token losses (B, T) under a hit mask."""
-    nll = torch.as_tensor(nll, dtype=torch.float64)
-    return dict(loss_hit=nll[hits].mean().item(), loss_other=nll[~hits].mean().item(),
-                hit_fraction=hits.double().mean().item(), loss_all=nll.mean().item())
-
-
-def copy_distance(w, k):
-    """w (B, T+1) token windows -> (B, T) int64: for the target w[b, i] (i = t + 1), the distance
-    i - j to the nearest earlier j < i whose k + 1 tokens w[j-k .. j] equal w[i-k .. i] (the target
-    continues a k-token string seen earlier, as it continued then: an in-context copy predicts it);
-    0 where there is none. Occurrences may overlap (a run of one byte: distance 1)."""
-    B, L = w.shape
-    n = L - k  # end positions e = k .. L-1 of the (k+1)-grams
-    same = torch.ones(B, n, n, dtype=torch.bool)
-    for d in range(k + 1):  # (k+1)-gram ending at e equals the one ending at e': all k+1 tokens agree
-        g = w[:, k - d:L - d]  # (B, n): the token d before each end
-        same &= g[:, :, None] == g[:, None, :]
-    earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # [e, e']: e' < e
-    pos = torch.arange(n)
-    nearest = torch.where(same & earlier, pos, -1).amax(-1)  # (B, n): latest earlier end, -1: none
-    dist = torch.zeros(B, L - 1, dtype=torch.long)
-    dist[:, k - 1:] = torch.where(nearest >= 0, pos - nearest, 0)  # target index t = e - 1
-    return dist
-
-
-def copy_distance_loop(w, k):
-    """The plain-loop definition of copy_distance, the reference it is tested against."""
-    B, L = w.shape
-    dist = torch.zeros(B, L - 1, dtype=torch.long)
-    for b in range(B):
-        s = w[b].tolist()
-        for i in range(k, L):
-            for j in range(i - 1, k - 1, -1):  # nearest first
-                if s[j - k:j + 1] == s[i - k:i + 1]:
-                    dist[b, i - 1] = i - j
-                    break
-    return dist
-
-
-def copy_split(nll, dist, bins=COPY_BINS):
-    """Per-token losses (B, T) split by copy distance (copy_distance): dict(loss_copy, loss_other,
-    copy_fraction, by_distance=[dict(lo, hi, loss, fraction)] over the bins [1, e0), [e0, e1), ...)."""
-    nll = torch.as_tensor(nll, dtype=torch.float64)
-    copy = dist > 0
-    edges = (1, *bins, None)
-    rows = []
-    for lo, hi in zip(edges, edges[1:]):
-        m = (dist >= lo) & (dist < hi if hi else True)
-        rows.append(dict(lo=lo, hi=hi, loss=nll[m].mean().item() if m.any() else None,
-                         fraction=m.double().mean().item()))
-    return dict(loss_copy=nll[copy].mean().item() if copy.any() else None, loss_other=nll[~copy].mean().item(),
-                copy_fraction=copy.double().mean().item(), by_distance=rows)
-
-
-def yardstick_nll(name, w, tokenizer="gpt2"):
-    """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (data.baselines: the
-    same counts and weights) on windows w; each window is scored on its own (no context across)."""
-    counts = ngram.ngram_counts(data_lib.load_split(name, "train", tokenizer=tokenizer),
-                                   data_lib.vocab_size(tokenizer), order=3)
-    y = data_lib.baselines(name, tokenizer=tokenizer)
-    lam, mu = y["bigram_lambda"], y["trigram_mu"]
-    rows = {k: [] for k in YARDSTICKS}
-    for win in w.numpy():  # (T+1,): p[i] is the probability of win[i] given what precedes it in the window
-        p_uni, p_ml = ngram.token_probs(counts, win)
-        p_bi = lam * p_ml + (1 - lam) * p_uni
-        p_tri = mu * ngram.trigram_probs(counts, win, p_bi) + (1 - mu) * p_bi
-        for k, p in zip(("unigram", "bigram", "trigram"), (p_uni, p_bi, p_tri)):
-            rows[k].append(-np.log(p[1:]))  # targets win[1:]
-    return {k: torch.from_numpy(np.stack(v)) for k, v in rows.items()}
 
 
 # ---- training (one run per job, cfg.workers at a time) -------------------------------------
@@ -302,7 +187,7 @@ def run_one(job):
     cfg, name, seed = job
     tcfg = train_config(cfg, name, seed)
     key = json.loads(json.dumps(dataclasses.asdict(tcfg)))
-    hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k, copy_bins=list(COPY_BINS))
+    hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k, copy_bins=list(repeats.COPY_BINS))
     path = os.path.join(tcfg.out_dir, "result.json")
     rec = {}
     if os.path.exists(path):
@@ -328,8 +213,9 @@ def run_one(job):
         device = "cuda" if tcfg.device == "auto" and torch.cuda.is_available() else tcfg.device.replace("auto", "cpu")
         model, _ = checkpoint.load_model(os.path.join(tcfg.out_dir, "ckpt_last.pt"), device)
         w = hit_windows(cfg, data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer))
-        nll = token_nll(model, w.to(device)).cpu()
-        rec.update(hit_key=hit_key, split=split(nll, recall_hits(w)), copy=copy_split(nll, copy_distance(w, cfg.copy_k)))
+        nll = repeats.token_nll(model, w.to(device)).cpu()
+        rec.update(hit_key=hit_key, split=repeats.split(nll, repeats.recall_hits(w)),
+                   copy=repeats.copy_split(nll, repeats.copy_distance(w, cfg.copy_k)))
     checkpoint.atomic_json(rec, path)
     return dict(rec, name=name, seed=seed, run=tcfg.out_dir)
 
@@ -391,7 +277,7 @@ def compare(v, ref):
 def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy=None):
     """records of every run -> the ablate.json dict."""
     out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yardsticks,
-               yardstick_split=yardstick_split, yardstick_copy=yardstick_copy, copy_bins=list(COPY_BINS),
+               yardstick_split=yardstick_split, yardstick_copy=yardstick_copy, copy_bins=list(repeats.COPY_BINS),
                noise_rule="a difference counts when |d| > 2 SE, SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds",
                variants={}, history_vs_state={})
     for name in cfg.variants:
@@ -450,7 +336,7 @@ def write_md(res, path):
               "recall hits (the bigram (w_(i-1), w_i) occurred earlier in the window: "
               f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", "",
               "| model | loss on hits | loss on others | all tokens | hits − others |", "|---|---|---|---|---|"]
-    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in YARDSTICKS if k in ys)]:
+    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in repeats.YARDSTICKS if k in ys)]:
         all_ = r.get("loss_all", r["hit_fraction"] * r["loss_hit"] + (1 - r["hit_fraction"]) * r["loss_other"])
         lines.append(f"| {name} | {r['loss_hit']:.3f} | {r['loss_other']:.3f} | {all_:.3f} | "
                      f"{r['loss_hit'] - r['loss_other']:+.3f} |")
@@ -479,7 +365,7 @@ def copy_table(res):
              "| model | loss on copies | loss on others | copies − others | "
              + " | ".join(f"copy at {_bin_name(b)} ({b['fraction']:.1%})" for b in bins) + " |",
              "|---" * (4 + len(bins)) + "|"]
-    rows = [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in YARDSTICKS if k in yc)]
+    rows = [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in repeats.YARDSTICKS if k in yc)]
     for name, r in rows:
         c = r.get("copy", r)
         gap = None if c["loss_copy"] is None else c["loss_copy"] - c["loss_other"]
@@ -495,7 +381,7 @@ def plot_copy(res, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = {n: v["copy"] for n, v in res["variants"].items()}
-    rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in YARDSTICKS if k in res["yardstick_copy"]})
+    rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in repeats.YARDSTICKS if k in res["yardstick_copy"]})
     bins = res["yardstick_copy"]["bigram"]["by_distance"]
     fig, ax = plt.subplots(figsize=(11, 4.8))
     width = 0.8 / (len(bins) + 1)
@@ -564,7 +450,7 @@ def plot_hits(res, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     ys = res["yardstick_split"]
-    rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in YARDSTICKS if k in ys}}
+    rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in repeats.YARDSTICKS if k in ys}}
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(10, 4.5))
     ax.bar(x - 0.2, [r["loss_hit"] for r in rows.values()], 0.4, label="recall hits (in-context copy possible)")
@@ -595,10 +481,10 @@ def main(cfg):
     baselines = data_lib.baselines(cfg.data, tokenizer=cfg.tokenizer)
     yardsticks = {k: baselines[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in baselines}
     w = hit_windows(cfg, val)
-    hits, dist = recall_hits(w), copy_distance(w, cfg.copy_k)
-    yardstick_losses = yardstick_nll(cfg.data, w, cfg.tokenizer)
-    yardstick_split = {k: split(nll, hits) for k, nll in yardstick_losses.items()}
-    yardstick_copy = {k: copy_split(nll, dist) for k, nll in yardstick_losses.items()}
+    hits, dist = repeats.recall_hits(w), repeats.copy_distance(w, cfg.copy_k)
+    yardstick_losses = repeats.yardstick_nll(cfg.data, w, cfg.tokenizer)
+    yardstick_split = {k: repeats.split(nll, hits) for k, nll in yardstick_losses.items()}
+    yardstick_copy = {k: repeats.copy_split(nll, dist) for k, nll in yardstick_losses.items()}
     jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
     records = run_all(cfg, jobs)
     res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy)

@@ -56,6 +56,7 @@ import checkpoint
 import cli
 import data as data_lib
 import evaluate
+import repeats
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -177,7 +178,7 @@ def copy_point(cfg, run, windows, dist, per_step):
         return
     model = checkpoint.build(ckpt, path)
     rec = dict(step=ckpt["step"], tokens=ckpt["step"] * per_step,
-               **ablate.copy_split(ablate.token_nll(model, windows), dist))
+               **repeats.copy_split(repeats.token_nll(model, windows), dist))
     with open(os.path.join(run, "copy.jsonl"), "a") as f:
         f.write(json.dumps(rec) + "\n")
 
@@ -395,7 +396,7 @@ def main(cfg):
         return res
 
     windows = ablate.hit_windows(cfg, data_lib.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
-    dist = ablate.copy_distance(windows, cfg.copy_k)
+    dist = repeats.copy_distance(windows, cfg.copy_k)
     steps = eval_steps(cfg) if cfg.train else []
     for step in steps:  # step-major: stopped at any time, every curve reaches about the same D
         trained = False

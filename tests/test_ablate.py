@@ -11,6 +11,7 @@ import torch
 
 import ablate
 import cli
+import repeats
 
 VARIANTS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
 TINY = dict(variants=VARIANTS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,
@@ -70,9 +71,9 @@ def test_rerun_in_worker_processes_reuses_finished_runs(tiny_run, capsys):
 def test_recall_hits_match_the_loop_and_count_repeats():
     g = torch.Generator().manual_seed(0)
     w = torch.randint(0, 5, (6, 41), generator=g)
-    assert torch.equal(ablate.recall_hits(w), ablate.recall_hits_loop(w))
+    assert torch.equal(repeats.recall_hits(w), repeats.recall_hits_loop(w))
     w = torch.tensor([[7, 8, 9, 7, 8, 7, 9]])  # targets 8 9 7 8 7 9
-    assert ablate.recall_hits(w).tolist() == [[False, False, False, True, False, False]]
+    assert repeats.recall_hits(w).tolist() == [[False, False, False, True, False, False]]
 
 
 def test_copy_distance_matches_the_loop():
@@ -80,8 +81,8 @@ def test_copy_distance_matches_the_loop():
     for k in (1, 3, 8):
         w = torch.randint(0, 3, (5, 30), generator=g)  # 3 symbols: short repeats by chance ...
         w = torch.cat([w, w[:, 5:20], torch.randint(0, 3, (5, 15), generator=g)], 1)  # ... and a long copy
-        d = ablate.copy_distance(w, k)
-        assert torch.equal(d, ablate.copy_distance_loop(w, k)) and d.shape == (5, 59)
+        d = repeats.copy_distance(w, k)
+        assert torch.equal(d, repeats.copy_distance_loop(w, k)) and d.shape == (5, 59)
         assert (d > 0).any() and (d == 0).any()
         assert d[:, :k - 1].eq(0).all()  # fewer than k tokens before the target: never a copy
 
@@ -90,15 +91,15 @@ def test_copy_distance_by_hand():
     # targets w[1:] = 2 3 9 1 2 3 8 1 2 3; with k = 2 the string "1 2 3" repeats: the target 3 at
     # i = 6 continues "1 2" as at j = 2 (distance 4), and at i = 10 the nearest is j = 6 (again 4)
     w = torch.tensor([[1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3]])
-    assert ablate.copy_distance(w, 2).tolist() == [[0, 0, 0, 0, 0, 4, 0, 0, 0, 4]]
-    assert ablate.copy_distance(w, 3).tolist() == [[0] * 10]  # "9 1 2 3" and "8 1 2 3" differ
-    assert ablate.copy_distance(torch.tensor([[5, 5, 5, 5, 5]]), 2).tolist() == [[0, 0, 1, 1]]  # a run overlaps
+    assert repeats.copy_distance(w, 2).tolist() == [[0, 0, 0, 0, 0, 4, 0, 0, 0, 4]]
+    assert repeats.copy_distance(w, 3).tolist() == [[0] * 10]  # "9 1 2 3" and "8 1 2 3" differ
+    assert repeats.copy_distance(torch.tensor([[5, 5, 5, 5, 5]]), 2).tolist() == [[0, 0, 1, 1]]  # a run overlaps
 
 
 def test_copy_split_by_hand():
     nll = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
     dist = torch.tensor([[0, 3, 0, 10, 200, 0]])
-    s = ablate.copy_split(nll, dist, bins=(8, 128))
+    s = repeats.copy_split(nll, dist, bins=(8, 128))
     assert s["loss_copy"] == pytest.approx(11 / 3) and s["loss_other"] == pytest.approx(10 / 3)
     assert s["copy_fraction"] == pytest.approx(0.5)
     assert [(b["lo"], b["hi"], b["loss"], b["fraction"]) for b in s["by_distance"]] == [
@@ -108,7 +109,7 @@ def test_copy_split_by_hand():
 def test_split_weights_hits_and_others():
     nll = torch.tensor([[1.0, 3.0, 5.0, 7.0]])
     hits = torch.tensor([[True, False, False, True]])
-    s = ablate.split(nll, hits)
+    s = repeats.split(nll, hits)
     assert s == dict(loss_hit=4.0, loss_other=4.0, hit_fraction=0.5, loss_all=4.0)
 
 

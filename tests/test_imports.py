@@ -8,8 +8,8 @@ import os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Imported by others, import nothing of SCRIPTS; may also run as __main__ (data.py, spcn.py).
-LIBRARIES = {"batches", "cli", "checkpoint", "data", "ema", "evaluate", "gpt", "grammar", "lm", "ngram", "runs",
-             "shards", "sources", "spcn", "spen", "variants"}
+LIBRARIES = {"batches", "cli", "checkpoint", "data", "ema", "evaluate", "gpt", "grammar", "lm", "ngram", "repeats",
+             "runs", "shards", "sources", "spcn", "spen", "variants"}
 # Entry points with a command line; a script may import a library or another script.
 SCRIPTS = {"ablate", "bench", "bench_train", "content", "probe", "recall", "sample", "scaling", "train"}
 
