@@ -8,49 +8,34 @@ Shape glossary
     B micro-batch (batch_size), T context (block_size), A micro-batches per optimizer step summed
     over all processes (grad_accum), W processes (DDP world size). One step = A * B * T tokens.
 
-Settings: one `TrainConfig`; every field is a flag (`--lr`), validated in __post_init__. Presets
-are dicts of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the
-offline `builtin` corpus) and 'cpu_bytes' (the same corpus as UTF-8 bytes, --tokenizer bytes: a
-4 x 128 model that goes well below the byte bigram on a laptop). The checkpoint records the
-tokenizer (the model's vocabulary: 50257 BPE ids or 256 bytes). Precedence: field default <
---preset < flags typed. With --resume the checkpoint's settings replace the defaults and the
-preset, flags typed still win, and a typed model-shape flag (tokenizer included) that contradicts
-the checkpoint is refused; with --init_from PATH the model comes from the checkpoint (and, for
---eval_only, so do its context and validation set).
+Settings: one `TrainConfig`, every field a flag, validated in __post_init__; presets are dicts
+of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the offline `builtin`
+corpus), 'cpu_bytes' (the same corpus as UTF-8 bytes). Precedence: default < --preset < typed
+flags; --resume takes the checkpoint's settings and refuses a typed model-shape flag (tokenizer
+included) that contradicts it. The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5,
+715 warmup steps, 524,288 tokens per step: 8B tokens in 15,259 steps) are PAPER.md's train.py
+choices.
 
-Choices where the paper is silent (all in PRESETS['130m']): AdamW (0.9, 0.95), weight decay
-0.1, peak lr 6e-4 and min lr 6e-5 (GPT-3 small), 715 warmup steps (GPT-3's 375M tokens), cosine
-decay over the whole run, gradient clipping at 1.0, 524,288 tokens per step (32 x 1024 x 16),
-so 8B tokens are 15,259 steps; validation on C4 (the paper's headline metric).
+Data (batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
+checked against the model's vocabulary as a split loads, never inside forward. Training windows
+are drawn without replacement within an epoch, a pure function of (seed, step, rank): micro-batch
+m of step s on rank r reads epoch_batch(step=s * A/W + m, rank=r, world=W), so `--resume` is
+exact; the log header states the epochs the run makes.
 
-Data: caches come from data.py (the same --cache_dir and --max_tokens, so the same cache; ids
-checked against the model's vocabulary as a split is loaded, never inside forward). Training
-windows are drawn without replacement within an epoch (`batches.epoch_batch`, a seeded
-permutation of the windows per epoch), a pure function of (seed, step, rank), so the data
-position of a run is its step and `--resume` is exact: micro-batch m of step s on rank r reads
-epoch_batch(step=s * A/W + m, rank=r, world=W); the log header states the epochs the run makes.
+Evaluation (evaluate.py): during training, a quick estimate on eval_iters fixed random batches
+(the curve, ckpt_best); the reported numbers come from --eval_only: each corpus of --eval_data
+over contiguous windows of its whole val split (or --eval_tokens), every token once, eval.json.
 
-Evaluation (evaluate.py): during training a quick estimate on a fixed set of eval_iters random
-validation batches, for the curve and ckpt_best; the reported numbers come from --eval_only,
-each corpus of --eval_data over contiguous non-overlapping windows of its whole val split (or
-its first --eval_tokens), each token counted once, in eval.json with that protocol beside them.
+Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed
+--compile logs one warning and trains eagerly; ms/step, MFU (lm.PEAK_FLOPS) and ETA skip the
+first lm.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
+group starts; the other ranks wait for its files (DATA_WAIT_S).
 
-Speed: one host sync per optimizer step (the loss, grad norm and stop flag, read together);
---compile that fails (Triton needs a C compiler and Python headers) logs one warning line and
-trains eagerly; ms/step, MFU (lm.PEAK_FLOPS, exact GPU names) and ETA leave out each process's
-first lm.WARMUP_STEPS steps.
-
-Multi-GPU (torchrun): rank 0 tokenizes any missing cache before the process group starts; the
-other ranks wait for its files (up to DATA_WAIT_S, 12 h), so no collective times out meanwhile.
-
-Faults: inputs (flags, out_dir, data, checkpoint) are checked before anything is written, and a
-user's mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise) while any other
-exception, a bug, keeps its traceback; the run folder is locked (checkpoint.RunLock); a
-non-finite loss stops the run before that update; Ctrl-C saves ckpt_last at the current step
-and exits 130 (a second Ctrl-C aborts at once); a failed checkpoint write leaves the previous
-one intact. metrics.jsonl record s (1..max_iters) holds
-the loss of step s's batches (weights after s - 1 updates) and, at evals, val_loss after s
-updates; record 0 holds only the initial val_loss.
+Faults: flags, out_dir, data and checkpoint are checked before anything is written; a user's
+mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise), a bug keeps its traceback;
+the run folder is locked; a non-finite loss stops before its update; Ctrl-C saves ckpt_last and
+exits 130; a failed checkpoint write leaves the previous one intact. metrics.jsonl record s
+holds the loss of step s's batches and, at evals, val_loss after s updates (record 0: initial).
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
