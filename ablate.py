@@ -4,7 +4,7 @@ Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN"
 swaps SPEN's predictor (static linear map, causal linear attention, full causal softmax
 attention, all reading the same EMA traces), finds the same loss (7.60 vs 7.60 nats) and
 concludes that no reader can recover what the traces lost. That argument holds for readers of
-the trace STATE only (readers.py), so both families run here, with two controls:
+the trace STATE only (variants.py), so both families run here, with two controls:
     linear                SPEN, the paper's predictor: a linear map of h_{t-1}^1..S   (state)
     linear_attn_state     SPEN, linear attention over the S trace slots of h_{t-1}      (state)
     softmax_state         SPEN, softmax attention over the S trace slots of h_{t-1}     (state)

@@ -4,7 +4,7 @@ Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Small scale: SPCN"
 role assignment on a formal grammar with a 147-word vocabulary and 20 roles; Grammar A
 (animals) and Grammar B (vehicles) share every production rule and function word and differ
 only in their content lexicon. Transfer = fit on A, test on B. The paper gives no rules; the
-ones below are this project's (listed in the README's "Differences from the paper").
+ones below are this project's (numbered in PAPER.md, "Choices in grammar.py").
 
 Shape/size glossary
     V = 147 words: F = 15 shared function words (5 determiners, 2 relativizers, 6

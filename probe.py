@@ -27,13 +27,10 @@ role is in grammar.DEEP_ROLES; content / structural = roles by grammar.ROLE_KIND
 Shape glossary: B sentences, T words, D SPCN units, S traces, N tokens (non-padding), F
 features, R roles, E embedding, H GRU hidden size per direction.
 
-Decisions (README "Differences from the paper")
-    - The SPCN side of "transfer" is the traces probe; "deep_embedded" in results.json is the
-      transfer accuracy on the deep-embedded roles (the paper reports it beside transfer
-      overall); the within-A figure is stored as "deep_embedded_within".
-    - Probe L2 and the SPCN's settings were chosen on the validation splits, never on test.
-    - The causal GRU has the BiGRU's widths (E, H) in one direction, so about half its
-      recurrent parameters; results.json["params"] gives both counts.
+Choices, written out once in PAPER.md ("Choices in probe.py"): 1 logistic-regression probes;
+2 the BiGRU on word embeddings; 3 the causal GRU and untrained SPCN controls; 4 every setting
+chosen on validation splits; 5 deep-embedded reported in transfer. results.json["params"] gives
+the parameter counts of both GRUs.
 
 Run: `python probe.py` (3 seeds) -> out/probe/results.json, results.md, roles.png, one progress
 line per stage and seed; `python probe.py --out_dir results/probe` refreshes the committed
@@ -446,7 +443,7 @@ def write_markdown(res, path, cfg):
         f"| {label} | " + " | ".join(cell(g, k) for k in keys) + f" | {paper_spcn} | {paper_bigru} |")
     four = ("spcn", "untrained", "gru", "bigru")
     rv = res["roles"]["rc_verb"], s["roles"]["rc_verb"]
-    pe, pes = res["prediction_error"], s["prediction_error"]
+    pe = res["prediction_error"]
     lines = [
         f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
         f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",

@@ -417,7 +417,7 @@ def plot(res, path):
         a3.plot([step for step, _ in curve], [acc[str(ref)] for _, acc in curve], style, label=v)
     a1.plot(pairs, [1 / N for N in pairs], "k:", label="1/N (knows which values, not which key)")
     a3.axhline(1 / ref, color="k", ls=":", lw=0.8)
-    a3.axhline(threshold(ref), color="k", lw=0.6, label=f"plateau exit: > (1/N + 1) / 2")
+    a3.axhline(threshold(ref), color="k", lw=0.6, label="plateau exit: > (1/N + 1) / 2")
     for a in (a1, a2, a3):
         a.axhline(res["chance"], color="grey", lw=0.8, label="chance 1/M")
         a.set_ylim(-0.02, 1.02)

@@ -33,16 +33,9 @@ Code name -> paper symbol
     a     sparse column activity (instantaneous)     h  multi-timescale EMA traces
     q     top-down (predictive) units                var, 1/var  error variance, precision
 
-Decisions where the paper is silent (README "Differences from the paper")
-    - One layer of K columns over the one-hot word; the "hierarchy" is the feedforward column
-      layer plus the top-down predictive pathway from the traces, not several column layers.
-    - Each column has two populations: bottom-up units a_t and predictive units q_t, the
-      k-sparse pattern the feedback weights expect from the traces. Both are traced, so the
-      context carries what the network expected as well as what it saw; for a word it has
-      never seen (Grammar B) the predictive units still carry the pattern of the slot.
-      g = 0 switches them off (then the traces hold bottom-up activity only).
-    - Sentences are processed independently, with traces starting at zero.
-    - Precision is per unit (not per synapse) and normalised to mean 1, so eta keeps its scale.
+Choices where the paper is silent, written out once in PAPER.md ("Choices in spcn.py"):
+    1 one layer of columns over a frozen projection; 2 PGHU as a precision-scaled delta rule;
+    3 predictive units are traced too (g = 0 switches them off); 4 sentences are independent.
 
 Untrained: SPCN(cfg) before fit() is the same frozen projection and traces with P = 0, so no
 prediction (p = 0, q = 0, error = k / U per unit); probe.py probes it as the control for what
@@ -54,7 +47,6 @@ checks this file.
 """
 
 import os
-import time
 from dataclasses import asdict, dataclass
 
 import torch

@@ -17,11 +17,9 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 import cli
 import data
-import ngram
 import shards
 import sources
 

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 
-import pytest
 import torch
 
 import lm
