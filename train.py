@@ -31,22 +31,21 @@ Speed: one host sync per optimizer step (loss, grad norm and stop flag read toge
 first lm.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
 group starts; the other ranks wait for its files (DATA_WAIT_S).
 
-Faults: flags, out_dir, data and checkpoint are checked before anything is written; a user's
-mistake is one line (cli.UserError; exit 2 for a flag, 1 otherwise), a bug keeps its traceback;
-the run folder is locked; a non-finite loss stops before its update; Ctrl-C saves ckpt_last and
-exits 130; a failed checkpoint write leaves the previous one intact. metrics.jsonl record s
-holds the loss of step s's batches and, at evals, val_loss after s updates (record 0: initial).
+Faults: inputs are checked before anything is written; a user's mistake is one line
+(cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; the run folder is locked;
+a non-finite loss stops before its update; Ctrl-C saves ckpt_last and exits 130; a failed
+checkpoint write leaves the previous one. metrics.jsonl record s: the loss of step s's batches
+and, at evals, val_loss after s updates (record 0: the initial val_loss).
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
-    python train.py --preset cpu_bytes           # offline, bytes; results/scaling holds the curves
+    python train.py --preset cpu_bytes           # offline, UTF-8 bytes (results/scaling: this width)
     python train.py                              # the paper run (preset 130m), one CUDA GPU
     python train.py --out_dir out --resume --max_iters 30000           # continue a run
     python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4,wikitext103  # the paper's two
     python train.py --eval_only --init_from gpt2 --eval_data c4,wikitext103      # real GPT-2 (hub weights)
     torchrun --standalone --nproc_per_node 8 train.py                  # DDP (nccl; gloo on CPU)
-Writes out_dir/log.txt (provenance header + one line per log_interval), metrics.jsonl,
-ckpt_last.pt and ckpt_best.pt (atomic), and eval.json for --eval_only.
+Writes out_dir/log.txt, metrics.jsonl, ckpt_last.pt, ckpt_best.pt (atomic), eval.json (--eval_only).
 """
 
 import json
