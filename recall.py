@@ -316,7 +316,10 @@ def run_all(cfg, jobs):
     path = lambda v, seed: os.path.join(folder, f"{v}_s{seed}.json")
     results, todo = [], []
     for job in jobs:
-        saved = json.load(open(path(*job[1:]))) if os.path.exists(path(*job[1:])) else None
+        saved = None
+        if os.path.exists(path(*job[1:])):
+            with open(path(*job[1:])) as f:
+                saved = json.load(f)
         results.append(dict(saved, reused=True)) if saved and saved["settings"] == key else todo.append(job)
     t0, threads = time.time(), torch.get_num_threads()
     torch.set_num_threads(1)  # small matmuls: one thread per run is fastest and leaves a core per worker
