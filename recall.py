@@ -24,7 +24,10 @@ Shape glossary
 
 The task (our choices, each stated because it decides what "recall" means):
     token ids   keys [0, K), values [K, K + M), one blank id K + M; vocab_size = K + M + 1
-    sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then T - 2N query positions: each key is asked
+                (with a gap, M noise ids after the blank: K + 2M + 1)
+    sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then --gap G noise tokens (default 0; each uniform
+                over the noise ids, so what a trace holds of the pairs is buried under G random
+                tokens, as real text buries it), then T - 2N - G query positions: each key is asked
                 exactly once, at a random position among the first --query_span x N of them
                 (default 1: the N queries right after the pairs, in random order; 0: anywhere),
                 every other position is blank. No value id ever occurs in the query region
@@ -114,12 +117,14 @@ class RecallConfig:
                            "finished run; a rerun with the same settings reuses them)", group="I/O")
     variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
     pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data")
-    block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N))", group="data")
+    block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N) + G)", group="data")
     n_keys: int = cli.arg(8, "K, key ids", group="data")
     n_values: int = cli.arg(64, "M, value ids (chance = 1/M)", group="data")
     query_span: int = cli.arg(1, "the N queries fall among the first query_span x N positions after the pairs "
                               "(1: right after them, in random order; 0: anywhere in the T - 2N positions)",
                               group="data")
+    gap: int = cli.arg(0, "G, noise tokens between the pairs and the queries (uniform over M noise ids): "
+                       "far queries, whose recent past is noise", group="data")
     test_seqs: int = cli.arg(256, "test sequences per pair count", group="data")
     val_seqs: int = cli.arg(64, "validation sequences per pair count (the learning curve)", group="data")
     n_layer: int = cli.arg(2, "blocks, every variant", group="model")
@@ -145,8 +150,10 @@ class RecallConfig:
         cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
         cli.require(self.query_span >= 0, "--query_span must be >= 0, got {}", self.query_span)
         cli.require(self.pairs and min(self.pairs) >= 1, "--pairs must be >= 1, got {}", self.pairs)
-        cli.require(self.block_size >= 3 * max(self.pairs),
-                    "--block_size must be >= 3 x the largest --pairs ({}), got {}", 3 * max(self.pairs), self.block_size)
+        cli.require(self.gap >= 0, "--gap must be >= 0, got {}", self.gap)
+        cli.require(self.block_size >= 3 * max(self.pairs) + self.gap,
+                    "--block_size must be >= 3 x the largest --pairs + --gap ({}), got {}",
+                    3 * max(self.pairs) + self.gap, self.block_size)
         cli.require(self.n_keys >= max(self.pairs) and self.n_values >= max(self.pairs),
                     "--n_keys and --n_values must be >= the largest --pairs ({})", max(self.pairs))
         for name in ("test_seqs", "val_seqs", "n_layer", "n_embd", "n_head", "steps", "eval_every", "seeds",
@@ -168,19 +175,22 @@ class RecallConfig:
 # Data
 
 
-def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0):
+def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0, gap=0):
     """n_seq MQAR sequences with n_pairs pairs -> idx (B, T), targets (B, T), distance (B, T).
-    The N queries fall at random among the `span` positions right after the pairs (0: all
-    T - 2N of them; at most T - 2N); the rest is blank. targets is -1 except at query positions
-    (the queried key's value); distance is the key-to-query distance there and 0 elsewhere.
-    Deterministic given the generator's state."""
-    N, blank = n_pairs, n_keys + n_values
+    `gap` noise tokens follow the pairs (ids drawn uniformly from the n_values noise ids after
+    the blank); the N queries fall at random among the `span` positions after them (0: all
+    T - 2N - gap of them; at most that); the rest is blank. targets is -1 except at query
+    positions (the queried key's value); distance is the key-to-query distance there and 0
+    elsewhere. Deterministic given the generator's state."""
+    N, blank, start = n_pairs, n_keys + n_values, 2 * n_pairs + gap  # start: the first query position
     keys = torch.rand(n_seq, n_keys, generator=generator).argsort(1)[:, :N]  # (B, N) distinct keys
     values = n_keys + torch.rand(n_seq, n_values, generator=generator).argsort(1)[:, :N]  # (B, N) distinct
-    span = min(span or T, T - 2 * N)
-    slots = 2 * N + torch.rand(n_seq, span, generator=generator).argsort(1)[:, :N]  # (B, N) query i asks key i
+    span = min(span or T, T - start)
+    slots = start + torch.rand(n_seq, span, generator=generator).argsort(1)[:, :N]  # (B, N) query i asks key i
     idx = torch.full((n_seq, T), blank, dtype=torch.long)
     idx[:, 0:2 * N:2], idx[:, 1:2 * N:2] = keys, values  # the pairs k_1 v_1 ... k_N v_N
+    if gap:
+        idx[:, 2 * N:start] = blank + 1 + torch.randint(n_values, (n_seq, gap), generator=generator)  # noise
     idx.scatter_(1, slots, keys)  # each key asked once; the rest of the query region stays blank
     targets = torch.full((n_seq, T), -1, dtype=torch.long).scatter_(1, slots, values)
     distance = torch.zeros(n_seq, T, dtype=torch.long).scatter_(1, slots, slots - 2 * torch.arange(N))
@@ -190,22 +200,23 @@ def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0):
 def eval_set(cfg, n_seq, seed):
     """{N: (idx, targets, distance)}, one fixed set per pair count, from data seed `seed`."""
     g = torch.Generator().manual_seed(seed)
-    return {N: mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N) for N in cfg.pairs}
+    return {N: mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N, cfg.gap) for N in cfg.pairs}
 
 
 def train_batch(cfg, g):
     """batch_size sequences split as evenly as possible over cfg.pairs -> idx, targets (B, T) each."""
     n_seq = cfg.batch_size
     shares = [n_seq // len(cfg.pairs) + (i < n_seq % len(cfg.pairs)) for i in range(len(cfg.pairs))]
-    parts = [mqar(b, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N)
+    parts = [mqar(b, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N, cfg.gap)
              for b, N in zip(shares, cfg.pairs)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
 def batches(cfg, seed):
     """The run's training batches, fresh draws from the run's seed: the first cfg.curriculum
-    steps hold the smallest pair count only (an N-curriculum), then the mixture of cfg.pairs."""
-    g, first = torch.Generator().manual_seed(seed), dataclasses.replace(cfg, pairs=(min(cfg.pairs),))
+    steps hold the smallest pair count only, with no gap (a curriculum), then the mixture of
+    cfg.pairs with the gap."""
+    g, first = torch.Generator().manual_seed(seed), dataclasses.replace(cfg, pairs=(min(cfg.pairs),), gap=0)
     for step in itertools.count():
         yield train_batch(first if step < cfg.curriculum else cfg, g)
 
@@ -214,11 +225,16 @@ def batches(cfg, seed):
 # Models
 
 
+def vocab_size(cfg):
+    """K keys, M values, the blank, and M noise ids when there is a gap."""
+    return cfg.n_keys + cfg.n_values + 1 + (cfg.n_values if cfg.gap else 0)
+
+
 def build_model(cfg, variant):
     """The variant's model at the shared width, depth and heads; vocabulary K + M + 1. SPEN's
     FFN is its own default (4C wide, top 6% kept)."""
     kind, overrides = VARIANTS[variant]
-    V, C = cfg.n_keys + cfg.n_values + 1, cfg.n_embd
+    V, C = vocab_size(cfg), cfg.n_embd
     if kind == "gpt":
         return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=V, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=C))
     return SPEN(SPENConfig(vocab_size=V, block_size=cfg.block_size, n_layer=cfg.n_layer, n_embd=C,

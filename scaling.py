@@ -37,7 +37,8 @@ Run
     python scaling.py --preset gpu_130m --out_dir out/scaling_130m   # the paper's pair, one GPU
     python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
 Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
-(default out/scaling); run folders (train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl,
+(default out/scaling). scaling.json is the record: a curve of an earlier invocation with the same
+settings stays in it (any --models/--widths), and its run folder, when there, replaces it. Run folders (train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl,
 the copy split at each point) under OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
 """
 
@@ -216,12 +217,12 @@ def extrapolate_gap(a, b, frac=0.5):
     return dict(slope_per_efold=float(c1), gap_last=float(y[-1]), tokens_at_zero=zero, fit_points=len(pts))
 
 
-def analyse(cfg, curves):
+def analyse(curves):
     """Per width: gpt against each SPEN model, measured crossover or the extrapolated one."""
     out = {}
-    for w in cfg.widths:
+    for w in sorted({c["width"] for c in curves.values()}, reverse=True):
         g = curves.get(f"gpt_c{w}")
-        for m in cfg.models:
+        for m in MODELS:
             c = curves.get(f"{m}_c{w}")
             if m == "gpt" or not g or not c:
                 continue
@@ -251,9 +252,25 @@ def advance(cfg, name, width, step):
     return True
 
 
-def collect(cfg, yardsticks, train_tokens, seconds):
+def recorded_curves(cfg):
+    """The curves of the scaling.json already in out_dir, if it was made with the same settings
+    (models, widths and --train aside); {} otherwise. Run folders hold checkpoints, which git
+    ignores: on a fresh clone a committed curve lives only here."""
+    path = os.path.join(cfg.out_dir, "scaling.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        old = json.load(f)
+    same = lambda s: {k: v for k, v in s.items() if k not in ("out_dir", "train", "models", "widths")}
+    return old.get("curves", {}) if same(old.get("settings", {})) == same(json.loads(json.dumps(
+        dataclasses.asdict(cfg)))) else {}
+
+
+def collect(cfg, yardsticks, train_tokens, seconds, recorded):
+    """Every curve: the recorded ones (recorded_curves: the same settings, any models and widths),
+    each replaced by its run folder's points where the folder has them; then the crossovers."""
     per = tokens_per_step(cfg)
-    curves = {}
+    curves = dict(recorded)
     for m in cfg.models:
         for w in cfg.widths:
             run = run_dir(cfg, m, w)
@@ -264,9 +281,11 @@ def collect(cfg, yardsticks, train_tokens, seconds):
                                    for ln in f if ln.startswith("params:")), None)
                 curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
                                            train_seconds=train_seconds(run), copy=read_copy(run))
+    order = lambda k: (-curves[k]["width"], list(MODELS).index(curves[k]["model"]))
+    curves = {k: curves[k] for k in sorted(curves, key=order)}
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
                 eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",
-                yardsticks=yardsticks, seconds=round(seconds, 1), curves=curves, crossovers=analyse(cfg, curves))
+                yardsticks=yardsticks, seconds=round(seconds, 1), curves=curves, crossovers=analyse(curves))
 
 
 def train_seconds(run):
@@ -387,9 +406,10 @@ def main(cfg):
     yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram") if k in counted} | {"dataset": name}
                   if counted else None)
     os.makedirs(cfg.out_dir, exist_ok=True)
+    recorded = recorded_curves(cfg)
 
     def save():
-        res = collect(cfg, yardsticks, train_tokens, time.time() - t0)
+        res = collect(cfg, yardsticks, train_tokens, time.time() - t0, recorded)
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         write_md(res, os.path.join(cfg.out_dir, "scaling.md"))
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))

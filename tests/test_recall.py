@@ -47,6 +47,22 @@ def test_query_span_puts_the_queries_right_after_the_pairs():
     assert answered.min() == 2 * N and answered.max() == 4 * N - 1, "span 2N: within the 2N positions after the pairs"
 
 
+def test_gap_puts_noise_between_the_pairs_and_the_queries():
+    N, G = 4, 9
+    idx, targets, distance = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N, gap=G)
+    noise = idx[:, 2 * N:2 * N + G]
+    assert ((noise > K + M) & (noise <= K + 2 * M)).all(), "the gap holds noise ids only"
+    assert len(noise.unique()) > M // 2, "noise is drawn, not constant"
+    assert not (targets[:, :2 * N + G] >= 0).any() and (targets[:, 2 * N + G:3 * N + G] >= 0).all()
+    assert distance[targets >= 0].min() >= G + 2
+    assert (idx[:, 3 * N + G:] == K + M).all(), "blank after the queries"
+    same = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N)
+    plain = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N, gap=0)
+    assert all(torch.equal(a, b) for a, b in zip(same, plain)), "gap 0 is the task without a gap"
+    cfg = recall.RecallConfig(pairs=(2, 4), block_size=12 + G, n_keys=8, n_values=8, gap=G)
+    assert recall.vocab_size(cfg) == 8 + 8 + 1 + 8 and recall.build_model(cfg, "gpt").config.vocab_size == 25
+
+
 def test_answer_is_the_pair_and_cannot_be_copied_from_the_query_region():
     N = 6
     idx, targets, distance = draw(n_pairs=N)
@@ -141,6 +157,8 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
 
 
 @pytest.mark.parametrize("argv, flag", [(["--pairs", "8", "--block_size", "20"], "--block_size"),
+                                        (["--pairs", "4", "--gap", "10", "--block_size", "20"], "--block_size"),
+                                        (["--gap", "-1"], "--gap"),
                                         (["--variants", "nope"], "--variants"),
                                         (["--steps", "0"], "--steps"),
                                         (["--curriculum", "1501"], "--curriculum"),

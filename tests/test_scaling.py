@@ -1,6 +1,7 @@
 """Tests for scaling.py: log-spaced evaluation steps; a curve trained in segments is the run
 trained in one go (constant lr, exact resume); a rerun reuses the finished points; the
-crossover and the gap extrapolation on curves whose answer is known; bad settings are one line."""
+crossover and the gap extrapolation on curves whose answer is known; scaling.json keeps a
+recorded curve whose run folder is gone; bad settings are one line."""
 import json
 import math
 import os
@@ -63,6 +64,19 @@ def test_rerun_reuses_the_finished_points(tiny_run, capsys):
     report = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=out,
                                     **dict(TINY, max_tokens=64 * 60), train=False))
     assert " step " not in capsys.readouterr().out.split("# Where")[0] and report["curves"] == first["curves"]
+
+
+def test_scaling_json_keeps_curves_whose_run_folders_are_gone(tiny_run, tmp_path):
+    out, first = tiny_run
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "scaling.json").write_text(json.dumps(first))  # as committed, on a fresh clone: no runs/
+    report = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy),
+                                    **dict(TINY, models=("linear",)), train=False))
+    assert report["curves"] == first["curves"] and report["crossovers"] == first["crossovers"]
+    other = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy),
+                                   **dict(TINY, lr=1e-2), train=False))
+    assert other["curves"] == {}, "a record made with other settings is not mixed in"
 
 
 def test_crossover_and_extrapolation_on_known_curves():
