@@ -24,10 +24,10 @@ Shape glossary
 
 The task (our choices, each stated because it decides what "recall" means):
     token ids   keys [0, K), values [K, K + M), one blank id K + M; vocab_size = K + M + 1
-                (with a gap, M noise ids after the blank: K + 2M + 1)
-    sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then --gap G noise tokens (default 0; each uniform
-                over the noise ids, so what a trace holds of the pairs is buried under G random
-                tokens, as real text buries it), then T - 2N - G query positions: each key is asked
+    sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then --gap G noise tokens (default 0), each a value
+                id drawn uniformly (Zoology's random_non_queries, restricted to values so that no
+                key is ever repeated: a value in the gap follows no key and answers nothing), then
+                T - 2N - G query positions: each key is asked
                 exactly once, at a random position among the first --query_span x N of them
                 (default 1: the N queries right after the pairs, in random order; 0: anywhere),
                 every other position is blank. No value id ever occurs in the query region
@@ -43,7 +43,8 @@ The task (our choices, each stated because it decides what "recall" means):
                 knows which values occur in the sequence but not which key each belongs to.
     training    every batch holds an equal share of each pair count in --pairs (a mixture, as
                 Zoology trains), fresh draws each step from the run's seed, after an
-                N-curriculum (the first --curriculum steps hold the smallest N only); validation
+                curriculum (the first --curriculum steps hold the smallest N only, without the
+                gap); validation
                 and test sequences come from two other fixed seeds, the same for every run. The
                 test sequences are never used to choose anything.
 
@@ -55,8 +56,9 @@ binds keys to values and jumps towards 1.0 (an induction-style circuit: a previo
 writes each key into its value's position, then a content match). How long the plateau lasts
 grows with the span the queries fall in and with the number of key ids (results/recall/recall.md,
 Notes). Short sequences of the smallest N leave it first, and the circuit they teach
-then serves every N: hence the N-curriculum and the queries right after the pairs (Zoology's
-generator also puts most queries close to the pairs). Every run is evaluated on the validation
+then serves every N and, being a content match, every distance: hence the curriculum (smallest N,
+no gap) and the queries right after the pairs or the gap (Zoology's generator also puts most
+queries close to the pairs). Every run is evaluated on the validation
 sequences every --eval_every steps; the "plateau exit" of a variant at N pairs is the first
 evaluation whose accuracy is above (1/N + 1) / 2, halfway from the plateau to perfect recall.
 
@@ -123,8 +125,8 @@ class RecallConfig:
     query_span: int = cli.arg(1, "the N queries fall among the first query_span x N positions after the pairs "
                               "(1: right after them, in random order; 0: anywhere in the T - 2N positions)",
                               group="data")
-    gap: int = cli.arg(0, "G, noise tokens between the pairs and the queries (uniform over M noise ids): "
-                       "far queries, whose recent past is noise", group="data")
+    gap: int = cli.arg(0, "G, noise tokens between the pairs and the queries (value ids drawn uniformly): far "
+                       "queries, and which values occurred no longer tells the answer", group="data")
     test_seqs: int = cli.arg(256, "test sequences per pair count", group="data")
     val_seqs: int = cli.arg(64, "validation sequences per pair count (the learning curve)", group="data")
     n_layer: int = cli.arg(2, "blocks, every variant", group="model")
@@ -132,8 +134,8 @@ class RecallConfig:
     n_head: int = cli.arg(2, "attention heads (GPT and the SPEN attention readers)", group="model")
     steps: int = cli.arg(1500, "optimizer steps per run, every variant (the token budget)", group="optimization")
     batch_size: int = cli.arg(64, "B, sequences per step, split evenly over --pairs", group="optimization")
-    curriculum: int = cli.arg(500, "first steps that train on the smallest --pairs only, then the mixture",
-                              group="optimization")
+    curriculum: int = cli.arg(500, "first steps that train on the smallest --pairs only and without --gap, then "
+                              "the mixture", group="optimization")
     lr: float = cli.arg(1e-3, "learning rate, every variant: constant after the warmup until the final decay",
                         group="optimization")
     warmup: int = cli.arg(0, "linear warmup steps", group="optimization")
@@ -177,8 +179,8 @@ class RecallConfig:
 
 def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0, gap=0):
     """n_seq MQAR sequences with n_pairs pairs -> idx (B, T), targets (B, T), distance (B, T).
-    `gap` noise tokens follow the pairs (ids drawn uniformly from the n_values noise ids after
-    the blank); the N queries fall at random among the `span` positions after them (0: all
+    `gap` noise tokens follow the pairs (value ids drawn uniformly: distractors, none of them
+    after a key); the N queries fall at random among the `span` positions after them (0: all
     T - 2N - gap of them; at most that); the rest is blank. targets is -1 except at query
     positions (the queried key's value); distance is the key-to-query distance there and 0
     elsewhere. Deterministic given the generator's state."""
@@ -190,7 +192,7 @@ def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0, gap=0):
     idx = torch.full((n_seq, T), blank, dtype=torch.long)
     idx[:, 0:2 * N:2], idx[:, 1:2 * N:2] = keys, values  # the pairs k_1 v_1 ... k_N v_N
     if gap:
-        idx[:, 2 * N:start] = blank + 1 + torch.randint(n_values, (n_seq, gap), generator=generator)  # noise
+        idx[:, 2 * N:start] = n_keys + torch.randint(n_values, (n_seq, gap), generator=generator)  # noise
     idx.scatter_(1, slots, keys)  # each key asked once; the rest of the query region stays blank
     targets = torch.full((n_seq, T), -1, dtype=torch.long).scatter_(1, slots, values)
     distance = torch.zeros(n_seq, T, dtype=torch.long).scatter_(1, slots, slots - 2 * torch.arange(N))
@@ -225,16 +227,11 @@ def batches(cfg, seed):
 # Models
 
 
-def vocab_size(cfg):
-    """K keys, M values, the blank, and M noise ids when there is a gap."""
-    return cfg.n_keys + cfg.n_values + 1 + (cfg.n_values if cfg.gap else 0)
-
-
 def build_model(cfg, variant):
     """The variant's model at the shared width, depth and heads; vocabulary K + M + 1. SPEN's
     FFN is its own default (4C wide, top 6% kept)."""
     kind, overrides = VARIANTS[variant]
-    V, C = vocab_size(cfg), cfg.n_embd
+    V, C = cfg.n_keys + cfg.n_values + 1, cfg.n_embd
     if kind == "gpt":
         return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=V, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=C))
     return SPEN(SPENConfig(vocab_size=V, block_size=cfg.block_size, n_layer=cfg.n_layer, n_embd=C,
@@ -259,6 +256,12 @@ def lr_at(step, cfg):
 def threshold(N):
     """Validation accuracy at N pairs that counts as off the 1/N plateau: halfway from 1/N to 1."""
     return (1 / N + 1) / 2
+
+
+def binding(acc, N):
+    """How far accuracy at N pairs is from the 1/N that knowing which values occurred gives,
+    towards perfect recall: 0 on the plateau, 1 at perfect recall, < 0 below the plateau."""
+    return (acc - 1 / N) / (1 - 1 / N)
 
 
 def plateau_exit(curve, N):
@@ -369,6 +372,7 @@ def summarize(cfg, results, seconds):
         dist = {d: runs.mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
         out["variants"][v] = dict(acc={N: m for N, (m, s) in stats.items()},
                                   acc_std={N: s for N, (m, s) in stats.items()},
+                                  binding={N: binding(m, int(N)) for N, (m, s) in stats.items()},
                                   acc_per_seed={N: [r["test"]["acc"][N] for r in rs] for N in stats},
                                   acc_distance={d: m for d, (m, s) in dist.items()},
                                   params=rs[0]["params"], state_floats=rs[0]["state_floats"],
@@ -400,6 +404,11 @@ def write_md(res, path):
         cells = [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs]
         lines.append(f"| {v} | {r['params']:,} | {r['state_floats']:,} | {r['capacity_pairs']:.1f} | "
                      + " | ".join(cells) + " |")
+    lines += ["", "Binding, (accuracy - 1/N) / (1 - 1/N): 0 is the 1/N plateau (a model that knows which values "
+              "occurred, not which key each belongs to), 1 perfect recall.", "",
+              "| variant | " + " | ".join(f"N={N}" for N in pairs) + " |", "|---" * (1 + len(pairs)) + "|"]
+    for v, r in res["variants"].items():
+        lines.append(f"| {v} | " + " | ".join(f"{r['binding'][str(N)]:+.3f}" for N in pairs) + " |")
     lines += ["", f"Plateau exit: the first validation evaluation (every {s['eval_every']} steps, {s['val_seqs']} "
               "sequences per N, data seed " f"{VAL_SEED}) whose accuracy at N pairs is above (1/N + 1) / 2; "
               "'-' = never within the budget; one entry per seed.", "",

@@ -47,20 +47,21 @@ def test_query_span_puts_the_queries_right_after_the_pairs():
     assert answered.min() == 2 * N and answered.max() == 4 * N - 1, "span 2N: within the 2N positions after the pairs"
 
 
-def test_gap_puts_noise_between_the_pairs_and_the_queries():
+def test_gap_puts_distractor_values_between_the_pairs_and_the_queries():
     N, G = 4, 9
     idx, targets, distance = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N, gap=G)
     noise = idx[:, 2 * N:2 * N + G]
-    assert ((noise > K + M) & (noise <= K + 2 * M)).all(), "the gap holds noise ids only"
+    assert ((noise >= K) & (noise < K + M)).all(), "the gap holds value ids only: no key is ever repeated"
     assert len(noise.unique()) > M // 2, "noise is drawn, not constant"
     assert not (targets[:, :2 * N + G] >= 0).any() and (targets[:, 2 * N + G:3 * N + G] >= 0).all()
     assert distance[targets >= 0].min() >= G + 2
     assert (idx[:, 3 * N + G:] == K + M).all(), "blank after the queries"
+    for b, p in (targets >= 0).nonzero().tolist():  # the answer is still the value right after the asked key
+        j = (idx[b, :2 * N:2] == idx[b, p]).nonzero().item() * 2
+        assert targets[b, p] == idx[b, j + 1] and (idx[b] == idx[b, p]).sum() == 2
     same = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N)
     plain = recall.mqar(64, N, T, K, M, torch.Generator().manual_seed(0), span=N, gap=0)
     assert all(torch.equal(a, b) for a, b in zip(same, plain)), "gap 0 is the task without a gap"
-    cfg = recall.RecallConfig(pairs=(2, 4), block_size=12 + G, n_keys=8, n_values=8, gap=G)
-    assert recall.vocab_size(cfg) == 8 + 8 + 1 + 8 and recall.build_model(cfg, "gpt").config.vocab_size == 25
 
 
 def test_answer_is_the_pair_and_cannot_be_copied_from_the_query_region():
@@ -146,7 +147,8 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
     assert list(on_disk["variants"]) == list(recall.VARIANTS)
     for name, v in on_disk["variants"].items():
         assert {"acc", "acc_std", "params", "state_floats"} <= set(v), name
-        assert set(v["acc"]) == set(v["acc_std"]) == {"2", "4"}
+        assert set(v["acc"]) == set(v["acc_std"]) == set(v["binding"]) == {"2", "4"}
+        assert v["binding"]["4"] == pytest.approx((v["acc"]["4"] - 1 / 4) / (1 - 1 / 4))
         assert all(0 <= a <= 1 for a in v["acc"].values()) and len(v["acc_per_seed"]["2"]) == 2
         assert isinstance(v["params"], int) and v["params"] > 0
     S, C = 3, 16
