@@ -70,10 +70,11 @@ of linear memory, not a theorem about floats: handing back any of N C-wide value
 needs N independent C-wide vectors for the values and N for the keys, so F numbers hold about
 F / (2C) pairs: 1.5 for the state readers, more than any N tested for history readers and GPT.
 
-Run (the measured times and numbers are in results/recall/recall.md)
+Run (the measured times and numbers are in results/recall/recall.md and results/recall/far/)
     python recall.py                       # every variant, 1 seed: a line per finished run, then
                                            # recall.json, recall.md, recall.png and runs/
     python recall.py --seeds 2             # 2 seeds each: twice the default's time
+    python recall.py --gap 40 --block_size 64    # far queries, behind 40 distractor values
     python recall.py --variants gpt --query_span 0 --curriculum 0 --steps 3000
                                            # GPT without the curriculum, queries anywhere: the plateau
 Two single-threaded runs train at a time (--workers). Writes under --out_dir (default
