@@ -92,12 +92,13 @@ PRESETS = {
                 warmup_iters=100, dropout=0.1, eval_interval=100, eval_iters=20, hit_seqs=256, workers=1,
                 device="cuda"),
     # UTF-8 bytes of builtin (V = 256): the six readers of the content question at train.py's
-    # cpu_bytes shape (4 x 128, T 256), 1M bytes per run as 500 steps of 8 x 256 (early on, more
-    # updates of a smaller batch buy more per byte), one thread, no content probe (it decodes BPE).
+    # cpu_bytes shape (4 x 128, T 256), 4.1M bytes per run (~1.9 passes over the train split) as
+    # 2,000 steps of 8 x 256: past the ~1.6M bytes where GPT leaves its plateau (results/scaling).
+    # One thread per run, no content probe (it decodes BPE).
     "cpu_bytes": dict(tokenizer="bytes", variants=("linear", "softmax_state", "linear_attn_history",
                                                    "softmax_history", "selective", "gpt"),
-                      n_layer=4, n_embd=128, block_size=256, batch_size=8, max_iters=500, lr=2e-3, min_lr=2e-4,
-                      warmup_iters=20, eval_interval=50, eval_iters=16, hit_seqs=128, workers=1, content=False),
+                      n_layer=4, n_embd=128, block_size=256, batch_size=8, max_iters=2000, lr=2e-3, min_lr=2e-4,
+                      warmup_iters=50, eval_interval=100, eval_iters=16, hit_seqs=128, workers=2, content=False),
 }
 
 
