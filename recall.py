@@ -27,13 +27,12 @@ The task (our choices, each stated because it decides what "recall" means):
     sequence    k_1 v_1 k_2 v_2 ... k_N v_N, then --gap G noise tokens (default 0), each a value
                 id drawn uniformly (Zoology's random_non_queries, restricted to values so that no
                 key is ever repeated: a value in the gap follows no key and answers nothing), then
-                T - 2N - G query positions: each key is asked
-                exactly once, at a random position among the first --query_span x N of them
-                (default 1: the N queries right after the pairs, in random order; 0: anywhere),
-                every other position is blank. No value id ever occurs in the query region
-                (nor does a blank after the last query change any answer: attention is causal),
-                and within a sequence
-                keys are distinct and values are distinct, so an answer can only come from its
+                T - 2N - G query positions: each key is asked exactly once, at a random position
+                among the first --query_span x N of them (default 1: the N queries right after
+                the pairs or the gap, in random order; 0: anywhere), every other position is
+                blank. No value id ever occurs in the query region (nor does a blank after the
+                last query change any answer: attention is causal), and within a sequence keys
+                are distinct and paired values are distinct, so an answer can only come from its
                 pair: nothing in the query region can be copied.
     targets     at a query position the target is that key's value; -1 (ignored) everywhere
                 else: loss and accuracy count answer positions only. Accuracy is the argmax over
@@ -44,9 +43,8 @@ The task (our choices, each stated because it decides what "recall" means):
     training    every batch holds an equal share of each pair count in --pairs (a mixture, as
                 Zoology trains), fresh draws each step from the run's seed, after an
                 curriculum (the first --curriculum steps hold the smallest N only, without the
-                gap); validation
-                and test sequences come from two other fixed seeds, the same for every run. The
-                test sequences are never used to choose anything.
+                gap); validation and test sequences come from two other fixed seeds, the same for
+                every run. The test sequences are never used to choose anything.
 
 The recipe (one for every variant: the same data, steps, batch, optimizer and lr, so the table
 is fair): AdamW at a constant lr (optional warmup and final linear decay), no weight decay by
@@ -58,9 +56,9 @@ grows with the span the queries fall in and with the number of key ids (results/
 Notes). Short sequences of the smallest N leave it first, and the circuit they teach
 then serves every N and, being a content match, every distance: hence the curriculum (smallest N,
 no gap) and the queries right after the pairs or the gap (Zoology's generator also puts most
-queries close to the pairs). Every run is evaluated on the validation
-sequences every --eval_every steps; the "plateau exit" of a variant at N pairs is the first
-evaluation whose accuracy is above (1/N + 1) / 2, halfway from the plateau to perfect recall.
+queries close to the pairs). Every run is evaluated on the validation sequences every
+--eval_every steps; the "plateau exit" of a variant at N pairs is the first evaluation whose
+accuracy is above (1/N + 1) / 2, halfway from the plateau to perfect recall.
 
 Capacity (the "state floats" column): numbers one layer's step() state holds after the test
 length T: state readers S*C (the traces, whatever T), softmax history S*C + 2*T*S*C (the cached
@@ -200,18 +198,22 @@ def mqar(n_seq, n_pairs, T, n_keys, n_values, generator, span=0, gap=0):
     return idx, targets, distance
 
 
+def draw(cfg, n_seq, N, g):
+    """n_seq sequences of cfg's task with N pairs (mqar with cfg's length, ids, span and gap)."""
+    return mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N, cfg.gap)
+
+
 def eval_set(cfg, n_seq, seed):
     """{N: (idx, targets, distance)}, one fixed set per pair count, from data seed `seed`."""
     g = torch.Generator().manual_seed(seed)
-    return {N: mqar(n_seq, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N, cfg.gap) for N in cfg.pairs}
+    return {N: draw(cfg, n_seq, N, g) for N in cfg.pairs}
 
 
 def train_batch(cfg, g):
     """batch_size sequences split as evenly as possible over cfg.pairs -> idx, targets (B, T) each."""
     n_seq = cfg.batch_size
     shares = [n_seq // len(cfg.pairs) + (i < n_seq % len(cfg.pairs)) for i in range(len(cfg.pairs))]
-    parts = [mqar(b, N, cfg.block_size, cfg.n_keys, cfg.n_values, g, cfg.query_span * N, cfg.gap)
-             for b, N in zip(shares, cfg.pairs)]
+    parts = [draw(cfg, b, N, g) for b, N in zip(shares, cfg.pairs)]
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
 
