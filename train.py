@@ -27,8 +27,8 @@ Evaluation (evaluate.py): during training, a quick estimate on eval_iters fixed 
 over contiguous windows of its whole val split (or --eval_tokens), every token once, eval.json.
 
 Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed
---compile logs one warning and trains eagerly; ms/step, MFU (lm.PEAK_FLOPS) and ETA skip the
-first lm.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
+--compile logs one warning and trains eagerly; ms/step, MFU (runtime.PEAK_FLOPS) and ETA skip the
+first runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
 group starts; the other ranks wait for its files (DATA_WAIT_S).
 
 Faults: inputs are checked before anything is written; a user's mistake is one line
@@ -64,13 +64,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import batches
-import checkpoint
-import cli
-import data as data_lib
+from plumbing import batches, checkpoint, cli, corpus, runtime
 import lm
-from evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
-from gpt import GPT, GPTConfig
+from plumbing.evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
+import gpt
+import spen
+from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
@@ -94,7 +93,7 @@ class TrainConfig:
     max_tokens: int = cli.arg(None, "cap on the tokens of each split of --data, as data.py --max_tokens (the same "
                               "cache); None: the whole corpus", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (BPE, V = 50257) | bytes (UTF-8 bytes, V = 256); the model's vocabulary",
-                             choices=data_lib.TOKENIZERS, group="data")
+                             choices=corpus.TOKENIZERS, group="data")
     block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data")
     model: str = cli.arg("spen", "spen (the paper's model) or gpt (attention baseline)",
                          choices=tuple(checkpoint.MODELS), group="model")
@@ -191,13 +190,17 @@ def make_config(preset="130m", **overrides):
 
 
 def model_config(cfg):
-    """The model's config from a TrainConfig (sizes away from 768 scale inside the model config)."""
+    """The model's config from a TrainConfig, checked (spen.check, gpt.check: a ValueError line)."""
     shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout,
-                 vocab_size=data_lib.vocab_size(cfg.tokenizer))
+                 vocab_size=corpus.vocab_size(cfg.tokenizer))
     if cfg.model == "gpt":
-        return GPTConfig(**shape)
-    return SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,
-                      trace_method=cfg.trace_method)
+        config = GPTConfig(**shape)
+        gpt.check(config)
+        return config
+    config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,
+                        trace_method=cfg.trace_method)
+    spen.check(config)
+    return config
 
 
 def build_model(cfg):
@@ -229,11 +232,11 @@ class Placement:
 def setup_process(cfg):
     """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
     process group starts later, in start_group, once the data is ready), pick autocast."""
-    lm.configure_allocator()
-    device, kind = lm.resolve_device(cfg.device)
+    runtime.configure_allocator()
+    device, kind = runtime.resolve_device(cfg.device)
     if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
             cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
-        raise cli.ConfigError((lm.hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
+        raise cli.ConfigError((runtime.hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
                               "preset 130m is the paper run); on a CPU run: python train.py --preset cpu")
     ddp = int(os.environ.get("RANK", -1)) != -1
     rank, world = 0, 1
@@ -244,11 +247,11 @@ def setup_process(cfg):
             torch.cuda.set_device(device)
     cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
                 "processes ({})", cfg.grad_accum, world)
-    dtype = lm.resolve_dtype(cfg.dtype, kind)
+    dtype = runtime.resolve_dtype(cfg.dtype, kind)
     if kind == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return Placement(rank, world, ddp, device, kind, dtype, lm.autocast(dtype, kind))
+    return Placement(rank, world, ddp, device, kind, dtype, runtime.autocast(dtype, kind))
 
 
 def start_group(place):
@@ -265,13 +268,7 @@ def load_model(cfg):
     """(model, checkpoint dict or None, cfg) for every way a run can start. With a checkpoint,
     the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
     if cfg.init_from == "gpt2":
-        why = lm.hub_weights_unreachable("gpt2")
-        if why:  # offline: one line, before transformers is imported
-            raise checkpoint.CheckpointError(f"--init_from gpt2: cannot load OpenAI's weights: {why}")
-        try:
-            model = GPT.from_pretrained("gpt2")
-        except RuntimeError as e:
-            raise checkpoint.CheckpointError(str(e)) from None
+        model = runtime.load_gpt2("gpt2")
         return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0, tokenizer="gpt2",
                                     block_size=min(cfg.block_size, model.config.block_size))
     if cfg.resume or cfg.init_from != "scratch":
@@ -321,10 +318,10 @@ def wait_for_caches(cfg, poll=2.0):
     deadline = time.time() + DATA_WAIT_S
     for name, split in wanted_splits(cfg):
         try:
-            folder = data_lib.cache_folder(name, **data_args(cfg, name))
+            folder = corpus.cache_folder(name, **data_args(cfg, name))
         except (cli.UserError, ValueError):
             return  # a bad name: load_data says so in one line
-        while split not in ((data_lib.read_meta(folder) or {}).get("splits") or {}):
+        while split not in ((corpus.read_meta(folder) or {}).get("splits") or {}):
             if time.time() > deadline:
                 raise cli.UserError(f"waited {DATA_WAIT_S / 3600:.0f} h for rank 0 to tokenize {name} ({folder}); "
                                     f"prepare it first: python data.py --dataset {name}")
@@ -335,7 +332,7 @@ def load_data(cfg, vocab):
     """(train tokens or None for eval_only, {corpus: val tokens}), each long enough for block_size.
     vocab: the model's; a cache holding larger ids is refused here, where data enters."""
     def split(name, which):  # data.py / batches.py say in one line (a UserError) what does not fit
-        tokens = data_lib.load_split(name, which, vocab=vocab, **data_args(cfg, name))
+        tokens = corpus.load_split(name, which, vocab=vocab, **data_args(cfg, name))
         batches.check_split(tokens, cfg.block_size, name, which)
         return tokens
     train = None if cfg.eval_only else split(cfg.data, "train")
@@ -349,7 +346,7 @@ def provenance(cfg, place, nparams, yardsticks):
                                 cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    dev = lm.device_name(place.device)
+    dev = runtime.device_name(place.device)
     name = eval_names(cfg)[0]
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
                f"train split)" if yardsticks else f"not counted (python data.py --dataset {name} --baselines, or "
@@ -358,7 +355,7 @@ def provenance(cfg, place, nparams, yardsticks):
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
             f"numpy {np.__version__} | {platform.platform()}",
             f"device: {place.device} ({dev}) x {place.world} process(es), {torch.get_num_threads()} CPU threads, "
-            f"dtype {place.dtype}" + (f" | note: {lm.hidden_gpu()}" if lm.hidden_gpu() else ""),
+            f"dtype {place.dtype}" + (f" | note: {runtime.hidden_gpu()}" if runtime.hidden_gpu() else ""),
             f"params: {nparams:,} | yardsticks on {name} val: {counted}",
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
@@ -502,9 +499,9 @@ def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, 
     t_train = time.time()
     if not cfg.resume:
         folder.record({"step": 0, "val_loss": evaluate()})
-    speed = lm.Speed(start=prog.step)
+    speed = runtime.Speed(start=prog.step)
     while prog.step < cfg.max_iters:
-        lr = lm.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
+        lr = runtime.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=place.device)
@@ -561,7 +558,7 @@ def log_line(step, rec, speed, tokens_per_step, cfg, place, model):
            if place.device_type == "cuda" else "")
     if speed.avg is None:
         return head + f"{rec['ms']:.0f} ms (warm-up step: no rates yet){mem}"
-    mfu = lm.estimate_mfu(model, cfg.block_size, tokens_per_step / speed.avg, lm.gpu_peak(place.device))
+    mfu = runtime.estimate_mfu(model, cfg.block_size, tokens_per_step / speed.avg, runtime.gpu_peak(place.device))
     eta = (cfg.max_iters - step) * speed.avg
     return (head + f"{1000 * speed.avg:.0f} ms/step | {tokens_per_step / speed.avg:,.0f} tok/s"
             + (f" | mfu {100 * mfu:.1f}%" if mfu is not None else "") + mem + " | eta "

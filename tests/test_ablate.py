@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import ablate
-import cli
-import repeats
+from plumbing import cli, repeats
 
 VARIANTS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
 TINY = dict(variants=VARIANTS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,

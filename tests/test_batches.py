@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import batches
-import cli
+from plumbing import batches, cli
 
 
 def test_get_batch_is_pure_and_shifted(tmp_path):
@@ -89,5 +88,5 @@ def test_public_names_and_light_import():
     for name in ("get_batch", "epoch_batch", "epochs", "windows_per_epoch", "eval_windows", "eval_batches",
                  "check_split"):
         assert callable(getattr(batches, name, None)), name
-    code = "import sys, batches; assert not {'torch', 'data'} & set(sys.modules), sorted(sys.modules)"
+    code = "import sys; from plumbing import batches; assert not {'torch', 'data'} & set(sys.modules), sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

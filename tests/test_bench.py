@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import bench
-import cli
+from plumbing import cli
 
 
 def parse(argv):
@@ -77,5 +77,5 @@ def test_out_inside_a_file_is_one_line_before_any_measurement(tmp_path, capsys):
 
 
 def test_each_section_is_measured_in_one_file():
-    import bench_train
+    from plumbing import bench_train
     assert set(bench.RUN_HERE) == set(bench.SECTIONS_HERE) and set(bench_train.RUN_HERE) == set(bench.TRAIN_SECTIONS)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-import cli
+from plumbing import cli
 
 
 @dataclass

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-import cli
+from plumbing import cli
 import content
 import train
 

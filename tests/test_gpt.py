@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import lm
+from plumbing import runtime
 from gpt import GPT, GPTConfig, Block
 
 TINY = GPTConfig(block_size=32, vocab_size=97, n_layer=2, n_head=4, n_embd=32)
@@ -109,7 +110,7 @@ def test_optimizer_groups_and_flops():
     assert len(ids) == len(set(ids)) == len(list(m.parameters()))
     assert opt.param_groups[0]["weight_decay"] == 0.1 and opt.param_groups[1]["weight_decay"] == 0.0
     assert m.flops_per_token(16) > 6 * m.num_params(non_embedding=True)
-    assert 0 < lm.estimate_mfu(m, 16, 1e3, peak=1e12) < 1
+    assert 0 < runtime.estimate_mfu(m, 16, 1e3, peak=1e12) < 1
 
 
 def test_generate_reproducible_and_crops():
@@ -167,16 +168,26 @@ def test_token_ids_and_generate_arguments_are_checked():
     assert int(out.max()) < V  # padding rows are never sampled
 
 
-def test_training_forward_makes_no_host_sync(monkeypatch):
-    """No token-range check (nor any other device -> host read) inside forward and backward: ids
-    are checked where they enter (step, generate, the batch loader)."""
+def test_forward_and_generate_check_ids_without_a_host_sync(monkeypatch):
+    """forward checks its ids (lm.check_tokens) and reads nothing back from the device; neither do
+    64 generated tokens (crop and re-read of the cache included)."""
     m = _tiny().train()
-    reads = []
+    reads, checks = [], []
     for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
         real = getattr(torch.Tensor, name)
         monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a))
-    monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: reads.append("check_tokens"))
+    real_check = lm.check_tokens
+    monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: checks.append(1) or real_check(*a, **k))
     idx = torch.randint(0, TINY.vocab_size, (2, 17))
     logits, loss = m(idx[:, :-1], idx[:, 1:])
     loss.backward()
-    assert reads == [] and logits.shape == (2, 16, TINY.vocab_size)
+    assert reads == [] and checks == [1] and logits.shape == (2, 16, TINY.vocab_size)
+    out = m.eval().generate(idx[:, :3], 64, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 67) and reads == []
+
+
+def test_ids_past_the_vocabulary_are_refused_in_forward():
+    m = _tiny()
+    for bad in (TINY.vocab_size, lm.padded_vocab(TINY.vocab_size), -1):
+        with pytest.raises(ValueError, match=rf"outside \[0, {TINY.vocab_size}\)"):
+            m(torch.tensor([[0, bad]]))

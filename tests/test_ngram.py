@@ -9,10 +9,8 @@ import os
 import numpy as np
 import pytest
 
-import cli
+from plumbing import cli, corpus, ngram, sources
 import data
-import ngram
-import sources
 
 
 def _cli(argv):
@@ -95,13 +93,13 @@ def test_baselines_cli_json_and_cache(tmp_path, monkeypatch, capsys):
     # a second call reads baselines.json; a rebuilt cache recomputes
     real = ngram.ngram_yardsticks
     monkeypatch.setattr(ngram, "ngram_yardsticks", lambda *a: pytest.fail("recomputed a cached yardstick"))
-    assert data.baselines(f"files:{src}", str(tmp_path / "c")) == printed
+    assert corpus.baselines(f"files:{src}", str(tmp_path / "c")) == printed
     calls = []
     monkeypatch.setattr(ngram, "ngram_yardsticks", lambda *a: calls.append(1) or real(*a))
-    data.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"), force=True)
-    assert data.baselines(f"files:{src}", str(tmp_path / "c"))["bigram"] == printed["bigram"] and calls == [1]
+    corpus.prepare(f"files:{src}", cache_dir=str(tmp_path / "c"), force=True)
+    assert corpus.baselines(f"files:{src}", str(tmp_path / "c"))["bigram"] == printed["bigram"] and calls == [1]
     with pytest.raises(sources.DataUnavailable, match="no 'train' split"):
-        data.baselines("c4", str(tmp_path / "c"))
+        corpus.baselines("c4", str(tmp_path / "c"))
     with pytest.raises(SystemExit):  # checked before the (offline) hub is asked for c4
         _cli(["--dataset", "c4", "--baselines", "--cache_dir", str(tmp_path)])
     assert "no 'train' split" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Tests for the resumable cache build (data.py's prepare, shards.py): a stream that fails after
+"""Tests for the resumable cache build (plumbing/corpus.py's prepare, shards.py): a stream that fails after
 k documents resumes and ends byte-identical to an uninterrupted build (and says so), the offline /
 hub-error messages, a FineWeb-Edu-shaped parquet file through the real `datasets` streaming code,
 a build killed with SIGKILL, progress lines without a terminal, encoding processes, the build
@@ -13,10 +13,8 @@ import time
 import numpy as np
 import pytest
 
-import cli
+from plumbing import cli, corpus, shards, sources
 import data
-import shards
-import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +33,7 @@ def _bins(folder):
 
 def _splits(folder):
     """meta.json's splits without their build time."""
-    splits = data.read_meta(folder)["splits"]
+    splits = corpus.read_meta(folder)["splits"]
     return {s: {k: v for k, v in info.items() if k != "seconds"} for s, info in splits.items()}
 
 
@@ -68,25 +66,25 @@ def _fake_hub(monkeypatch, n_docs, fail_after=None, unreachable=None):
 
 def test_a_failed_stream_resumes_byte_identical(tmp_path, monkeypatch, capsys):
     _fake_hub(monkeypatch, 120)
-    whole = data.prepare("fineweb-edu", cache_dir=str(tmp_path / "a"), num_proc=1, progress=0, shard_tokens=200)
+    whole = corpus.prepare("fineweb-edu", cache_dir=str(tmp_path / "a"), num_proc=1, progress=0, shard_tokens=200)
     capsys.readouterr()
     _fake_hub(monkeypatch, 120, fail_after=77)
     cache = str(tmp_path / "b")
     with pytest.raises(sources.DataUnavailable) as err:
-        data.prepare("fineweb-edu", cache_dir=cache, num_proc=1, progress=0, shard_tokens=200)
+        corpus.prepare("fineweb-edu", cache_dir=cache, num_proc=1, progress=0, shard_tokens=200)
     msg = str(err.value)
     assert "\n" not in msg and "the hub answered with an error" in msg and "HTTP 429" in msg
     assert "run the same command again, it resumes" in msg and "kept in" in msg
-    folder = data.cache_folder("fineweb-edu", cache_dir=cache)
+    folder = corpus.cache_folder("fineweb-edu", cache_dir=cache)
     assert not os.path.exists(os.path.join(folder, "meta.json")) and os.path.isdir(folder + ".partial")
     with open(os.path.join(folder + ".partial", "manifest.json")) as f:
         kept = json.load(f)["state"]
     assert 0 < kept["documents"] <= 77
     encoded = []
-    real = data._encode_batch
-    monkeypatch.setattr(data, "_encode_batch", lambda batch, tokenizer: encoded.extend(batch) or real(batch, tokenizer))
+    real = corpus._encode_batch
+    monkeypatch.setattr(corpus, "_encode_batch", lambda batch, tokenizer: encoded.extend(batch) or real(batch, tokenizer))
     state = _fake_hub(monkeypatch, 120)
-    assert data.prepare("fineweb-edu", cache_dir=cache, num_proc=1, progress=0, shard_tokens=200) == folder
+    assert corpus.prepare("fineweb-edu", cache_dir=cache, num_proc=1, progress=0, shard_tokens=200) == folder
     assert "resuming the build" in capsys.readouterr().err
     assert len(encoded) == 120 - kept["documents"] and state["read"] == 120  # skipped: read, not encoded
     assert _bins(folder) == _bins(whole) and _splits(folder) == _splits(whole)
@@ -97,13 +95,13 @@ def test_offline_and_hub_error_are_told_apart(tmp_path, monkeypatch):
     # unreachable before the build: nothing is written
     _fake_hub(monkeypatch, 50, unreachable="cannot connect to huggingface.co:443: Network is unreachable")
     with pytest.raises(sources.DataUnavailable, match=r"^offline \(no network\): dataset 'fineweb-edu'"):
-        data.prepare("fineweb-edu", cache_dir=str(tmp_path), progress=0)
+        corpus.prepare("fineweb-edu", cache_dir=str(tmp_path), progress=0)
     assert os.listdir(tmp_path) == []
     # the network drops mid-stream: 'offline' again, now with the work kept
     state = _fake_hub(monkeypatch, 50, fail_after=30)
     monkeypatch.setattr(sources, "hub_unreachable", lambda: None if state["fail_after"] else "no route")
     with pytest.raises(sources.DataUnavailable) as err:
-        data.prepare("fineweb-edu", cache_dir=str(tmp_path), progress=0, num_proc=1, shard_tokens=100)
+        corpus.prepare("fineweb-edu", cache_dir=str(tmp_path), progress=0, num_proc=1, shard_tokens=100)
     assert str(err.value).startswith("offline (no network)") and "the same command resumes" in str(err.value)
 
 
@@ -124,11 +122,11 @@ def test_fineweb_shaped_parquet_through_datasets(tmp_path, monkeypatch):
     path = tmp_path / "000_00000.parquet"
     pq.write_table(table, path)
     for tokenizer in ("gpt2", "bytes"):
-        train, val = (data.load_split(f"files:{path}", s, cache_dir=str(tmp_path / "c"), tokenizer=tokenizer,
+        train, val = (corpus.load_split(f"files:{path}", s, cache_dir=str(tmp_path / "c"), tokenizer=tokenizer,
                                       progress=0) for s in ("train", "val"))
         sep = "<|endoftext|>" if tokenizer == "gpt2" else "\0"
-        assert data.decode(val, tokenizer) == "".join(texts[i] + sep for i in (0, 10, 20))
-        assert data.decode(train, tokenizer) == "".join(texts[i] + sep for i in range(n) if i % 10)
+        assert corpus.decode(val, tokenizer) == "".join(texts[i] + sep for i in (0, 10, 20))
+        assert corpus.decode(train, tokenizer) == "".join(texts[i] + sep for i in range(n) if i % 10)
 
 
 def _corpus(path, megabytes):
@@ -155,8 +153,8 @@ def test_sigkill_mid_build_resumes_byte_identical(tmp_path, monkeypatch, capsys)
     src = tmp_path / "corpus.jsonl"
     _corpus(src, 1.5)
     name, opts = f"files:{src}", dict(tokenizer="bytes", num_proc=2, shard_tokens=40000, progress=0)
-    whole = data.prepare(name, cache_dir=str(tmp_path / "whole"), **opts)
-    folder = data.cache_folder(name, cache_dir=str(tmp_path / "killed"), tokenizer="bytes")
+    whole = corpus.prepare(name, cache_dir=str(tmp_path / "whole"), **opts)
+    folder = corpus.cache_folder(name, cache_dir=str(tmp_path / "killed"), tokenizer="bytes")
     manifest = os.path.join(folder + ".partial", "manifest.json")
     argv = ["--dataset", name, "--cache_dir", str(tmp_path / "killed"), "--tokenizer", "bytes", "--num_proc", "2",
             "--shard_tokens", "40000", "--progress", "0"]
@@ -170,14 +168,14 @@ def test_sigkill_mid_build_resumes_byte_identical(tmp_path, monkeypatch, capsys)
     assert proc.returncode == -signal.SIGKILL, "the build ended before it could be killed"
     assert not os.path.exists(os.path.join(folder, "meta.json"))
     # run again (the same code as the command, here in-process): it resumes and ends byte-identical
-    assert data.prepare(name, cache_dir=str(tmp_path / "killed"), **opts) == folder
+    assert corpus.prepare(name, cache_dir=str(tmp_path / "killed"), **opts) == folder
     assert "resuming the build" in capsys.readouterr().err
     assert _bins(folder) == _bins(whole) and _splits(folder) == _splits(whole)
     assert not os.path.exists(folder + ".partial")
 
 
 def test_progress_lines_without_a_terminal(tmp_path, capsys):
-    data.prepare("builtin", max_tokens=20000, cache_dir=str(tmp_path), num_proc=1, progress=1e-9)
+    corpus.prepare("builtin", max_tokens=20000, cache_dir=str(tmp_path), num_proc=1, progress=1e-9)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 3 and all(line.startswith("data.py: builtin-py") for line in lines)
     assert "documents" in lines[-1] and "tokens/s" in lines[-1] and "ETA" in lines[-1]  # total known: the cap
@@ -189,13 +187,13 @@ def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
     src = tmp_path / "rows.jsonl"
     _corpus(src, 0.3)
     for tokenizer in ("gpt2", "bytes"):
-        one, two = (data.prepare(f"files:{src}", cache_dir=str(tmp_path / f"c{n}"), num_proc=n, progress=0,
+        one, two = (corpus.prepare(f"files:{src}", cache_dir=str(tmp_path / f"c{n}"), num_proc=n, progress=0,
                                  tokenizer=tokenizer) for n in (1, 2))
         assert _bins(one) == _bins(two) and _splits(one) == _splits(two)
 
 
 def test_one_build_at_a_time(tmp_path):
-    folder = data.cache_folder("builtin", max_tokens=500, cache_dir=str(tmp_path))
+    folder = corpus.cache_folder("builtin", max_tokens=500, cache_dir=str(tmp_path))
     os.makedirs(folder + ".partial")
     lock = os.path.join(folder + ".partial", "lock")
     code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
@@ -204,23 +202,23 @@ def test_one_build_at_a_time(tmp_path):
     try:  # another process builds this cache
         assert other.stdout.readline().strip() == "locked"
         with pytest.raises(sources.DataUnavailable, match="another process is building"):
-            data.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path), progress=0)
+            corpus.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path), progress=0)
     finally:
         other.kill()
         other.wait()
         other.stdout.close()
-    assert len(data.load_split("builtin", "train", max_tokens=500, cache_dir=str(tmp_path), progress=0)) == 500
+    assert len(corpus.load_split("builtin", "train", max_tokens=500, cache_dir=str(tmp_path), progress=0)) == 500
 
 
 def test_vocab_is_checked_where_data_enters(tmp_path):
     cache = str(tmp_path)
-    meta_max = data.read_meta(data.prepare("builtin", max_tokens=2000, cache_dir=cache, progress=0))["splits"]
-    train = data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=50257)
+    meta_max = corpus.read_meta(corpus.prepare("builtin", max_tokens=2000, cache_dir=cache, progress=0))["splits"]
+    train = corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=50257)
     assert meta_max["train"]["max_id"] == int(np.max(train)) and meta_max["val"]["max_id"] == int(np.max(
-        data.load_split("builtin", "val", max_tokens=2000, cache_dir=cache)))
+        corpus.load_split("builtin", "val", max_tokens=2000, cache_dir=cache)))
     with pytest.raises(cli.UserError) as err:
-        data.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=256)
+        corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=256)
     msg = str(err.value)
     assert "\n" not in msg and f"token id {int(np.max(train))}" in msg and "vocabulary of 256" in msg
     assert "--tokenizer" in msg
-    assert len(data.load_split("builtin", "val", max_tokens=2000, cache_dir=cache, tokenizer="bytes", vocab=256))
+    assert len(corpus.load_split("builtin", "val", max_tokens=2000, cache_dir=cache, tokenizer="bytes", vocab=256))

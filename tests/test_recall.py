@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-import cli
+from plumbing import cli
 import recall
 
 K, M, T = 12, 10, 40  # key ids, value ids, sequence length of the generator tests

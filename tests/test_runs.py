@@ -6,8 +6,7 @@ import statistics
 
 import pytest
 
-import cli
-import runs
+from plumbing import cli, runs
 
 
 def describe(job):

@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-import cli
+from plumbing import cli
 import scaling
 import train
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import lm
+from plumbing import runtime
 import spen
 from spen import READERS, SPEN, VARIANTS, SparseFFN, SPENConfig
 
@@ -76,10 +77,12 @@ def test_step_reproduces_forward(predictor, reads, context):
             logits, state = model.step(token, state)
             out.append(logits)
     assert torch.allclose(torch.stack(out, 1), ref, atol=1e-4, rtol=0)
-    # the state holds what state_floats says; state readers: S*C per layer whatever T
+    # the state holds what state_floats says; a state reader's is as large after 13 tokens as before any
     assert state_numel(state) == 3 * model.config.n_layer * model.state_floats(13)
     if reads == "state":
-        assert state_numel(state) == state_numel(model.init_state(3)) == 3 * 2 * 3 * 32
+        assert state_numel(state) == state_numel(model.init_state(3)) == 3 * 2 * model.state_floats(1)
+    if (predictor, reads) in (("linear", "state"), ("softmax_attn", "state"), ("linear_attn", "state")):
+        assert model.state_floats(13) == 3 * 32  # the S*C traces and nothing more
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -147,19 +150,55 @@ def test_parameters_are_initialised_once(monkeypatch):
     assert calls == ["SPEN"]  # once, for the whole model; Blocks do not initialise themselves
 
 
-def test_training_forward_makes_no_host_sync(monkeypatch):
-    """No token-range check (nor any other device -> host read) inside forward and backward: ids
-    are checked where they enter (step, generate, the batch loader)."""
+HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+
+
+def count_host_reads(monkeypatch, checks=None):
+    """Patch the Tensor methods that read a value back to the host; returns the list they append to
+    (and, with `checks`, count lm.check_tokens calls there too)."""
     reads = []
-    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+    for name in HOST_READS:
         real = getattr(torch.Tensor, name)
         monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a))
-    monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: reads.append("check_tokens"))
+    if checks is not None:
+        real_check = lm.check_tokens
+        monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    return reads
+
+
+def test_training_forward_checks_ids_without_a_host_sync(monkeypatch):
+    """forward checks the ids (lm.check_tokens), and neither that check nor anything else in
+    forward and backward reads a value back from the device."""
+    checks = []
+    reads = count_host_reads(monkeypatch, checks)
     for context in ("ema", "selective"):
         idx = tokens(2, 17, 12)
         logits, loss = make(context=context).train()(idx[:, :-1], idx[:, 1:])
         loss.backward()
-    assert reads == [] and logits.shape == (2, 16, V)
+    assert reads == [] and logits.shape == (2, 16, V) and len(checks) == 2
+
+
+def test_generate_makes_no_host_sync_per_token(monkeypatch):
+    """64 generated tokens read nothing back from the device: the sampled ids go straight back in."""
+    model = make()
+    prompt = tokens(2, 5, 3)
+    reads = count_host_reads(monkeypatch)
+    out = model.generate(prompt, 64, top_k=10, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 69) and reads == []
+
+
+@pytest.mark.parametrize("call", ["forward", "hidden_states", "step", "generate"])
+def test_ids_past_the_vocabulary_are_refused_in_every_entry(call):
+    """Id V is a padding row of the table (not a token), id Vp is past the table: both are refused
+    with the range, in forward, hidden_states, step and generate alike."""
+    model = make()
+    for bad in (V, lm.padded_vocab(V), -1):
+        idx = torch.tensor([[1, bad, 2]])
+        run = dict(forward=lambda: model(idx), hidden_states=lambda: model.hidden_states(idx),
+                   step=lambda: model.step(idx[:, 1], model.init_state(1)),
+                   generate=lambda: model.generate(idx, 2))[call]
+        with pytest.raises(ValueError, match=rf"outside \[0, {V}\)"):
+            run()
 
 
 def test_tiny_model_overfits_tiny_batch():
@@ -211,15 +250,15 @@ def test_derived_sizes_follow_the_width():
     ("alphas", (0.0, 0.5)), ("alphas", "ab"), ("dropout", 1.5), ("block_size", 2.5)])
 def test_bad_config_gives_clear_error(field, value):
     with pytest.raises(ValueError, match=field) as e:
-        tiny(**{field: value})
+        spen.check(tiny(**{field: value}))
     assert "\n" not in str(e.value)
 
 
 def test_meaningless_combinations_are_refused():
     with pytest.raises(ValueError, match="reads='history' needs an attention predictor"):
-        tiny(predictor="linear", reads="history")
+        SPEN(tiny(predictor="linear", reads="history"))  # the model checks its config (spen.check)
     with pytest.raises(ValueError, match="n_head"):
-        tiny(predictor="softmax_attn", n_head=5)
+        spen.check(tiny(predictor="softmax_attn", n_head=5))
 
 
 @pytest.mark.parametrize("call,match", [  # user tokens enter through step and generate
@@ -281,4 +320,4 @@ def test_flops_and_mfu():
     assert n > 6 * 64 * 32  # at least the head
     hist = make(predictor="softmax_attn", reads="history")
     assert hist.flops_per_token(64) > hist.flops_per_token(32) > make(predictor="softmax_attn").flops_per_token(32)
-    assert lm.estimate_mfu(model, 32, 1000.0, peak=n * 1000.0) == pytest.approx(1.0)
+    assert runtime.estimate_mfu(model, 32, 1000.0, peak=n * 1000.0) == pytest.approx(1.0)

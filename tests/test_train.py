@@ -16,9 +16,7 @@ import time
 import pytest
 import torch
 
-import checkpoint
-import cli
-import lm
+from plumbing import checkpoint, cli, runtime
 import train
 from spen import SPEN, SPENConfig
 
@@ -48,7 +46,7 @@ def test_presets_and_flags_resolve_in_order():
     assert a.max_iters * 524288 >= 8e9 > (a.max_iters - 1) * 524288  # 8B tokens
     a = train.parse_args(["--preset", "cpu", "--n_layer", "2", "--no-compile"])
     assert (a.data, a.eval_data, a.n_layer, a.n_embd, a.compile) == ("builtin", "", 2, 128, False)
-    lrs = [lm.cosine_lr(s, a.lr, a.min_lr, a.warmup_iters, a.lr_decay_iters or a.max_iters)
+    lrs = [runtime.cosine_lr(s, a.lr, a.min_lr, a.warmup_iters, a.lr_decay_iters or a.max_iters)
            for s in range(a.max_iters + 1)]
     assert max(lrs) == pytest.approx(a.lr) and lrs[-1] == pytest.approx(a.min_lr)
     with pytest.raises(cli.ConfigError, match="unknown setting"):
@@ -226,8 +224,8 @@ def test_eval_only_gpt2_path_and_gpt_training(tmp_path, monkeypatch):
     # The hub is offline here: stand a tiny random GPT in for GPT.from_pretrained('gpt2').
     from gpt import GPT, GPTConfig
     tiny = GPT(GPTConfig(block_size=8, n_layer=1, n_head=1, n_embd=16))
-    monkeypatch.setattr(train.GPT, "from_pretrained", classmethod(lambda cls, name: tiny))
-    monkeypatch.setattr(lm, "hub_weights_unreachable", lambda name: None)  # as if online
+    monkeypatch.setattr(GPT, "from_pretrained", classmethod(lambda cls, name: tiny))
+    monkeypatch.setattr(runtime, "hub_weights_unreachable", lambda name: None)  # as if online
     ev = run(tmp_path / "g2", "--eval_only", "--init_from", "gpt2", "--eval_tokens", 33)
     saved = json.loads((tmp_path / "g2" / "eval.json").read_text())
     got = saved["results"]["builtin"]
@@ -354,7 +352,7 @@ def test_default_preset_without_gpu_names_a_command_that_works(capsys):
 
 def test_a_gpu_torch_cannot_see_is_named_with_the_fix(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(lm.shutil, "which", lambda cmd: "/usr/bin/nvidia-smi" if cmd == "nvidia-smi" else None)
+    monkeypatch.setattr(runtime.shutil, "which", lambda cmd: "/usr/bin/nvidia-smi" if cmd == "nvidia-smi" else None)
     for flags in ([], ["--device", "cuda"]):  # auto falls back to the CPU; cuda is refused
         with pytest.raises(SystemExit):
             train.cli_main(flags)

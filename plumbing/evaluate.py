@@ -12,7 +12,7 @@ Protocol of the reported numbers (`evaluate_split`): contiguous non-overlapping 
 tokens over the whole val split, or its first --eval_tokens (batches.eval_windows), each token
 after the first predicted once, no context carried from one window to the next; the loss is the
 mean over those N - 1 targets, the perplexity its exp. During training `estimate_loss` is a
-quick, steady estimate instead: one fixed set of eval_iters random batches (seed lm.EVAL_SEED)
+quick, steady estimate instead: one fixed set of eval_iters random batches (seed runtime.EVAL_SEED)
 for the curve and ckpt_best. Yardsticks (unigram / bigram / trigram cross-entropy, data.baselines)
 come only from caches that exist (--yardsticks auto) or when asked (--yardsticks count): no
 download, no long count unasked.
@@ -34,11 +34,8 @@ import time
 import torch
 import torch.distributed as dist
 
-import batches
-import checkpoint
-import cli
-import data as data_lib
-from lm import EVAL_SEED
+from plumbing import batches, checkpoint, cli, corpus
+from plumbing.runtime import EVAL_SEED
 
 AUTO_YARDSTICK_TOKENS = 20_000_000  # --yardsticks auto counts on a train split of at most this many tokens
 
@@ -112,14 +109,14 @@ def count_yardsticks(cfg, name):
         return None
     args = data_args(cfg, name)
     if cfg.yardsticks == "count":
-        return data_lib.baselines(name, **args)  # a corpus without a train split (c4): its one-line error
+        return corpus.baselines(name, **args)  # a corpus without a train split (c4): its one-line error
     try:
-        folder = data_lib.cache_folder(name, **args)
-        built = (data_lib.read_meta(folder) or {}).get("splits") or {}
+        folder = corpus.cache_folder(name, **args)
+        built = (corpus.read_meta(folder) or {}).get("splits") or {}
         if not {"train", "val"} <= set(built) or (built["train"]["tokens"] > AUTO_YARDSTICK_TOKENS and
                                                   not os.path.exists(os.path.join(folder, "baselines.json"))):
             return None
-        return data_lib.baselines(name, **args)
+        return corpus.baselines(name, **args)
     except (cli.UserError, ValueError, MemoryError):
         return None
 

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-import cli
+from plumbing import cli
 
 UNIGRAM_K = 1.0        # add-one smoothing: a token unseen in train costs log((N + V) / 1) nats
 HELDOUT = 0.1          # lam and mu are fit on this final fraction of the train split

@@ -41,7 +41,7 @@ import re
 import sys
 import time
 
-import sources
+from plumbing import sources
 
 SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build

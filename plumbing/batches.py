@@ -26,7 +26,7 @@ import functools
 
 import numpy as np
 
-import cli
+from plumbing import cli
 
 
 def check_split(tokens, block_size, name, split):

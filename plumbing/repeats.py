@@ -30,8 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import data as data_lib
-import ngram
+from plumbing import corpus, ngram
 
 YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (data.baselines)
 COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
@@ -125,9 +124,9 @@ def copy_split(nll, dist, bins=COPY_BINS):
 def yardstick_nll(name, w, tokenizer="gpt2"):
     """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (data.baselines: the
     same counts and weights) on windows w; each window is scored on its own (no context across)."""
-    counts = ngram.ngram_counts(data_lib.load_split(name, "train", tokenizer=tokenizer),
-                                   data_lib.vocab_size(tokenizer), order=3)
-    y = data_lib.baselines(name, tokenizer=tokenizer)
+    counts = ngram.ngram_counts(corpus.load_split(name, "train", tokenizer=tokenizer),
+                                   corpus.vocab_size(tokenizer), order=3)
+    y = corpus.baselines(name, tokenizer=tokenizer)
     lam, mu = y["bigram_lambda"], y["trigram_mu"]
     rows = {k: [] for k in YARDSTICKS}
     for win in w.numpy():  # (T+1,): p[i] is the probability of win[i] given what precedes it in the window

@@ -26,7 +26,7 @@ import statistics
 import sys
 from multiprocessing.connection import wait
 
-import cli
+from plumbing import cli
 
 
 def mean_std(values):

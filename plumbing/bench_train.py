@@ -18,7 +18,7 @@ output, run in its worker processes) measure what that training costs:
              compiles the full-size models on CUDA)
   train      CUDA only: 130M SPEN and GPT-2 124M train steps at the paper's micro-batch
              (32 x 1024, halved until it fits), bf16 autocast, fused AdamW, eager and compiled:
-             tokens/s, MFU (lm.estimate_mfu at lm.peak_flops), peak memory
+             tokens/s, MFU (runtime.estimate_mfu at runtime.peak_flops), peak memory
   train_run  CUDA only: `train.main` with the 130m preset (compile, bf16) for 100 steps on random
              tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
 
@@ -45,6 +45,7 @@ import torch
 import bench
 import gpt
 import lm
+from plumbing import runtime
 import spen
 import train
 
@@ -210,7 +211,7 @@ def bench_train_steps(device, quick):
     builds = dict(spen=lambda: spen.SPEN(bench.spen_config(**(small if quick else {}))),
                   gpt=lambda: gpt.GPT(gpt.GPTConfig(**(small if quick else {}))))
     B, T = (2, 64) if quick else PAPER_MICRO_BATCH
-    peak = lm.peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    peak = runtime.peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     dtype = torch.bfloat16 if device.type == "cuda" or quick else torch.float32
     out = dict(T=T, dtype=str(dtype), peak_flops=peak, models={})
     for name, build in builds.items():
@@ -244,7 +245,7 @@ def _train_steps(build, device, B, T, compiled, dtype, peak, steps):
     t = bench.timed(lambda: train_step(run, idx, opt, ac), device, reps=steps, warmup=2)
     tok_s = B * T / t["ms"] * 1e3
     return dict(B=B, params=model.num_params(), first_call_s=first_s, ms=t["ms"], tok_s=tok_s,
-                mfu=lm.estimate_mfu(model, T, tok_s, peak), peak_mib=bench.peak_mib(device))
+                mfu=runtime.estimate_mfu(model, T, tok_s, peak), peak_mib=bench.peak_mib(device))
 
 
 def bench_train_run(device, quick):

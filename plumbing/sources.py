@@ -51,7 +51,7 @@ import re
 import socket
 import urllib.parse
 
-import cli
+from plumbing import cli
 
 # Hub sources: load_dataset(**kwargs, split=<hf split>, streaming=True) per split.
 # 'carve': both our splits come from one stream (val_max caps val). Otherwise 'splits'

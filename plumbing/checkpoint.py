@@ -36,7 +36,7 @@ import random
 import numpy as np
 import torch
 
-import cli
+from plumbing import cli
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 

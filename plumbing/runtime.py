@@ -1,0 +1,212 @@
+"""Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
+GPU peaks, step timing (Speed), the learning-rate schedule, the glibc allocator setting bench.py
+measures, and the one-line notes for a GPU torch cannot see or hub weights that cannot load.
+train.py, sample.py, bench.py and the experiment scripts use it; the models (lm.py, spen.py,
+gpt.py) do not.
+
+Run: nothing to run; tests/test_runtime.py checks every function here (Speed: tests/test_syncs.py).
+"""
+
+import ctypes
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+
+from plumbing import cli
+
+EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
+WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# Dense (no sparsity) bf16 tensor-core peak FLOP/s from the vendors' datasheets, keyed by the
+# exact name torch.cuda.get_device_name prints: a name missing here gets no MFU, never a guess
+# from a similar name ("NVIDIA L4" is not "NVIDIA L40S"). The H200 has the H100 SXM's compute
+# (and more memory). RTX 4090: 165 TF is bf16 with fp32 accumulate (what autocast uses; the
+# datasheet's 330 is fp16 accumulate).
+PEAK_FLOPS = {
+    "NVIDIA H100 80GB HBM3": 989e12,   # H100 SXM5
+    "NVIDIA H100 PCIe": 756e12,
+    "NVIDIA H200": 989e12,             # H200 SXM
+    "NVIDIA A100-SXM4-80GB": 312e12,
+    "NVIDIA A100-SXM4-40GB": 312e12,
+    "NVIDIA A100-PCIE-40GB": 312e12,
+    "NVIDIA A100 80GB PCIe": 312e12,
+    "NVIDIA L4": 121e12,
+    "NVIDIA L40S": 362e12,
+    "NVIDIA GeForce RTX 4090": 165e12,
+}
+CUDA_WHEELS = "pip install torch --index-url https://download.pytorch.org/whl/cu124"  # cu12x: match nvidia-smi's CUDA
+
+
+def peak_flops(device_name):
+    """Dense bf16 peak FLOP/s for a GPU name exactly as torch.cuda.get_device_name prints it,
+    or None if the name is not in PEAK_FLOPS (then no MFU is shown)."""
+    return PEAK_FLOPS.get((device_name or "").strip())
+
+
+def estimate_mfu(model, T, tokens_per_second, peak):
+    """Model FLOPs utilisation: model.flops_per_token(T) * tokens/s over the peak FLOP/s.
+    None when the peak is unknown (CPU, or a GPU missing from PEAK_FLOPS)."""
+    if not peak:
+        return None
+    return model.flops_per_token(T) * tokens_per_second / peak
+
+
+def gpu_peak(device):
+    """peak_flops of the GPU `device` (a name such as "cuda:0"); None off CUDA (no MFU)."""
+    device = torch.device(device)
+    return peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+
+
+class Speed:
+    """Step times of this process, the first WARMUP_STEPS left out of the averages (they hold
+    compilation and allocator warm-up), so ms/step, MFU and ETA describe the steady state."""
+
+    def __init__(self, start):
+        self.warm_from = start + WARMUP_STEPS  # steps done when timing starts
+        self.t_last = time.time()
+        self.timed_steps, self.timed_seconds, self.avg = 0, 0.0, None
+
+    def tick(self, step):
+        now = time.time()
+        dt, self.t_last = now - self.t_last, now
+        if step > self.warm_from:
+            self.timed_steps += 1
+            self.timed_seconds += dt
+            self.avg = dt if self.avg is None else 0.9 * self.avg + 0.1 * dt  # recent steps weigh most
+        return dt
+
+    def pause(self):
+        self.t_last = time.time()
+
+    def summary(self, model, T, device, tokens_per_step):
+        """Mean ms/step, tokens/s, MFU (at context T) and peak memory of `device` over the timed
+        steps (None if none)."""
+        if not self.timed_steps:
+            return dict(ms_per_step=None, tok_s=None, mfu=None)
+        tok_s = tokens_per_step * self.timed_steps / self.timed_seconds
+        out = dict(ms_per_step=1000 * self.timed_seconds / self.timed_steps, tok_s=tok_s,
+                   mfu=estimate_mfu(model, T, tok_s, gpu_peak(device)))
+        if torch.device(device).type == "cuda":
+            out["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        return out
+
+
+def cosine_lr(step, lr, min_lr, warmup, decay_end):
+    """Linear warmup to lr over `warmup` steps (step 0 gets lr / warmup), then a cosine from lr
+    to min_lr at step decay_end, then flat at min_lr."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_end:
+        return min_lr
+    ratio = (step - warmup) / max(1, decay_end - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+# ---- where a run computes ------------------------------------------------------------------
+
+
+def hidden_gpu():
+    """A one-line note when this machine has an NVIDIA GPU (nvidia-smi on PATH, or /dev/nvidia0)
+    that torch cannot use (a CPU wheel, or a driver too old for torch's CUDA); else None."""
+    if torch.cuda.is_available() or not (shutil.which("nvidia-smi") or os.path.exists("/dev/nvidia0")):
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return (f"this machine has an NVIDIA GPU but torch {torch.__version__} ({build}) cannot see it: install a "
+            f"CUDA build ({CUDA_WHEELS}; cu12x matching the CUDA version nvidia-smi shows), or update the driver")
+
+
+def hub_weights_unreachable(name):
+    """Why Hugging Face weights `name` (e.g. 'gpt2') cannot load, decided before transformers or
+    huggingface_hub log anything (their loggers and retries would print a storm): the hub cannot
+    be reached (sources.hub_unreachable) and the local Hugging Face cache has no copy. None if
+    they can load (online, or cached)."""
+    from plumbing.sources import hub_unreachable
+    why = hub_unreachable()
+    if not why:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache  # reads the cache folder only
+        repos = (name, f"openai-community/{name}")  # 'gpt2' now lives under openai-community
+        if any(isinstance(try_to_load_from_cache(repo, "config.json"), str) for repo in repos):
+            return None
+    except ImportError:
+        pass
+    return f"{why}, and {name!r} is not in the local Hugging Face cache: run once online (pip install transformers)"
+
+
+def load_gpt2(name="gpt2"):
+    """OpenAI's GPT-2 weights as a gpt.GPT (train.py and sample.py --init_from gpt2): offline with
+    no cached copy, or without transformers, one cli.UserError line before anything logs."""
+    from gpt import GPT
+    why = hub_weights_unreachable(name)
+    if why:
+        raise cli.UserError(f"--init_from {name}: cannot load OpenAI's weights: {why}")
+    try:
+        return GPT.from_pretrained(name)
+    except (ImportError, OSError) as e:  # transformers missing, or the hub failed mid-download
+        raise cli.UserError(f"--init_from {name}: could not load OpenAI's weights ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]}); needs `pip install transformers` and the hub") from e
+
+
+def resolve_device(name, auto=("cuda", "mps")):
+    """(device, kind) for a --device value: 'auto' takes the first kind of `auto` that is there,
+    else cpu; a device that is not there is a one-line cli.ConfigError."""
+    if name == "auto":
+        there = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available())
+        name = next((k for k in auto if there[k]), "cpu")
+    kind = name.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise cli.ConfigError(f"--device {name}: " + (hidden_gpu() or f"this torch ({torch.__version__}) sees no "
+                              f"CUDA GPU; use --device cpu, or install a CUDA build of torch"))
+    if kind == "cuda" and ":" in name and int(name.split(":")[1]) >= torch.cuda.device_count():
+        raise cli.ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise cli.ConfigError("--device mps: MPS (Apple GPU) is not available here; use --device cpu")
+    return name, kind
+
+
+def resolve_dtype(name, kind):
+    """A --dtype value for a device kind: 'auto' is bf16 on CUDA, fp32 elsewhere."""
+    return name if name != "auto" else ("bf16" if kind == "cuda" else "fp32")
+
+
+def autocast(dtype, kind):
+    """The autocast context for a dtype name on a device kind (fp32: none)."""
+    return nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
+
+
+def configure_allocator():
+    """Keep freed large tensors in the heap instead of returning them to the OS (glibc only).
+    glibc serves allocations above M_MMAP_THRESHOLD with mmap and unmaps them on free, so every
+    new large tensor pays page faults; M_MMAP_MAX = 0 serves all from the heap and a huge
+    M_TRIM_THRESHOLD keeps freed memory for reuse (bench.py measures the difference). Returns
+    True when applied; safe to call more than once."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # musl or another libc: nothing to tune
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    return bool(libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1) == 1)
+
+
+def device_name(device):
+    """What a device is, for provenance lines: the GPU's name, or the CPU model and core count."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:  # not Linux
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
