@@ -344,21 +344,18 @@ def write_md(res, path):
         f.write("\n".join(lines) + "\n")
 
 
-def _bin_name(b):
-    return f"{b['lo']}-{b['hi'] - 1}" if b["hi"] else f"{b['lo']}+"
-
-
 def copy_table(res):
     """ablate.md lines: the copy split per variant and yardstick, overall and by distance."""
     s, vs, yc = res["settings"], res["variants"], res["yardstick_copy"]
     bins = yc["bigram"]["by_distance"]
-    f = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+    def f(x):
+        return "—" if x is None else f"{x:.3f}"
     lines = ["", f"The copy split: a target is a **copy** when it and the {s['copy_k']} tokens before it occurred "
              f"earlier in the window (an in-context copy of a >= {s['copy_k']}-token string predicts it): "
              f"{yc['bigram']['copy_fraction']:.1%} of the {s['hit_seqs']} x {s['block_size']} validation targets. "
              "By distance to the nearest earlier occurrence (share of all targets in brackets):", "",
              "| model | loss on copies | loss on others | copies − others | "
-             + " | ".join(f"copy at {_bin_name(b)} ({b['fraction']:.1%})" for b in bins) + " |",
+             + " | ".join(f"copy at {repeats.bin_name(b)} ({b['fraction']:.1%})" for b in bins) + " |",
              "|---" * (4 + len(bins)) + "|"]
     rows = [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in repeats.YARDSTICKS if k in yc)]
     for name, r in rows:
@@ -372,9 +369,7 @@ def copy_table(res):
 
 def plot_copy(res, path):
     """Loss on copies (by distance) and on all other targets, per variant, beside the yardsticks."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     rows = {n: v["copy"] for n, v in res["variants"].items()}
     rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in repeats.YARDSTICKS if k in res["yardstick_copy"]})
     bins = res["yardstick_copy"]["bigram"]["by_distance"]
@@ -383,7 +378,7 @@ def plot_copy(res, path):
     x = np.arange(len(rows))
     for i, b in enumerate(bins):
         ax.bar(x + (i - len(bins) / 2) * width, [r["by_distance"][i]["loss"] or 0 for r in rows.values()], width,
-               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {_bin_name(b)} ({b['fraction']:.1%})")
+               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {repeats.bin_name(b)} ({b['fraction']:.1%})")
     ax.bar(x + len(bins) / 2 * width, [r["loss_other"] for r in rows.values()], width, color="0.6",
            label=f"not a copy ({1 - res['yardstick_copy']['bigram']['copy_fraction']:.1%})")
     ax.set_xticks(x, list(rows), rotation=20, ha="right", fontsize=8)
@@ -415,9 +410,7 @@ def read_jsonl(path):
 
 
 def plot_curves(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (name, v) in enumerate(res["variants"].items()):
         for s, run in enumerate(v["runs"]):
@@ -441,9 +434,7 @@ def plot_curves(res, path):
 
 
 def plot_hits(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     ys = res["yardstick_split"]
     rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in repeats.YARDSTICKS if k in ys}}
     x = np.arange(len(rows))
@@ -470,7 +461,8 @@ def content_config(cfg):
 def main(cfg):
     """The ablation (unless content_only), then the content probe; returns the ablate.json dict."""
     if cfg.content_only:
-        return content.main(content_config(cfg))
+        return content.main(content_config(cfg))  # content.py checks the folder the same way
+    runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
     t0 = time.time()
     val = corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
     baselines = corpus.baselines(cfg.data, tokenizer=cfg.tokenizer)
@@ -483,7 +475,6 @@ def main(cfg):
     jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
     records = run_all(cfg, jobs)
     res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy)
-    os.makedirs(cfg.out_dir, exist_ok=True)
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))
     write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
     plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from plumbing import checkpoint, cli, runtime
+from plumbing import checkpoint, cli, runs, runtime
 import ema
 import gpt
 import spen
@@ -474,8 +474,7 @@ def main(cfg):
     device = torch.device(runtime.resolve_device(cfg.device, auto=("cuda",))[0])
     cfg.device = str(device)
     folder = os.path.dirname(os.path.abspath(cfg.out))
-    checkpoint.check_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement
-    os.makedirs(folder, exist_ok=True)
+    runs.make_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement
     wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
     if cfg.quick and not cfg.section_list():
         wanted.remove("compile")  # compiling even a tiny model takes minutes on a small CPU
@@ -486,18 +485,18 @@ def main(cfg):
         jobs = [tuple(s for s in job if s in wanted) for job in JOBS]
         jobs = [j for j in jobs if j]
     settings = ("on", "off") if cfg.allocator == "both" else (cfg.allocator,)
-    runs = {s: dict(seconds={}) for s in settings}
+    by_setting = {s: dict(seconds={}) for s in settings}
     for sections in jobs:
         for s in settings:
             print(f"running {'+'.join(sections)} (allocator {s}) ...", flush=True)
             out = spawn(cfg, sections, s)
-            runs[s]["seconds"].update(out.pop("seconds"))
-            runs[s].update(out)
-    res = dict(argv=sys.argv, config=asdict(cfg), machine=machine(device), quick=cfg.quick, runs=runs,
+            by_setting[s]["seconds"].update(out.pop("seconds"))
+            by_setting[s].update(out)
+    res = dict(argv=sys.argv, config=asdict(cfg), machine=machine(device), quick=cfg.quick, runs=by_setting,
                seconds=time.time() - t0)
     print_tables(res)
     checkpoint.atomic_json(res, cfg.out)  # a failed write leaves no half file
-    secs = ", ".join(f"{k} {v:.0f}" for k, v in runs[settings[0]]["seconds"].items())
+    secs = ", ".join(f"{k} {v:.0f}" for k, v in by_setting[settings[0]]["seconds"].items())
     print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")
     return res
 

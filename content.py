@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, runtime
+from plumbing import batches, checkpoint, cli, corpus, runs, runtime
 import ema
 
 MAX_LAG = 64
@@ -164,9 +164,7 @@ def probe(cfg, runs):
 
 def plot(res, probe_json, path):
     """content.png: raw traces (left), trained models (right); returns a note if role lines are missing."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     k = np.array(res["lags"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
     wax = ax1.twinx()
@@ -204,8 +202,9 @@ def plot(res, probe_json, path):
 
 def main(cfg):
     """Probe the runs in cfg.runs; write content.json and content.png; return the dict."""
+    runs.check_out_dir(cfg.out_dir)  # one line before anything is read
     res = probe(cfg, find_runs(cfg.runs))  # every input is read and checked before the first write
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    runs.make_out_dir(cfg.out_dir)
     res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "content.json"))
     rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]),

@@ -39,6 +39,7 @@ SPCN on Grammar A (no labels) and saves out/spcn/spcn.pt for `--load_spcn` (`--e
 untrained network).
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -58,11 +59,27 @@ PAPER = {"within_instantaneous": 0.795, "within_traces": 0.960, "spcn_over_bigru
 # the four readers of the grammar, in table order
 WHO = {"spcn": "SPCN, PGHU", "untrained": "SPCN, untrained", "gru": "causal GRU", "bigru": "BiGRU"}
 
-DEFAULTS = spcn.SPCNConfig()  # the SPCN's own defaults, the flags' defaults here
+# One flag per SPCN setting, its help written here once; defaults and checks are SPCNConfig's own.
+# ProbeConfig and FitConfig both inherit these flags (the seed of the projection is per run).
+SPCN_HELP = dict(n_columns="K columns", column_size="U units per column", k="winners per column, 1..column_size",
+                 alphas="trace decays alpha_s in (0, 1]", feedback_gain="g: amplitude of the predictive units",
+                 lr="eta: PGHU learning rate (0: no learning)", var_rate="rho: rate of the running error variance",
+                 eps="floor added to the error variance")
+
+
+def spcn_config(self, seed):
+    """The SPCNConfig these flags describe, with the projection seed `seed`."""
+    return spcn.SPCNConfig(**{name: getattr(self, name) for name in SPCN_HELP}, seed=seed)
+
+
+SPCNFlags = dataclasses.make_dataclass(
+    "SPCNFlags", [(f.name, f.type, cli.arg(f.default, SPCN_HELP[f.name], group="model (SPCN)"))
+                  for f in dataclasses.fields(spcn.SPCNConfig) if f.name in SPCN_HELP],
+    namespace=dict(spcn_config=spcn_config))
 
 
 @dataclass
-class ProbeConfig:
+class ProbeConfig(SPCNFlags):
     out_dir: str = cli.arg("out/probe", "where results.json, results.md, roles.png are written", group="I/O")
     load_spcn: str = cli.arg("", "spcn.pt from `python probe.py fit` (its own settings; else train one per seed)",
                              group="I/O")
@@ -70,14 +87,8 @@ class ProbeConfig:
     n_val: int = cli.arg(500, "validation sentences (tuning, tagger epoch choice)", group="data")
     n_test: int = cli.arg(1000, "held-out test sentences", group="data")
     data_seed: int = cli.arg(0, "split seed = data_seed + seed", group="data")
-    n_columns: int = cli.arg(DEFAULTS.n_columns, "K columns", group="model (SPCN)")
-    column_size: int = cli.arg(DEFAULTS.column_size, "U units per column", group="model (SPCN)")
-    k: int = cli.arg(DEFAULTS.k, "winners per column, 1..column_size", group="model (SPCN)")
-    alphas: tuple = cli.arg(DEFAULTS.alphas, "trace decays in (0, 1]", group="model (SPCN)")
-    feedback_gain: float = cli.arg(DEFAULTS.feedback_gain, "g: amplitude of the predictive units", group="model (SPCN)")
     spcn_epochs: int = cli.arg(2, "PGHU passes over A-train (0: no learning, the untrained net)",
                                group="optimization")
-    spcn_lr: float = cli.arg(DEFAULTS.lr, "PGHU rate eta (0: no learning)", group="optimization")
     l2: float = cli.arg(1e-2, "probe L2 penalty (chosen on the val splits)", group="optimization")
     probe_iters: int = cli.arg(100, "L-BFGS iterations per probe", group="optimization")
     gru_embd: int = cli.arg(32, "E: tagger word embedding size", group="optimization")
@@ -97,19 +108,11 @@ class ProbeConfig:
                          ("gru_batch", 1), ("threads", 1)):
             v = getattr(self, name)
             req(isinstance(v, int) and v >= lo, "--{} must be an integer >= {}, got {!r}", name, lo, v)
-        req(self.spcn_lr >= 0, "--spcn_lr must be >= 0 (0: no learning), got {}", self.spcn_lr)
         req(self.l2 >= 0, "--l2 must be >= 0, got {}", self.l2)
         req(self.gru_lr > 0, "--gru_lr must be > 0, got {}", self.gru_lr)
-        req(bool(self.out_dir) and not os.path.isfile(self.out_dir),
-            "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
         req(not self.load_spcn or os.path.isfile(self.load_spcn),
             "--load_spcn: no file at {}; make one with `python probe.py fit`", self.load_spcn)
         model_settings(lambda: self.spcn_config(0))  # validates the SPCN's fields, with their flag names
-
-    def spcn_config(self, seed):
-        return spcn.SPCNConfig(n_columns=self.n_columns, column_size=self.column_size, k=self.k,
-                               alphas=self.alphas, feedback_gain=self.feedback_gain,
-                               lr=self.spcn_lr, seed=seed)
 
 
 def model_settings(make):
@@ -336,36 +339,23 @@ def run_seed(cfg, seed, log, loaded=None):
 
 
 @dataclass
-class FitConfig:
+class FitConfig(SPCNFlags):
     out_dir: str = cli.arg("out/spcn", "folder for spcn.pt", group="I/O")
     n_train: int = cli.arg(2000, "Grammar A training sentences", group="data")
     data_seed: int = cli.arg(0, "seed of grammar.split", group="data")
-    n_columns: int = cli.arg(DEFAULTS.n_columns, "K columns", group="model")
-    column_size: int = cli.arg(DEFAULTS.column_size, "U units per column", group="model")
-    k: int = cli.arg(DEFAULTS.k, "winners per column, 1..column_size", group="model")
-    alphas: tuple = cli.arg(DEFAULTS.alphas, "trace decays alpha_s in (0, 1]", group="model")
-    feedback_gain: float = cli.arg(DEFAULTS.feedback_gain, "g: amplitude of the predictive units", group="model")
-    lr: float = cli.arg(DEFAULTS.lr, "eta: PGHU learning rate (0: no learning)", group="model")
-    var_rate: float = cli.arg(DEFAULTS.var_rate, "rho: rate of the running error variance", group="model")
-    eps: float = cli.arg(DEFAULTS.eps, "floor added to the error variance", group="model")
-    seed: int = cli.arg(DEFAULTS.seed, "seed of the frozen random projection", group="model")
+    seed: int = cli.arg(spcn.SPCNConfig.seed, "seed of the frozen random projection", group="model (SPCN)")
     epochs: int = cli.arg(2, "PGHU passes over the training sentences (0: save the untrained net)",
                           group="optimization")
     batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization")
 
     def __post_init__(self):
-        cli.require(bool(self.out_dir) and not os.path.isfile(self.out_dir),
-                    "--out_dir must name a folder (not a file), got {!r}", self.out_dir)
         cli.require(isinstance(self.n_train, int) and self.n_train >= 1,
                     "--n_train must be an integer >= 1, got {!r}", self.n_train)
         cli.require(isinstance(self.epochs, int) and self.epochs >= 0,
                     "--epochs must be an integer >= 0 (0: untrained), got {!r}", self.epochs)
         cli.require(isinstance(self.batch_size, int) and self.batch_size >= 1,
                     "--batch_size must be an integer >= 1, got {!r}", self.batch_size)
-        model_settings(self.model_config)  # validates the model fields
-
-    def model_config(self):
-        return spcn.SPCNConfig(**{f: getattr(self, f) for f in asdict(DEFAULTS) if f != "vocab_size"})
+        model_settings(lambda: self.spcn_config(self.seed))  # validates the model fields
 
 
 def get_fit_parser():
@@ -377,7 +367,8 @@ def get_fit_parser():
 def fit(cfg):
     """`python probe.py fit`: train an SPCN as FitConfig says and save it to out_dir/spcn.pt -> {errors, path}."""
     torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
-    model = spcn.SPCN(cfg.model_config())
+    runs.make_out_dir(cfg.out_dir)
+    model = spcn.SPCN(cfg.spcn_config(cfg.seed))
     train = grammar.split(cfg.n_train, 0, 0, seed=cfg.data_seed)["A"]["train"]
     t0 = time.time()
     errs = model.fit(train, epochs=cfg.epochs, batch_size=cfg.batch_size)
@@ -484,9 +475,7 @@ def write_markdown(res, path, cfg):
 
 
 def plot_roles(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
 
     roles = list(res["roles"])
     fig, axes = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True)
@@ -522,14 +511,14 @@ def get_parser():
 
 def main(cfg):
     """Run every seed, then write results.json, results.md and roles.png -> the results dict."""
+    loaded = load_spcn(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
+    runs.make_out_dir(cfg.out_dir)  # one line before anything is trained
     torch.set_num_threads(cfg.threads)
-    loaded = spcn.load(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
     t0 = time.time()
     log = lambda msg: print(f"[{time.time() - t0:6.1f} s] {msg}", flush=True)
     per_seed = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
     res = summarise(per_seed, time.time() - t0)
     res["args"] = asdict(cfg)
-    os.makedirs(cfg.out_dir, exist_ok=True)
     with open(os.path.join(cfg.out_dir, "results.json"), "w") as fh:
         json.dump(res, fh, indent=1)
     write_markdown(res, os.path.join(cfg.out_dir, "results.md"), cfg)
@@ -543,10 +532,18 @@ def main(cfg):
     return res
 
 
+def load_spcn(path):
+    """spcn.load, its one-line LoadError (a missing or foreign file) as a cli.UserError."""
+    try:
+        return spcn.load(path)
+    except spcn.LoadError as e:
+        raise cli.UserError(f"--load_spcn: {e}") from e
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["fit"]:  # `python probe.py fit [flags]`: only train an SPCN and save it
         fit_cfg = cli.parse(FitConfig, get_fit_parser(), sys.argv[2:])
-        cli.main_guard(lambda: fit(fit_cfg), OSError)
+        cli.main_guard(lambda: fit(fit_cfg), prog="probe.py fit")
     else:
         cfg = cli.parse(ProbeConfig, get_parser())
-        cli.main_guard(lambda: main(cfg), spcn.LoadError, OSError)
+        cli.main_guard(lambda: main(cfg), prog="probe.py")

@@ -430,9 +430,7 @@ def write_md(res, path):
 
 
 def plot(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     pairs = list(res["settings"]["pairs"])
     ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
@@ -474,7 +472,7 @@ def write_outputs(cfg, res):
 
 def main(cfg):
     """Train and test every (variant, seed) under the one recipe; returns the recall.json dict."""
-    os.makedirs(cfg.out_dir, exist_ok=True)
+    runs.make_out_dir(cfg.out_dir)
     t0 = time.time()
     results = run_all(cfg, [(cfg, v, seed) for seed in range(cfg.seeds) for v in cfg.variants])
     res = summarize(cfg, results, time.time() - t0)
@@ -487,4 +485,5 @@ def get_parser():
 
 
 if __name__ == "__main__":
-    main(cli.parse(RecallConfig, get_parser()))
+    config = cli.parse(RecallConfig, get_parser())
+    cli.main_guard(lambda: main(config), prog="recall.py")

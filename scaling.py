@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ablate
-from plumbing import checkpoint, cli, corpus, evaluate, repeats
+from plumbing import checkpoint, cli, corpus, evaluate, repeats, runs
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -324,7 +324,7 @@ def write_md(res, path):
     for k, c in res["curves"].items():
         if c["copy"]:
             r = c["copy"][-1]
-            bins = ", ".join(f"{ablate._bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"] if b["loss"] is not None)
+            bins = ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"] if b["loss"] is not None)
             lines.append(f"| {k} | {r['tokens']:,} | {r['loss_copy']:.3f} | {r['loss_other']:.3f} | "
                          f"{r['loss_copy'] - r['loss_other']:+.3f} | {bins} |")
     lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):",
@@ -353,9 +353,7 @@ def _longest(res):
 
 
 def plot(res, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = runs.pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.5))
     widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
     models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
@@ -394,6 +392,7 @@ def plot(res, path):
 
 def main(cfg):
     """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict."""
+    runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
     t0 = time.time()
     name = cfg.eval_data or cfg.data
     train_tokens = len(corpus.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
@@ -401,7 +400,6 @@ def main(cfg):
     counted = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
     yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram") if k in counted} | {"dataset": name}
                   if counted else None)
-    os.makedirs(cfg.out_dir, exist_ok=True)
     recorded = recorded_curves(cfg)
 
     def save():

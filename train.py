@@ -64,7 +64,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, runtime
+from plumbing import batches, checkpoint, cli, corpus, runs, runtime
 import lm
 from plumbing.evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
 import gpt
@@ -232,7 +232,6 @@ class Placement:
 def setup_process(cfg):
     """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
     process group starts later, in start_group, once the data is ready), pick autocast."""
-    runtime.configure_allocator()
     device, kind = runtime.resolve_device(cfg.device)
     if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
             cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
@@ -412,10 +411,15 @@ def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder
 def main(cfg, tokens=None):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
     token arrays to use instead of reading --data / --eval_data (bench_train.py: random tokens)."""
-    place = setup_process(cfg)
+    t0, place = time.time(), setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
-            result = run(cfg, place, stack, tokens)
+            cfg, model, ckpt, data, folder, yardsticks = start(cfg, place, stack, tokens)
+            if cfg.eval_only:
+                result = evaluate_checkpoint(cfg, place, model, data[1], folder, yardsticks, t0)
+            else:
+                optimizer, prog = optimizer_and_progress(cfg, place, model, ckpt)
+                result = dict(train(cfg, place, model, optimizer, prog, data, folder), yardsticks=yardsticks)
         if place.ddp:
             dist.barrier()  # wait for rank 0's last checkpoint before tearing gloo/nccl down
         return result
@@ -424,40 +428,36 @@ def main(cfg, tokens=None):
             dist.destroy_process_group()
 
 
-def run(cfg, place, stack, tokens=None):
-    """Check every input (model, checkpoint, data), then open the run folder, then evaluate or train."""
-    t0 = time.time()
-    checkpoint.check_out_dir(cfg.out_dir)
+def start(cfg, place, stack, tokens=None):
+    """Check every input (model, checkpoint, data), then open the run folder and log how the run
+    was made -> (cfg with the checkpoint's settings, model on its device, checkpoint or None,
+    (train tokens, {corpus: val tokens}), folder, yardsticks)."""
+    runs.check_out_dir(cfg.out_dir)
     model, ckpt, cfg = load_model(cfg)
     if tokens is not None:
-        train_data, vals = tokens[0], {eval_names(cfg)[0]: tokens[1]}
+        data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
     else:
         if place.ddp and not place.master:
             wait_for_caches(cfg)  # rank 0 tokenizes first; the others then read its caches
-        train_data, vals = load_data(cfg, model.config.vocab_size)
+        data = load_data(cfg, model.config.vocab_size)
     start_group(place)
     model.to(place.device)
     yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
     for line in provenance(cfg, place, model.num_params(), yardsticks):
         folder.log(line)
-    if cfg.eval_only:
-        return evaluate_checkpoint(cfg, place, model, vals, folder, yardsticks, t0)
+    return cfg, model, ckpt, data, folder, yardsticks
+
+
+def optimizer_and_progress(cfg, place, model, ckpt):
+    """AdamW (lm.configure_optimizers) and where the run stands: a fresh start, or the --resume
+    checkpoint's optimizer state, step, best loss and random streams."""
     optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), place.device_type)
-    prog = Progress()
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        prog = Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"])
-        checkpoint.set_rng_state(ckpt["rng"])
-    folder.open_metrics(keep_upto=prog.step if cfg.resume else -1)
-    n_epochs = batches.epochs(len(train_data), cfg.block_size, cfg.max_iters * cfg.grad_accum, cfg.batch_size)
-    folder.log(f"{cfg.model}: {cfg.max_iters} steps x {cfg.grad_accum * cfg.batch_size * cfg.block_size:,} tokens "
-               f"= {n_epochs:.2f} epochs of {len(train_data):,} train tokens (windows without replacement within an epoch); "
-               f"{'resuming at step ' + str(prog.step) if cfg.resume else 'from ' + cfg.init_from}")
-    stop = StopFlag()
-    stack.callback(stop.restore)
-    return train_loop(cfg, place, model, optimizer, prog, train_data, vals[eval_names(cfg)[0]], folder, stop,
-                      yardsticks)
+    if ckpt is None:
+        return optimizer, Progress()
+    optimizer.load_state_dict(ckpt["optimizer"])
+    checkpoint.set_rng_state(ckpt["rng"])
+    return optimizer, Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"])
 
 
 def compiled_or_eager(model, cfg, place, x, y, folder):
@@ -472,7 +472,7 @@ def compiled_or_eager(model, cfg, place, x, y, folder):
         with place.autocast:
             _, loss = compiled(x, y)
         loss.backward()
-    except Exception as e:  # noqa: BLE001 - any compiler failure; a real bug fails again, eagerly, with its traceback
+    except Exception as e:  # any compiler failure; a real bug fails again, eagerly, with its traceback
         folder.log(f"warning: torch.compile failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
                    f"training eagerly (same numbers, slower); --no-compile skips the attempt")
         torch._dynamo.reset()
@@ -482,72 +482,91 @@ def compiled_or_eager(model, cfg, place, x, y, folder):
     return compiled
 
 
-def train_loop(cfg, place, raw_model, optimizer, prog, train_data, val, folder, stop, yardsticks):
+def train(cfg, place, raw_model, optimizer, prog, data, folder):
     """The loop: one optimizer step per iteration; log lines, evaluations and checkpoints.
     One host sync per step: the `.tolist()` that reads the loss, grad norm and stop flag (the
     finiteness check and the log need them); nothing else in a step waits for the device."""
+    train_data, val = data[0], data[1][eval_names(cfg)[0]]
     accum = cfg.grad_accum // place.world  # micro-batches per process per step
     tokens_per_step = cfg.grad_accum * cfg.batch_size * cfg.block_size
-    batch = lambda micro: batches.epoch_batch(  # noqa: E731 - micro-batch `micro` of step prog.step
-        train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro, seed=cfg.seed, rank=place.rank,
-        world=place.world, device=place.device)
+    folder.log(f"{cfg.model}: {cfg.max_iters} steps x {tokens_per_step:,} tokens = "
+               f"{batches.epochs(len(train_data), cfg.block_size, cfg.max_iters * cfg.grad_accum, cfg.batch_size):.2f}"
+               f" epochs of {len(train_data):,} train tokens (windows without replacement within an epoch); "
+               + (f"resuming at step {prog.step}" if cfg.resume else f"from {cfg.init_from}"))
+
+    def batch(micro):  # micro-batch `micro` of step prog.step: a pure function of (seed, step, rank)
+        return batches.epoch_batch(train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro,
+                                   seed=cfg.seed, rank=place.rank, world=place.world, device=place.device)
+
+    def evaluate():  # validation loss now, then ckpt_best (if better) and ckpt_last
+        return evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder)
+
     model = compiled_or_eager(raw_model, cfg, place, *batch(0), folder)
     if place.ddp:
         model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
     scaler = torch.amp.GradScaler(place.device_type, enabled=(place.dtype == "fp16"))
-    evaluate = lambda: evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder)  # noqa: E731
+    folder.open_metrics(keep_upto=prog.step if cfg.resume else -1)
+    stop = StopFlag()
     t_train = time.time()
-    if not cfg.resume:
-        folder.record({"step": 0, "val_loss": evaluate()})
-    speed = runtime.Speed(start=prog.step)
-    while prog.step < cfg.max_iters:
-        lr = runtime.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=place.device)
-        for micro in range(accum):  # gradients are all-reduced on the last micro-batch only
+    try:
+        if not cfg.resume:
+            folder.record({"step": 0, "val_loss": evaluate()})
+        speed = runtime.Speed(start=prog.step)
+        while prog.step < cfg.max_iters:
+            lr = runtime.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_sum = torch.zeros((), device=place.device)
+            for micro in range(accum):  # gradients are all-reduced on the last micro-batch only
+                if place.ddp:
+                    model.require_backward_grad_sync = micro == accum - 1
+                x, y = batch(micro)
+                with place.autocast:
+                    _, loss = model(x, y)
+                loss_sum += loss.detach().float()
+                scaler.scale(loss / accum).backward()
+            scaler.unscale_(optimizer)
+            # a tensor: clip_grad_norm_ does not sync (no error_if_nonfinite); read with the loss below
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or float("inf"))
+            asked = torch.full((), float(stop.requested), device=place.device)  # Ctrl-C here; a fill, no copy
+            flags = torch.stack([loss_sum / accum, grad_norm.float(), asked])
             if place.ddp:
-                model.require_backward_grad_sync = micro == accum - 1
-            x, y = batch(micro)
-            with place.autocast:
-                _, loss = model(x, y)
-            loss_sum += loss.detach().float()
-            scaler.scale(loss / accum).backward()
-        scaler.unscale_(optimizer)
-        # a tensor: clip_grad_norm_ does not sync (no error_if_nonfinite); read with the loss below
-        grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip or float("inf"))
-        asked = torch.full((), float(stop.requested), device=place.device)  # Ctrl-C here; a fill, no copy
-        flags = torch.stack([loss_sum / accum, grad_norm.float(), asked])
-        if place.ddp:
-            dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
-        train_loss, gnorm, stopping = (flags / place.world).tolist()  # THE host sync of the step
-        if stopping:  # Ctrl-C: this step's gradients are dropped; the state is that of prog.step
-            save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
-            folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
-            raise SystemExit(130)
-        if not math.isfinite(train_loss) or not (math.isfinite(gnorm) or place.dtype == "fp16"):
-            # fp16: an inf gradient is the GradScaler's business (it skips the step and rescales)
-            raise SystemExit(f"non-finite loss ({train_loss}) or gradient norm ({gnorm}) at step {prog.step}: stopping "
-                             f"before the update; {folder.path('ckpt_last.pt')} (the last good checkpoint) is left "
-                             f"as it was. Lower --lr, or use --dtype fp32")
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        prog.step += 1
+                dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
+            train_loss, gnorm, stopping = (flags / place.world).tolist()  # THE host sync of the step
+            if stopping:  # Ctrl-C: this step's gradients are dropped; the state is that of prog.step
+                save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
+                folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
+                raise SystemExit(130)
+            check_finite(train_loss, gnorm, prog, folder, place)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            prog.step += 1
 
-        dt = speed.tick(prog.step)
-        rec = {"step": prog.step, "train_loss": train_loss, "lr": lr, "grad_norm": gnorm, "ms": round(1000 * dt, 2)}
-        if prog.step % cfg.log_interval == 0 or prog.step == cfg.max_iters:
-            folder.log(log_line(prog.step, rec, speed, tokens_per_step, cfg, place, raw_model))
-        if prog.step % cfg.eval_interval == 0 or prog.step == cfg.max_iters:
-            rec["val_loss"] = evaluate()
-            speed.pause()  # evaluation is not part of the step time
-        folder.record(rec)
+            dt = speed.tick(prog.step)
+            rec = {"step": prog.step, "train_loss": train_loss, "lr": lr, "grad_norm": gnorm, "ms": round(1000 * dt, 2)}
+            if prog.step % cfg.log_interval == 0 or prog.step == cfg.max_iters:
+                folder.log(log_line(prog.step, rec, speed, tokens_per_step, cfg, place, raw_model))
+            if prog.step % cfg.eval_interval == 0 or prog.step == cfg.max_iters:
+                rec["val_loss"] = evaluate()
+                speed.pause()  # evaluation is not part of the step time
+            folder.record(rec)
+    finally:
+        stop.restore()
     seconds = time.time() - t_train
     folder.log(f"done: step {prog.step}, val loss {prog.val_loss:.4f}, best {prog.best_val:.4f}, {seconds:.0f} s")
     return dict(val_loss=prog.val_loss, best_val=prog.best_val, params=raw_model.num_params(), step=prog.step,
                 tokens=prog.step * tokens_per_step, seconds=seconds, out_dir=cfg.out_dir, kind=cfg.model,
-                yardsticks=yardsticks, **speed.summary(raw_model, cfg.block_size, place.device, tokens_per_step))
+                **speed.summary(raw_model, cfg.block_size, place.device, tokens_per_step))
+
+
+def check_finite(train_loss, gnorm, prog, folder, place):
+    """Stop before the update on a non-finite loss or gradient norm (fp16: an inf gradient is the
+    GradScaler's business: it skips the step and rescales)."""
+    if not math.isfinite(train_loss) or not (math.isfinite(gnorm) or place.dtype == "fp16"):
+        raise SystemExit(f"non-finite loss ({train_loss}) or gradient norm ({gnorm}) at step {prog.step}: stopping "
+                         f"before the update; {folder.path('ckpt_last.pt')} (the last good checkpoint) is left "
+                         f"as it was. Lower --lr, or use --dtype fp32")
 
 
 def log_line(step, rec, speed, tokens_per_step, cfg, place, model):

@@ -18,7 +18,7 @@ Guarantees (each tested in tests/test_train.py)
       (disk full) removes the temp file and leaves the previous PATH as it was;
     - a missing, corrupt, foreign or mismatched file is one CheckpointError line;
     - an --out_dir that is a file, lies inside a file or cannot be written is one line
-      (`check_out_dir`), before anything is written;
+      (runs.check_out_dir, the check every command shares), before anything is written;
     - `RunLock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
       folder is refused while the first lives; the kernel drops the lock when a process dies,
       so a killed run's folder is free at once (no stale lock to clean);
@@ -36,7 +36,7 @@ import random
 import numpy as np
 import torch
 
-from plumbing import cli
+from plumbing import cli, runs
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 
@@ -131,20 +131,6 @@ def set_rng_state(st):
     random.setstate((st["python"][0], tuple(st["python"][1]), st["python"][2]))
 
 
-def check_out_dir(out_dir, flag="--out_dir"):
-    """A one-line cli.ConfigError unless out_dir is a folder this process can write in, or can
-    be created as one. Reads only: nothing is written."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise cli.ConfigError(f"{flag} {out_dir} is a file; name a folder (it is created if missing)")
-    parent = os.path.abspath(out_dir)
-    while not os.path.exists(parent):  # the deepest part of the path that is there
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise cli.ConfigError(f"{flag} {out_dir} lies inside the file {parent}; name a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise cli.ConfigError(f"{flag} {out_dir}: {parent} is not writable; name a folder you can write in")
-
-
 class RunLock:
     """An exclusive flock on OUT_DIR/.lock, held while the run lives (a context manager)."""
 
@@ -178,11 +164,7 @@ class RunFolder:
     def __init__(self, out_dir, master, stack):
         self.out_dir, self.master, self.stack, self.metrics = out_dir, master, stack, None
         if master:
-            try:  # check_out_dir has vetted the path; this catches what it cannot see (a read-only mount)
-                os.makedirs(out_dir, exist_ok=True)
-            except OSError as e:
-                raise CheckpointError(f"cannot create the run folder {out_dir} ({e.strerror}); choose another "
-                                      f"--out_dir") from None
+            runs.make_out_dir(out_dir)
             stack.enter_context(RunLock(out_dir))
             self.logf = stack.enter_context(open(self.path("log.txt"), "a", buffering=1))
 

@@ -146,12 +146,11 @@ def command_line(script, cfg):
     return " ".join([f"python {script}"] + flags)
 
 
-def main_guard(run, *errors, prog=None):
-    """Call run(); a UserError (or one of `errors`, for modules whose errors are not UserErrors
-    yet) becomes one line on stderr and exit status e.status (default 1). Every other exception
-    propagates with its traceback."""
+def main_guard(run, prog=None):
+    """Call run(); a UserError becomes one line on stderr and exit status e.status. Every other
+    exception propagates with its traceback (a bug, or an error this code did not foresee)."""
     try:
         return run()
-    except (UserError, *errors) as e:
+    except UserError as e:
         print(f"{prog or sys.argv[0].rsplit('/', 1)[-1]}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(getattr(e, "status", 1))
+        sys.exit(e.status)

@@ -106,6 +106,11 @@ def copy_distance_loop(w, k):
     return dist
 
 
+def bin_name(b):
+    """A distance bin of copy_split's by_distance as text: '8-15', or '64+' for the last, open one."""
+    return f"{b['lo']}-{b['hi'] - 1}" if b["hi"] else f"{b['lo']}+"
+
+
 def copy_split(nll, dist, bins=COPY_BINS):
     """Per-token losses (B, T) split by copy distance (copy_distance): dict(loss_copy, loss_other,
     copy_fraction, by_distance=[dict(lo, hi, loss, fraction)] over the bins [1, e0), [e0, e1), ...)."""

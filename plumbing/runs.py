@@ -1,5 +1,11 @@
-"""Experiments made of many small runs (variants x seeds): run them a few at a time in worker
-processes, and summarise the seeds of each variant as mean ± sample standard deviation.
+"""What every command's run shares: the output-folder check, figures drawn to files, and, for
+experiments made of many small runs (variants x seeds), the job runner that trains a few at a
+time in worker processes and the mean ± sample standard deviation of each variant's seeds.
+
+Output folders: `make_out_dir(cfg.out_dir)` is the first thing each command does, before any
+training: an existing file, a path inside a file, a read-only or uncreatable folder is one
+cli.ConfigError line naming the flag (`check_out_dir` alone leaves nothing behind: train.py and
+content.py call it before they read any input, and create their folder once the inputs are good).
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) compares readers and models on small
 tasks; ablate.py (the LM ablation), recall.py (MQAR) and probe.py (SPCN role probes) train
@@ -22,11 +28,50 @@ Run: nothing to run; tests/test_runs.py checks this file.
 """
 
 import multiprocessing as mp
+import os
 import statistics
+import tempfile
 import sys
 from multiprocessing.connection import wait
 
 from plumbing import cli
+
+
+def check_out_dir(out_dir, flag="--out_dir"):
+    """A one-line cli.ConfigError unless out_dir is a folder this process can write in, or can
+    be created as one. It tries: an empty folder is made in the deepest existing part of the path
+    and removed at once, so a read-only mount or a pseudo-filesystem is caught and nothing stays."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise cli.ConfigError(f"{flag} {out_dir} is a file; name a folder (it is created if missing)")
+    parent = os.path.abspath(out_dir)
+    while not os.path.exists(parent):  # the deepest part of the path that is there
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise cli.ConfigError(f"{flag} {out_dir} lies inside the file {parent}; name a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=parent))
+    except OSError as e:
+        raise cli.ConfigError(f"{flag} {out_dir}: {parent} is not writable ({e.strerror}); name a folder you "
+                              f"can write in") from None
+
+
+def make_out_dir(out_dir, flag="--out_dir"):
+    """check_out_dir, then create the folder; what the check cannot foresee is one line too."""
+    check_out_dir(out_dir, flag)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise cli.ConfigError(f"{flag} {out_dir}: cannot create it ({e.strerror}); name another folder") from None
+    return out_dir
+
+
+def pyplot():
+    """matplotlib.pyplot drawing into files only (the Agg backend: no screen), imported when a
+    figure is made, so a command that draws nothing never imports matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def mean_std(values):

@@ -106,12 +106,12 @@ BAD = [(["--seeds", "0"], "--seeds must be an integer >= 1"),
        (["--alphas", "0.5", "0"], "--alphas must be"),
        (["--alphas", "1.5"], "--alphas must be"),
        (["--alphas", "x"], "--alphas"),
-       (["--spcn_lr", "-0.1"], "--spcn_lr must be >= 0"),
+       (["--lr", "-0.1"], "--lr must be >= 0"),
        (["--gru_lr", "0"], "--gru_lr must be > 0"),
        (["--l2", "-1"], "--l2 must be >= 0"),
        (["--threads", "0"], "--threads must be"),
        (["--load_spcn", "no/such/spcn.pt"], "--load_spcn: no file at no/such/spcn.pt"),
-       (["--out_dir", __file__], "--out_dir must name a folder")]
+       (["--out_dir", __file__], "is a file; name a folder")]
 
 
 @pytest.mark.parametrize("argv,message", BAD)

@@ -47,7 +47,7 @@ def test_one_host_sync_per_step_though_every_forward_checks_its_ids(tmp_path, mo
     long, checks_long = counted_run(tmp_path / "b", 5, monkeypatch)
     extra = long - short  # the same setup and two evaluations in both: 3 more steps of 2 micro-batches
     assert sum(extra.values()) == 3, extra  # one read per step, logging every step included
-    assert set(extra) == {("tolist", "train.py", "train_loop")}, extra
+    assert set(extra) == {("tolist", "train.py", "train")}, extra
     assert checks_long - checks_short == 3 * 2  # every micro-batch's forward checked its ids, with no read
 
 
