@@ -295,12 +295,17 @@ def evaluate(model, sets, cfg):
 
 
 def run(job):
-    """Train one (variant, seed): the validation curve every eval_every steps, the step where it
-    leaves the 1/N plateau at each N, and the final test evaluation."""
+    """Train one (variant, seed) of VARIANTS under the recipe (`train_and_test`)."""
     cfg, variant, seed = job
     torch.manual_seed(seed)
+    return dict(train_and_test(cfg, build_model(cfg, variant), seed), variant=variant)
+
+
+def train_and_test(cfg, model, seed):
+    """The one recipe, for any model of the lm.py contract (recall.py's variants, frontier.py's
+    grid): train on fresh batches from `seed`, the validation curve every eval_every steps, the
+    step where it leaves the 1/N plateau at each N, and the final test evaluation."""
     t0 = time.time()
-    model = build_model(cfg, variant)
     opt = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (0.9, 0.98), "cpu")
     val, data, curve, train_loss = eval_set(cfg, cfg.val_seqs, VAL_SEED), batches(cfg, seed), [], []
     for step in range(cfg.steps + 1):
@@ -318,7 +323,7 @@ def run(job):
         opt.step()
         train_loss.append(loss.item())
     tail = train_loss[-max(1, cfg.steps // 10):]  # mean of the last 10% of steps
-    return dict(variant=variant, seed=seed, params=model.num_params(), state_floats=state_floats(model, cfg.block_size),
+    return dict(seed=seed, params=model.num_params(), state_floats=state_floats(model, cfg.block_size),
                 train_loss=sum(tail) / len(tail), curve=curve, exit_step={str(N): plateau_exit(curve, N) for N in cfg.pairs},
                 seconds=time.time() - t0, test=evaluate(model, eval_set(cfg, cfg.test_seqs, TEST_SEED), cfg))
 
