@@ -21,6 +21,8 @@ Code name -> paper symbol
 
 Public functions
     traces_ref(x, alphas, h0)            the plain loop over time: the readable definition.
+    trace_map(alphas, T), memory_capacity(alphas, T, eps), spread_decays(S)
+                                         what S decays can hold: the state is V x, V Vandermonde.
     step(x_t, h, alphas)                 one time step, O(1) memory, for streaming generation.
     selective_traces_ref(x, a, h0)       the loop of the selective trace.
     traces(x, alphas, h0, method=)       the fast exact paths, chosen by `method`:
@@ -93,6 +95,52 @@ def selective_traces_ref(x, a, h0=None):
         h = (1 - a_t) * h + a_t * x_t
         out.append(h)
     return torch.stack(out, dim=1) if out else x.new_zeros(x.shape)  # (B, T, C)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a state of S fixed decays can hold. Per channel, after T inputs x_0 .. x_{T-1} (h_{-1} =
+# 0), trace s is h^s = sum_j a_s (1 - a_s)^(T-1-j) x_j: the state is V x with V (S, T) a scaled
+# Vandermonde matrix (rows: geometric sequences in 1 - a_s). Its rank is at most S, so two pasts
+# that differ by a vector of V's null space leave the same state (exact rank). Real nodes in
+# (0, 1) make V exponentially ill-conditioned (Beckermann and Townsend, SIAM Review 2019), so
+# with rounding only a few of its S directions survive (numerical rank): `memory_capacity`.
+
+
+def spread_decays(S, fast=0.5, slow=0.02):
+    """S decays spread geometrically from `fast` to `slow`, the paper's extremes (S = 3 gives the
+    paper's 0.5, 0.1, 0.02; S = 1 gives `fast`)."""
+    if not isinstance(S, int) or S < 1:
+        raise ValueError(f"the number of decays S must be an int >= 1, got {S!r}")
+    return tuple(fast * (slow / fast) ** (s / (S - 1)) for s in range(S)) if S > 1 else (fast,)
+
+
+def trace_map(alphas, T):
+    """V (S, T) float64 with V[s, j] = a_s (1 - a_s)^(T-1-j): one channel's state after T inputs
+    is V @ x (traces_ref's last step, exactly)."""
+    a = torch.tensor(alphas, dtype=torch.float64)[:, None]  # (S, 1)
+    age = torch.arange(T - 1, -1, -1, dtype=torch.float64)  # (T,) T-1-j
+    return a * (1 - a) ** age  # (S, T)
+
+
+def memory_capacity(alphas, T, eps):
+    """The linear memory capacity of one channel's S-trace state: the sum over the T past inputs
+    of R^2, the fraction of x_j's variance that the best linear read-out of the state recovers,
+    for i.i.d. unit-variance inputs (Jaeger's capacity; it is at most the rank of V, <= S). eps is
+    the unit roundoff of the state's dtype (fp32 2^-24, bf16 2^-8; 0: exact arithmetic, the
+    capacity is then rank V): each step rounds every trace, an error of variance eps^2 h^2 / 3
+    that the recurrence carries on, so trace s holds noise of variance
+        n_s = (eps^2 / 3) E[(h^s)^2] / (1 - (1 - a_s)^2),   E[(h^s)^2] = ||V_s||^2,
+    and the capacity is trace(V^T (V V^T + diag(n))^-1 V) = sum_i w_i^2 / (w_i^2 + 1), w_i the
+    singular values of diag(n)^-1/2 V (computed so, float64 resolves every w_i that matters). A
+    direction whose w_i is below 1 (the noise) recovers almost nothing, so the capacity levels
+    off as decays are added. eps = 0 is refused: exactly, the capacity is the rank, S."""
+    if not eps > 0:
+        raise ValueError(f"eps must be > 0 (the unit roundoff: fp32 2**-24, bf16 2**-8), got {eps!r}")
+    V = trace_map(alphas, T)  # (S, T)
+    a = torch.tensor(alphas, dtype=torch.float64)
+    noise = eps ** 2 / 3 * (V ** 2).sum(1) / (1 - (1 - a) ** 2)  # (S,) variance of trace s's error
+    w = torch.linalg.svdvals(V / noise.sqrt()[:, None])  # (S,) signal over noise, per direction
+    return float((w ** 2 / (w ** 2 + 1)).sum())
 
 
 # ---------------------------------------------------------------------------------------------

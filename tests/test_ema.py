@@ -253,3 +253,57 @@ def test_matmul_operator_count_does_not_grow_with_T():
         short, long = fwd_bwd(fn, 128), fwd_bwd(fn, 2048)
         assert abs(long - short) <= 0.1 * short, (short, long)
     assert fwd_bwd(ema_scan, 2048) > 2 * fwd_bwd(ema_scan, 128)  # the scan's L + N steps do grow
+
+
+# ---- what a state of S fixed decays can hold (ema.trace_map, memory_capacity) ------------------
+
+
+def test_the_state_is_the_vandermonde_map_of_the_past():
+    alphas, T = ema.spread_decays(5), 40
+    x = torch.randn(3, T, 1, dtype=torch.float64)
+    V = ema.trace_map(alphas, T)  # (S, T)
+    assert torch.allclose(ema.traces_ref(x, alphas)[:, -1, :, 0], x[:, :, 0] @ V.T, atol=1e-12)
+    assert ema.spread_decays(3) == pytest.approx((0.5, 0.1, 0.02)) and ema.spread_decays(1) == (0.5,)
+
+
+def test_two_pasts_in_the_null_space_leave_the_same_state():
+    """Exact rank: V (S, T) has rank S < T, so x and x + n with V n = 0 are different pasts with
+    one state; the traces cannot tell them apart however they are read."""
+    alphas, T = (0.5, 0.1, 0.02), 12
+    V = ema.trace_map(alphas, T)
+    n = torch.linalg.svd(V).Vh[-1]  # (T,) a direction V sends to zero
+    x = torch.randn(T, dtype=torch.float64)
+    h1, h2 = (ema.traces_ref(p.view(1, T, 1), alphas)[0, -1, :, 0] for p in (x, x + 3 * n))
+    assert (x + 3 * n - x).abs().max() > 0.1 and torch.allclose(h1, h2, atol=1e-12)
+
+
+def test_memory_capacity_levels_off_and_bf16_holds_less():
+    T, fp32, bf16 = 64, 2.0 ** -24, 2.0 ** -8
+    cap = {S: ema.memory_capacity(ema.spread_decays(S), T, fp32) for S in (3, 6, 12, 24, 48)}
+    assert cap[3] == pytest.approx(3, abs=0.01) and cap[6] == pytest.approx(6, abs=0.05)  # few decays: all kept
+    assert all(cap[S] <= S + 1e-9 for S in cap) and cap[48] - cap[24] < 1.5 < cap[12] - cap[6]  # levels off
+    assert ema.memory_capacity(ema.spread_decays(24), T, bf16) < 8 < cap[24]
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        ema.memory_capacity((0.5,), T, 0.0)
+
+
+def empirical_capacity(alphas, T, dtype, n=20000, seed=0):
+    """Sum over lags of the held-out R^2 of a least-squares read-out of x_j from the state the
+    recurrence computed in `dtype` (every step rounded), for i.i.d. N(0, 1) inputs."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, T, dtype=torch.float64, generator=g)
+    a, h = torch.tensor(alphas, dtype=dtype), torch.zeros(n, len(alphas), dtype=dtype)
+    for t in range(T):
+        h = (1 - a) * h + a * x[:, t:t + 1].to(dtype)
+    H = torch.cat([h.double(), torch.ones(n, 1, dtype=torch.float64)], 1)
+    fit, test = slice(0, n // 2), slice(n // 2, n)
+    pred = H[test] @ torch.linalg.lstsq(H[fit], x[fit]).solution
+    return float((1 - ((pred - x[test]) ** 2).mean(0) / x[test].var(0)).clamp(min=0).sum())
+
+
+@pytest.mark.parametrize("S,dtype,eps", [(12, torch.bfloat16, 2.0 ** -8), (24, torch.float32, 2.0 ** -24)])
+def test_memory_capacity_predicts_the_rounded_recurrence(S, dtype, eps):
+    """The noise model (rounding at every step, carried by the recurrence) against a measurement:
+    the capacity of a state computed in bf16 / fp32 is what memory_capacity says, within 0.3."""
+    alphas = ema.spread_decays(S)
+    assert empirical_capacity(alphas, 64, dtype) == pytest.approx(ema.memory_capacity(alphas, 64, eps), abs=0.3)
