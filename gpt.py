@@ -31,6 +31,9 @@ Departures / choices
     - Position limit: the learned position table has block_size rows, so `step` raises past
       block_size tokens; `generate` then re-reads the last block_size tokens (nanoGPT's crop).
     - n_head defaults to C // 64 (12 at width 768, GPT-2 small).
+    - `window` (not GPT-2; frontier.py's bounded-state reference, Zoology's sliding-window
+      attention): each query sees only the last `window` positions, and step()'s cache keeps
+      the window - 1 newest keys and values, a state of fixed size whatever the length.
 
 Run
     python -m pytest tests/test_gpt.py      # HF logits, KV cache, causality, parameter count
@@ -56,6 +59,7 @@ class GPTConfig:
     n_embd: int = 768  # C, residual-stream width
     dropout: float = 0.0  # dropout on embeddings, attention weights and residual branches
     bias: bool = True  # biases in Linear and LayerNorm, as in GPT-2
+    window: int = None  # sliding-window attention: a query sees the last `window` positions, itself included; None: all
 
     def __post_init__(self):  # n_head left to None follows the width
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
@@ -70,6 +74,8 @@ def check(cfg):
         raise ValueError(f"GPTConfig.n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
     if not 0 <= cfg.dropout < 1:
         raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.window is not None and (type(cfg.window) is not int or cfg.window < 1):
+        raise ValueError(f"GPTConfig.window must be None (full attention) or an int >= 1, got {cfg.window!r}")
 
 
 class CausalSelfAttention(nn.Module):
@@ -77,14 +83,16 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.n_head, self.dropout, self.window = cfg.n_head, cfg.dropout, cfg.window
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x, kv=None):
         """x (B, T, C) -> y (B, T, C). With a cache kv = (k, v) of P past tokens (or None for an
-        empty one), also return the extended cache; the T new queries see all P + T keys causally."""
+        empty one), also return the extended cache; the T new queries see all P + T keys causally.
+        With a window w, a query sees only the last w positions and the cache keeps the last w - 1
+        keys (all a later query can see): a state of 2 (w - 1) C numbers, whatever the length."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # each (B, T, C)
         q, k, v = (z.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
@@ -94,14 +102,19 @@ class CausalSelfAttention(nn.Module):
             P = kv[0].size(2)
             k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)  # (B, H, P+T, D)
         dropout_p = self.dropout if self.training else 0.0
-        if P == 0:
+        if P == 0 and self.window is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)  # (B, H, T, D)
         else:
-            # query i sits at absolute position P + i and may see keys 0..P + i
+            # query i sits at position P + i of the keys and may see keys 0..P + i (the last w of them)
             mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)
+            if self.window is not None:
+                mask = mask.triu(diagonal=P - self.window + 1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, D)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         y = self.resid_dropout(self.c_proj(y))
+        if use_cache and self.window is not None:  # keep the w - 1 newest keys: all a later query sees
+            start = max(0, k.size(2) - (self.window - 1))
+            k, v = k[:, :, start:], v[:, :, start:]
         return (y, (k, v)) if use_cache else y
 
 

@@ -191,3 +191,42 @@ def test_ids_past_the_vocabulary_are_refused_in_forward():
     for bad in (TINY.vocab_size, lm.padded_vocab(TINY.vocab_size), -1):
         with pytest.raises(ValueError, match=rf"outside \[0, {TINY.vocab_size}\)"):
             m(torch.tensor([[0, bad]]))
+
+
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_sliding_window_attention_is_its_definition_and_step_keeps_w_minus_1_keys(window):
+    """Query t sees positions t - w + 1 .. t only: the logits at t do not move when a token more
+    than w - 1 back changes (within one layer), forward equals an explicit masked softmax, and
+    step() (its cache trimmed to w - 1 keys) gives forward's logits with a bounded state."""
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=16, vocab_size=20, n_layer=1, n_head=2, n_embd=16, window=window)).eval()
+    attn = m.transformer.h[0].attn
+    x = torch.randn(2, 12, 16)
+    q, k, v = (z.view(2, 12, 2, 8).transpose(1, 2) for z in attn.c_attn(x).split(16, dim=2))
+    i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
+    scores = (q @ k.transpose(-1, -2)) / 8 ** 0.5
+    scores = scores.masked_fill(~((j <= i) & (i - j < window)), float("-inf"))
+    ref = attn.c_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 12, 16))
+    assert torch.allclose(attn(x), ref, atol=1e-6)
+    idx = torch.randint(0, 20, (2, 12))
+    far = idx.clone()
+    far[:, 0] = (far[:, 0] + 1) % 20  # one layer: position t >= w cannot see position 0
+    assert torch.allclose(m(idx)[0][:, window:], m(far)[0][:, window:], atol=1e-6)
+    with torch.no_grad():
+        state, out = m.init_state(2), []
+        for token in idx.unbind(1):
+            logits, state = m.step(token, state)
+            out.append(logits)
+    assert torch.allclose(torch.stack(out, 1), m(idx)[0], atol=1e-5)
+    assert state["kv"][0][0].shape[2] == window - 1  # the cache: the w - 1 newest keys
+    full = GPT(GPTConfig(block_size=16, vocab_size=20, n_layer=1, n_head=2, n_embd=16, window=16))
+    full.load_state_dict(m.state_dict())
+    plain = GPT(GPTConfig(block_size=16, vocab_size=20, n_layer=1, n_head=2, n_embd=16))
+    plain.load_state_dict(m.state_dict())
+    assert torch.allclose(full(idx)[0], plain(idx)[0], atol=1e-6)  # a window as long as the input: full attention
+
+
+def test_a_bad_window_is_one_line():
+    for bad in (0, -2, 2.5):
+        with pytest.raises(ValueError, match="GPTConfig.window must be None"):
+            GPT(GPTConfig(block_size=8, vocab_size=10, n_layer=1, n_head=1, n_embd=8, window=bad))
