@@ -273,6 +273,12 @@ class GPT(nn.Module):
 
     # ---- accounting -----------------------------------------------------------------------
 
+    def state_floats(self, T):
+        """Numbers per sequence and layer that step() holds after T tokens: the cached keys and
+        values, 2 C per token kept (all T of them; the window - 1 newest with a window)."""
+        kept = T if self.config.window is None else min(T, self.config.window - 1)
+        return 2 * kept * self.config.n_embd
+
     def num_params(self, non_embedding=False):
         """Parameter count (tied wte/lm_head counted once). non_embedding drops the position
         table and the token table (nanoGPT's convention drops only wpe; we drop both so the

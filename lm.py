@@ -10,6 +10,7 @@ The contract (both `spen.SPEN` and `gpt.GPT`)
     init_state(B, device)       the recurrent state before any token (SPEN: traces; GPT: KV cache)
     step(token, state)          token (B,) -> (logits (B, V) for the next token, new state)
     generate(idx, n, ...)       idx (B, T) -> (B, T + n), sampling with `sample_next`
+    state_floats(T)             numbers per sequence and layer that step() holds after T tokens
     num_params(non_embedding)   parameter count, tied embedding counted once
     flops_per_token(T)          training FLOPs per token (forward + backward) at context T
 forward, step and generate check their ids with `check_tokens`, which reads nothing back from

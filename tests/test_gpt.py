@@ -230,3 +230,14 @@ def test_a_bad_window_is_one_line():
     for bad in (0, -2, 2.5):
         with pytest.raises(ValueError, match="GPTConfig.window must be None"):
             GPT(GPTConfig(block_size=8, vocab_size=10, n_layer=1, n_head=1, n_embd=8, window=bad))
+
+
+def test_state_floats_count_what_step_holds():
+    for window, T, kept in ((None, 10, 10), (4, 10, 3), (4, 2, 2), (1, 10, 0)):
+        m = GPT(GPTConfig(block_size=16, vocab_size=20, n_layer=2, n_head=2, n_embd=16, window=window)).eval()
+        with torch.no_grad():
+            state = m.init_state(1)
+            for t in range(T):
+                _, state = m.step(torch.tensor([t % 20]), state)
+        held = sum(k.numel() + v.numel() for k, v in state["kv"]) // 2  # per layer, batch of one
+        assert held == m.state_floats(T) == 2 * kept * 16, (window, T)
