@@ -327,8 +327,9 @@ def check(cfg):
     for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
                           ("trace_method", TRACE_METHODS)):
         require(getattr(cfg, name) in choices, f"{name} must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
-    require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs an attention predictor (linear_attn "
-            f"or softmax_attn); predictor={cfg.predictor!r} reads the state only")
+    history = ", ".join(p for p, r in READERS if r == "history")
+    require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs a predictor that reads the history "
+            f"({history}); predictor={cfg.predictor!r} reads the state only")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
 
 

@@ -1,6 +1,6 @@
-"""SPEN's variants: the attention readers of the traces and the selective context. spen.py
-imports them by name; the paper's own reader (the linear predictor) and context (fixed-decay
-EMA) live in spen.py.
+"""SPEN's variants: the attention readers of the traces, the write readers (ema_kv, delta) and
+the selective context. spen.py imports them by name; the paper's own reader (the linear
+predictor) and context (fixed-decay EMA) live in spen.py.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
 predictor ablation (a linear map and full softmax attention over the traces tie). The paper
@@ -10,7 +10,8 @@ state, so the attention readers come in two families (config field `reads`, PAPE
 
   reads='state'    x̂_t is a function of u_t and the S vectors h_{t-1}^1..S of the layer only:
                    the recurrent state, S*C numbers whatever the context length. The paper's
-                   argument applies. step() keeps no state beyond the traces.
+                   argument applies. step() keeps no state beyond the traces. (The write
+                   readers below are registered here too, with a state of their own.)
   reads='history'  every past (position j <= t, trace s) pair is a key/value slot holding
                    h_{j-1}^s. This reader is LOSSLESS: the trace history is an invertible
                    transform of the inputs, u_t = (h_t^s - (1 - a_s) h_{t-1}^s) / a_s for any s,
@@ -20,11 +21,14 @@ state, so the attention readers come in two families (config field `reads`, PAPE
                    running sums of its linear attention (H*D*D + H*D per layer: bounded, but
                    D/S times the trace state).
 
-Readers here (config `predictor` x `reads`; spen.READERS adds ('linear', 'state'), the paper's):
-  linear_attn   state    linear attention over the S slots of h_{t-1}             (3C^2 + SC)
-  softmax_attn  state    softmax attention over the S slots of h_{t-1}            (3C^2 + SC)
-  linear_attn   history  causal linear attention over all T*S past slots          (3C^2 + SC)
-  softmax_attn  history  causal softmax attention over all T*S past slots         (3C^2 + SC)
+Readers here (config `predictor` x `reads`; spen.READERS adds ('linear', 'state'), the paper's;
+parameters per block, and state_floats: what step() holds per layer beyond the S*C traces):
+  linear_attn   state    linear attention over the S slots of h_{t-1}      (3C^2 + SC)   0
+  softmax_attn  state    softmax attention over the S slots of h_{t-1}     (3C^2 + SC)   0
+  linear_attn   history  causal linear attention over all T*S past slots   (3C^2 + SC)   C*D + C
+  softmax_attn  history  causal softmax attention over all T*S past slots  (3C^2 + SC)   2*T*S*C
+  ema_kv        state    fixed-decay EMA of key-value outer products       (2S+1) C^2    S*C*D
+  delta         state    the delta rule (DeltaNet), no decay               (S+2) C^2+HC  C*D
 
 A slot holds z = h_{j-1}^s + E_s (E_s a learned timescale embedding); keys k = W_k z and values
 v = W_v z come from trace states only, the query q_t = W_q u_t from the current input
@@ -33,22 +37,46 @@ projection: W_mix follows linearly. So every attention reader has 3C^2 + SC para
 against the linear predictor's S C^2 (equal up to SC at S = 3): the ablation changes only how the
 traces are read.
 
+The write readers (ema_kv, delta) ask whether it is the decay or the write that kills recall.
+They keep the paper's fixed decays (ema_kv; delta has none) but write, instead of the EMA of the
+inputs, a state of key-value outer products M (D x D per head and decay): key k_t = W_k
+[h_{t-1}^1 ; ... ; h_{t-1}^S] (what the traces held just before t: mostly the previous token),
+value v_t = W_v u_t (the current input), query from u_t, x̂_t read from M_{t-1}, the state before
+t's own write, so u_t reaches x̂_t through the query only, as for every reader here:
+  ema_kv  M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t   (RetNet-like)
+  delta   M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t   (k, q unit; beta in (0, 1))
+If they bind keys to values in associative recall (recall.py) where the EMA of the inputs does
+not, the boundary lies in the write rule, not in the decay. They are registered under
+reads='state' (x̂_t depends on the past only through a state of fixed size), but that state is
+their own M, written from every past u_j, not the traces: the data-processing argument about
+the S*C traces does not apply to them, and their state is D times (ema_kv) or D/S times (delta)
+the traces'. Their loops (`ema_kv_ref`, `delta_rule_ref`) are the definition; forward runs the
+chunked forms (`ema_kv_chunked`, `delta_rule_chunked`: the same values and gradients), step the
+loop's one step; the state is float32 under autocast.
+
 SelectiveContext (context='selective', PAPER.md choice 7) is the positive control, not in the
 paper: input-dependent decays a_t^s = sigmoid(W_a u_t + b_s), which start as the fixed EMA.
 
 Shape glossary
     B batch, T time, C width, S traces, H heads, D = C / H head width,
-    L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
+    L chunk length and N = ceil(T / L) chunks of the chunked linear attention and write readers,
+    M the write readers' state (D x D per head, and per decay for ema_kv).
 
 Interface of every reader: forward(u (B, T, C), h_prev (B, T, S, C)) -> x̂ (B, T, C), strictly
 causal; init_state(B, device); step(u_t (B, C), h_prev_t (B, S, C), state) -> (x̂_t (B, C),
 state); state_floats(T): numbers per sequence its step state holds after T tokens (beyond the
-traces); attn_flops(T): forward FLOPs per token beyond its weight matmuls.
+traces: 0 for the state readers of the traces, whose step keeps nothing; the history readers'
+cache or sums; S*C*D for ema_kv and C*D for delta, their M, whatever T); attn_flops(T): forward FLOPs per token beyond its weight matmuls (for the
+write readers those of the recurrence, state update and read: 5 S C D for ema_kv, 6 C D for
+delta; the chunked forward spends its in-chunk squares on top).
 
 Run: nothing to run; tests/test_variants.py checks the chunked linear attention against its
-quadratic definition, what each family can tell apart, and the selective context;
+quadratic definition, what each family can tell apart, the write readers' chunked forms against
+their loops and what they store, and the selective context;
 tests/test_spen.py checks causality and step == forward for every variant inside SPEN.
 """
+
+import math
 
 import torch
 import torch.nn as nn
@@ -240,6 +268,254 @@ class SoftmaxAttnHistory(_HistoryAttention):
 
 
 # ------------------------------------------------------------------------------------------
+# Readers that WRITE: a state of key-value outer products of their own, keys from the traces.
+# "Is it the decay or the write that kills recall?" (module docstring). Layouts: q (B, H, S, T, D)
+# for ema_kv (one query per decay), (B, H, T, D) for delta; k, v (B, H, T, D); beta (B, H, T).
+
+
+def ema_kv_step(q_t, k_t, v_t, M, alphas):
+    """One token of the fixed-decay EMA of outer products: read the state, then write.
+        y_t     = sum_s (M^s_{t-1})^T q^s_t            read the state BEFORE t's own write
+        M^s_t   = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T  write, per decay s
+    q_t (B, H, S, D), k_t, v_t (B, H, D), M (B, H, S, D, D) (key index first) -> y_t (B, H, D), M_t."""
+    a = torch.tensor(alphas, dtype=M.dtype, device=M.device).view(1, 1, -1, 1, 1)  # (1, 1, S, 1, 1)
+    y = (q_t.unsqueeze(-2) @ M).squeeze(-2).sum(2)  # (B, H, S, 1, D) @ (B, H, S, D, D) -> sum over s
+    kv = (k_t.unsqueeze(-1) * v_t.unsqueeze(-2)).unsqueeze(2)  # (B, H, 1, D, D) k_t v_t^T
+    return y, (1 - a) * M + a * kv
+
+
+def ema_kv_ref(q, k, v, alphas):
+    """Reference: the plain loop over time of `ema_kv_step`, from M_{-1} = 0 (the definition).
+    q (B, H, S, T, D), k, v (B, H, T, D) -> y (B, H, T, D).
+    Unrolled: y_t = sum_s sum_{j<t} a_s (1 - a_s)^(t-1-j) (q^s_t . k_j) v_j."""
+    B, H, S, T, D = q.shape
+    M = q.new_zeros(B, H, S, D, D)
+    out = []
+    for q_t, k_t, v_t in zip(q.unbind(3), k.unbind(2), v.unbind(2)):  # unbind: a backward linear in T
+        y_t, M = ema_kv_step(q_t, k_t, v_t, M, alphas)
+        out.append(y_t)
+    return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
+
+
+def _decay_tables(alphas, L, dtype, device):
+    """The chunked EMA's constant tables, computed in float64: for position i (and write j) of a
+    chunk of L, W[s, i, j] = a_s r_s^(i-1-j) for j < i (else 0), r_s = 1 - a_s, the weight of
+    write j in the state read at i; start[s, i] = r_s^i, how much of the chunk's start state is
+    left at i; end[s, j] = a_s r_s^(L-1-j), the weight of write j in the chunk's end state; and
+    r_s^L. No division anywhere: a = 1 (0^0 = 1) and long chunks (r^L underflows to 0) are safe."""
+    a = torch.tensor(alphas, dtype=torch.float64)[:, None, None]  # (S, 1, 1)
+    r, i = 1 - a, torch.arange(L, dtype=torch.float64)
+    e = i[:, None] - 1 - i[None, :]  # (L, L) exponent i - 1 - j
+    W = torch.where(e >= 0, a * r ** e.clamp(min=0), torch.zeros(()))  # (S, L, L), strictly causal
+    start, end = r[:, :, 0] ** i, a[:, :, 0] * r[:, :, 0] ** (L - 1 - i)  # (S, L) each
+    return [x.to(dtype=dtype, device=device) for x in (W, start, end, r[:, :, 0] ** L)]  # ..., r^L (S, 1)
+
+
+def ema_kv_chunked(q, k, v, alphas, chunk=64):
+    """Fast path of `ema_kv_ref` (the same values): chunks of L = min(chunk, T) positions. Inside
+    a chunk the masked parallel form y_i = sum_s sum_{j<i} W[s,i,j] (q^s_i . k_j) v_j; across
+    chunks the state M^s (D x D) of everything before the chunk, read decayed by r_s^i and carried
+    over as M <- r_s^L M + sum_j a_s r_s^(L-1-j) k_j v_j^T: N = ceil(T / L) Python steps.
+    q (B, H, S, T, D), k, v (B, H, T, D) -> y (B, H, T, D)."""
+    B, H, S, T, D = q.shape
+    L = max(1, min(chunk, T))
+    pad = (-T) % L  # zero keys and values after the end write nothing; their outputs are cut off
+    q = F.pad(q, (0, 0, 0, pad)).unflatten(3, (-1, L))  # (B, H, S, N, L, D)
+    k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (k, v))  # (B, H, N, L, D)
+    W, start, end, rL = _decay_tables(alphas, L, q.dtype, q.device)
+    M = q.new_zeros(B, H, S, D, D)  # the state before the chunk, key index first
+    out = []
+    for q_n, k_n, v_n in zip(q.unbind(3), k.unbind(2), v.unbind(2)):  # (B, H, S, L, D), (B, H, L, D)
+        scores = (q_n @ k_n.unsqueeze(2).transpose(-1, -2)) * W  # (B, H, S, L, L), decayed and masked
+        y = scores.sum(2) @ v_n + ((q_n * start[..., None]) @ M).sum(2)  # in-chunk + earlier chunks
+        M = rL[..., None] * M + (k_n.unsqueeze(2) * end[..., None]).transpose(-1, -2) @ v_n.unsqueeze(2)
+        out.append(y)  # (B, H, L, D)
+    return torch.cat(out, 2)[:, :, :T]  # (B, H, T, D)
+
+
+def delta_rule_step(q_t, k_t, v_t, beta_t, M):
+    """One token of the delta rule: read the state, then correct what it holds at k_t towards v_t.
+        y_t = M_{t-1} q_t                                        read the state BEFORE t's write
+        M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T         the write (no decay)
+    q_t, k_t, v_t (B, H, D) (q, k unit vectors), beta_t (B, H) in (0, 1), M (B, H, D, D) (value
+    index first: M k is the value stored at key k) -> y_t (B, H, D), M_t."""
+    y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
+    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - M k_t: what the state gets wrong
+    return y, M + (beta_t[..., None] * err).unsqueeze(-1) * k_t.unsqueeze(-2)
+
+
+def delta_rule_ref(q, k, v, beta):
+    """Reference: the plain loop over time of `delta_rule_step`, from M_{-1} = 0 (the definition).
+    q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
+    B, H, T, D = q.shape
+    M = q.new_zeros(B, H, D, D)
+    out = []
+    for q_t, k_t, v_t, b_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):
+        y_t, M = delta_rule_step(q_t, k_t, v_t, b_t, M)
+        out.append(y_t)
+    return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
+
+
+def delta_rule_chunked(q, k, v, beta, chunk=64):
+    """Fast path of `delta_rule_ref` (the same values): the chunked WY form of DeltaNet (Yang et
+    al. 2024), in chunks of L = min(chunk, T), with P = M^T (D x D, key index first). Within a
+    chunk that starts from state P_0 the state after position i is P_0 + sum_{j<=i} k_j w_j^T,
+    with writes w_i = beta_i (v_i - P_{i-1}^T k_i); stacked as rows, the writes solve the unit
+    lower-triangular system
+        (I + tril_{-1}(diag(beta) K K^T)) Wr = diag(beta) (V - K P_0),
+    and then Y = Q P_0 + tril_{-1}(Q K^T) Wr (the state before each position's write) and
+    P_end = P_0 + K^T Wr. One triangular solve and N = ceil(T / L) Python steps.
+    q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
+    B, H, T, D = q.shape
+    L = max(1, min(chunk, T))
+    pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
+    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (q, k, v))  # (B, H, N, L, D)
+    beta = F.pad(beta, (0, pad)).unflatten(2, (-1, L))[..., None]  # (B, H, N, L, 1)
+    below = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)  # j < i
+    eye = torch.eye(L, dtype=q.dtype, device=q.device)
+    P = q.new_zeros(B, H, D, D)  # the state before the chunk, P = M^T
+    out = []
+    for q_n, k_n, v_n, b_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):  # (B, H, L, .)
+        A = eye + ((b_n * k_n) @ k_n.transpose(-1, -2)) * below  # (B, H, L, L) unit lower triangular
+        UW = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * k_n], -1), upper=False,
+                                           unitriangular=True)  # A^-1 diag(beta) [V, K]: (B, H, L, 2D)
+        w = UW[..., :D] - UW[..., D:] @ P  # (B, H, L, D) the writes w_i
+        out.append(q_n @ P + ((q_n @ k_n.transpose(-1, -2)) * below) @ w)  # (B, H, L, D)
+        P = P + k_n.transpose(-1, -2) @ w
+    return torch.cat(out, 2)[:, :, :T]  # (B, H, T, D)
+
+
+def l2norm(x, eps=1e-6):
+    """x / sqrt(|x|^2 + eps) over the last dim (fla's DeltaNet form). Not F.normalize: SPEN's key
+    at t = 0 is exactly zero (h_{-1} = 0), where x / max(|x|, 1e-12) has slope 1e12, which
+    overflows an fp16 gradient; here the slope at 0 is eps^-1/2 = 1e3."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+class _WriteReader(nn.Module):
+    """Parameters shared by the two write readers: k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C,
+    the trace state just before t), v_t = W_v u_t (C -> C, written after t's read) and the query
+    projection W_q of u_t (n_query * C outputs). No biases.
+    The state and its arithmetic are float32 under autocast and for half-precision weights: the
+    projections follow autocast, what they feed is cast up and runs with autocast off (as in
+    ema.py): the slow decay sums ~50 writes and the delta rule corrects its state every token,
+    which bf16 would round visibly. forward runs the fast path (`fast`) or, with method = 'loop',
+    the reference loop (`ref`): the same values (tests/test_variants.py)."""
+
+    chunk = 64  # L: positions per chunk of the fast path; any L >= 1 gives the same result
+    method = "chunked"  # 'chunked' (fast path) | 'loop' (the reference recurrence)
+
+    def __init__(self, cfg, n_query):
+        super().__init__()
+        C, S = cfg.n_embd, len(cfg.alphas)
+        self.n_head, self.n_slot, self.alphas = cfg.n_head, S, cfg.alphas
+        self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
+        self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
+        self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
+
+    def heads(self, x):
+        """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
+        B, T, nC = x.shape
+        C = self.v.in_features
+        x = x.float() if x.dtype in ema.HALF else x
+        return x.view(B, T, nC // C, self.n_head, C // self.n_head).permute(0, 3, 2, 1, 4)
+
+    def forward(self, u, h_prev):
+        q, k, v = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)  # (B, T, n C), (B, T, C), (B, T, C)
+        extra = self.extra(u)  # what else a write needs from u_t (the delta rule's beta)
+        with ema._no_autocast(u.device):
+            y = (self.ref if self.method == "loop" else self.fast)(*self.prepare(q, k, v, extra))
+        return y.transpose(1, 2).flatten(2)  # (B, H, T, D) -> (B, T, C), float32
+
+    def init_state(self, batch_size, device):
+        return dict(M=torch.zeros(batch_size, *self.state_shape(), device=device))  # float32
+
+    def step(self, u_t, h_prev_t, state):
+        """The recurrence, one token: read M_{t-1}, then write (`one_step`)."""
+        u, h = u_t[:, None], h_prev_t[:, None]  # T = 1
+        q, k, v, extra = self.q(u), self.k(h.flatten(-2)), self.v(u), self.extra(u)
+        with ema._no_autocast(u_t.device):
+            args = [x.select(-2 if x.dim() > 3 else -1, 0) for x in self.prepare(q, k, v, extra)]  # drop T
+            M = state["M"].to(args[0].dtype)  # float32 (float64 for a float64 model)
+            y, M = self.one_step(*args, M)  # (B, H, D)
+        return y.flatten(1), dict(M=M)  # (B, C)
+
+    def state_floats(self, T):
+        return math.prod(self.state_shape())
+
+
+class EMAKVState(_WriteReader):
+    """('ema_kv', 'state'): linear attention with the paper's fixed decays (as RetNet, with one
+    query per decay), a state of S (D x D) matrices per head of key-value outer products:
+        M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t,
+    q^s_t = W_q^s u_t / sqrt(D). `ema_kv_ref` is the definition, `ema_kv_chunked` the fast path."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg, n_query=len(cfg.alphas))  # W_q: C -> S*C
+
+    def extra(self, u):
+        return None
+
+    def prepare(self, q, k, v, extra):
+        q = self.heads(q) * (self.v.in_features // self.n_head) ** -0.5  # (B, H, S, T, D) / sqrt(D)
+        return q, self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # k, v (B, H, T, D)
+
+    def ref(self, q, k, v):
+        return ema_kv_ref(q, k, v, self.alphas)
+
+    def fast(self, q, k, v):
+        return ema_kv_chunked(q, k, v, self.alphas, self.chunk)
+
+    def one_step(self, q_t, k_t, v_t, M):
+        return ema_kv_step(q_t, k_t, v_t, M, self.alphas)
+
+    def state_shape(self):
+        C = self.v.in_features
+        return self.n_head, self.n_slot, C // self.n_head, C // self.n_head  # H, S, D, D: S*C*D floats
+
+    def attn_flops(self, T):
+        C, D = self.v.in_features, self.v.in_features // self.n_head
+        return 5 * self.n_slot * C * D  # per (s, head): read 2 D^2, decay D^2, rank-1 write 2 D^2
+
+
+class DeltaRuleState(_WriteReader):
+    """('delta', 'state'): the delta rule (DeltaNet: Schlag et al. 2021, Yang et al. 2024), no decay,
+    one D x D matrix per head:
+        M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
+    k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
+    C -> H). `delta_rule_ref` is the definition, `delta_rule_chunked` the fast path."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg, n_query=1)  # W_q: C -> C
+        self.beta = nn.Linear(cfg.n_embd, cfg.n_head, bias=False)  # W_beta: the write strength per head
+
+    def extra(self, u):
+        return self.beta(u)  # (B, T, H) logits
+
+    def prepare(self, q, k, v, extra):
+        q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
+        beta = torch.sigmoid(extra.float() if extra.dtype in ema.HALF else extra).transpose(1, 2)  # (B, H, T) in (0, 1)
+        return l2norm(q), l2norm(k), v, beta
+
+    def ref(self, q, k, v, beta):
+        return delta_rule_ref(q, k, v, beta)
+
+    def fast(self, q, k, v, beta):
+        return delta_rule_chunked(q, k, v, beta, self.chunk)
+
+    def one_step(self, q_t, k_t, v_t, beta_t, M):
+        return delta_rule_step(q_t, k_t, v_t, beta_t, M)
+
+    def state_shape(self):
+        D = self.v.in_features // self.n_head
+        return self.n_head, D, D  # C*D floats
+
+    def attn_flops(self, T):
+        C, D = self.v.in_features, self.v.in_features // self.n_head
+        return 6 * C * D  # per head: read M q 2 D^2, M k 2 D^2, rank-1 write 2 D^2
+
+
+# ------------------------------------------------------------------------------------------
 # context='selective': the positive control. u (B, T, C) -> h (B, T, S, C), like EMAContext.
 
 
@@ -276,4 +552,5 @@ class SelectiveContext(nn.Module):
 
 
 READERS = {("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
-           ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory}
+           ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory,
+           ("ema_kv", "state"): EMAKVState, ("delta", "state"): DeltaRuleState}

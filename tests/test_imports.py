@@ -17,7 +17,7 @@ PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing
             "plumbing.ngram", "plumbing.repeats", "plumbing.runs", "plumbing.runtime", "plumbing.shards",
             "plumbing.sources"}
 # Entry points with a command line; a command may import anything but another command's worker.
-COMMANDS = {"ablate", "bench", "content", "data", "probe", "recall", "sample", "scaling", "train",
+COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train",
             "plumbing.bench_train"}
 
 

@@ -255,7 +255,7 @@ def test_bad_config_gives_clear_error(field, value):
 
 
 def test_meaningless_combinations_are_refused():
-    with pytest.raises(ValueError, match="reads='history' needs an attention predictor"):
+    with pytest.raises(ValueError, match="reads='history' needs a predictor that reads the history"):
         SPEN(tiny(predictor="linear", reads="history"))  # the model checks its config (spen.check)
     with pytest.raises(ValueError, match="n_head"):
         spen.check(tiny(predictor="softmax_attn", n_head=5))

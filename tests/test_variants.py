@@ -1,13 +1,18 @@
 """variants.py: what the state and history readers can and cannot tell apart, each attention
 reader against its textbook definition (SDPA, the quadratic linear attention), the chunked linear
-attention against its reference (values and gradients), the selective context starting as the
-fixed EMA; and the one initialisation table."""
+attention against its reference (values and gradients), the write readers (ema_kv, delta: their
+fast paths against their loops, what they store, their state size), the selective context
+starting as the fixed EMA; and the one initialisation table."""
 import pytest
 import torch
+import torch.nn.functional as F
 
 import ema
 from spen import READERS, Block, EMAContext, SPENConfig, init_weights, shift_right
-from variants import LinearAttnHistory, SelectiveContext, linear_attention_ref
+from variants import (DeltaRuleState, EMAKVState, LinearAttnHistory, SelectiveContext, delta_rule_chunked,
+                      delta_rule_ref, ema_kv_chunked, ema_kv_ref, l2norm, linear_attention_ref)
+
+WRITERS = ("ema_kv", "delta")  # readers that write a state of their own (keys h_{t-1}, values u_t)
 
 
 def tiny(**kw):
@@ -26,7 +31,9 @@ def block_of(**kw):
 
 @pytest.mark.parametrize("predictor,reads", list(READERS))
 def test_predictor_reads_only_past_traces(predictor, reads):
-    """x̂_t must not depend on u_t through the values: perturb u_t only inside the traces' input."""
+    """x̂_t must not depend on u_t through the values: perturb u_t only inside the traces' input.
+    The traces first differ at h_prev[6] = h_5: the trace readers read it at t = 6; the write
+    readers write it (as the key k_6) at t = 6 and read it from t = 7 on."""
     block = block_of(predictor=predictor, reads=reads).eval()
     u = torch.randn(1, 10, 32)
     assert block(u).shape == u.shape  # usable standalone: (B, T, C) -> (B, T, C)
@@ -36,14 +43,16 @@ def test_predictor_reads_only_past_traces(predictor, reads):
     h_prev2 = shift_right(block.ctx(u2))
     assert torch.equal(h_prev[:, :6], h_prev2[:, :6])  # h_{t-1} at t <= 5 does not contain u_5
     x1, x2 = block.pred(u, h_prev), block.pred(u, h_prev2)  # same query, traces differ only from t = 6
-    assert torch.allclose(x1[:, :6], x2[:, :6], atol=1e-6, rtol=0)
-    assert not torch.allclose(x1[:, 6], x2[:, 6], atol=1e-5)
+    first = 7 if predictor in WRITERS else 6
+    assert torch.allclose(x1[:, :first], x2[:, :first], atol=1e-6, rtol=0)
+    assert not torch.allclose(x1[:, first], x2[:, first], atol=1e-5)
 
 
 def test_state_readers_cannot_tell_pasts_with_equal_state_apart():
     """With S = 3 traces, 4 inputs u_0..u_3 map linearly to h_3 through a 3 x 4 matrix, which has
-    a null space: two different pasts with the same state h_3. A state reader gives the same x̂_4
-    for both; a history reader sees h_0..h_2 too and tells them apart."""
+    a null space: two different pasts with the same state h_3. A reader of the traces alone
+    (state_floats 0) gives the same x̂_4 for both; a history reader sees h_0..h_2 too, and a write
+    reader holds a state of its own written from every past u_j: both tell them apart."""
     a = torch.tensor(SPENConfig().alphas, dtype=torch.float64)[:, None]  # (S, 1)
     M = a * (1 - a) ** (3 - torch.arange(4, dtype=torch.float64))  # (S, 4): h_3 = M u_{0..3}
     null = torch.linalg.svd(M).Vh[-1]  # (4,), M @ null = 0
@@ -60,7 +69,7 @@ def test_state_readers_cannot_tell_pasts_with_equal_state_apart():
         with torch.no_grad():
             x1, x2 = block.pred(u, h_prev)[0, 4], block.pred(u, h_prev2)[0, 4]  # x̂_4, same query u_4
         diff, scale = (x1 - x2).abs().max(), x1.abs().max()
-        if reads == "state":
+        if block.pred.state_floats(5) == 0:
             assert diff < 1e-4 * scale, (predictor, reads, diff / scale)
         else:
             assert diff > 1e-2 * scale, (predictor, reads, diff / scale)
@@ -116,6 +125,164 @@ def test_chunked_linear_attention_equals_reference(T, chunk):
     w = torch.randn(fast.shape, generator=g)
     for a, b in zip(torch.autograd.grad((fast * w).sum(), (q, k, v)), torch.autograd.grad((ref * w).sum(), (q, k, v))):
         assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------
+# The write readers: ema_kv (fixed-decay EMA of k v^T) and delta (the delta rule).
+
+
+def write_inputs(predictor, B, H, T, D, S=3, seed=0, dtype=torch.float64):
+    """Random leaf inputs of the reader's core: ema_kv (q (B, H, S, T, D), k, v), delta (q, k, v
+    (B, H, T, D), beta logits (B, H, T))."""
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(B, H, S, T, D) if predictor == "ema_kv" else (B, H, T, D), (B, H, T, D), (B, H, T, D)]
+    shapes += [(B, H, T)] if predictor == "delta" else []
+    return [torch.randn(s, generator=g, dtype=dtype, requires_grad=True) for s in shapes]
+
+
+def write_core(predictor, inputs, chunk=None, alphas=(0.5, 0.1, 0.02)):
+    """The loop (chunk None) or the chunked fast path on the leaves; delta normalises q, k and
+    squashes beta as DeltaRuleState does."""
+    if predictor == "ema_kv":
+        return ema_kv_ref(*inputs, alphas) if chunk is None else ema_kv_chunked(*inputs, alphas, chunk)
+    q, k, v, b = inputs
+    args = l2norm(q), l2norm(k), v, torch.sigmoid(b)
+    return delta_rule_ref(*args) if chunk is None else delta_rule_chunked(*args, chunk)
+
+
+@pytest.mark.parametrize("T,chunk", [(1, 4), (7, 4), (12, 4), (17, 4), (17, 64)])
+@pytest.mark.parametrize("predictor", WRITERS)
+def test_write_reader_fast_path_equals_reference(predictor, T, chunk):
+    """The chunked forms compute the loops' values and gradients (of every input), float64; T runs
+    below one chunk, across whole chunks and into a partial last chunk."""
+    inputs = write_inputs(predictor, 2, 2, T, 4, seed=T)
+    fast, ref = write_core(predictor, inputs, chunk), write_core(predictor, inputs)
+    assert fast.shape == ref.shape == (2, 2, T, 4)
+    assert torch.allclose(fast, ref, atol=1e-10, rtol=0)
+    w = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=ref.dtype)
+    grads = [torch.autograd.grad((y * w).sum(), inputs, materialize_grads=True) for y in (fast, ref)]  # T = 1: k, v unread
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("predictor", WRITERS)
+def test_write_reader_sees_u_t_only_through_its_query(predictor):
+    """x̂_t reads M_{t-1}, the state before t's own write: with the queries held fixed (a hook
+    replaces W_q u by its unperturbed value), perturbing u_5 (values v_5, and beta_5) leaves
+    x̂_0..x̂_5 unchanged and changes x̂_6 on, where the write is read. Without the hook x̂_5 changes:
+    through the query only. (With W_q = 0, x̂ = 0 everywhere: every path from u_t runs through q.)"""
+    torch.manual_seed(0)
+    pred = READERS[predictor, "state"](tiny(predictor=predictor))
+    u, h_prev = torch.randn(2, 10, 32), torch.randn(2, 10, 3, 32)
+    u2 = u.clone()
+    u2[:, 5] += 1.0
+    with torch.no_grad():
+        q_of_u = pred.q(u)
+        hook = pred.q.register_forward_hook(lambda module, inputs, out: q_of_u)
+        x1, x2 = pred(u, h_prev), pred(u2, h_prev)  # the same queries
+        hook.remove()
+        x3 = pred(u2, h_prev)  # the query at 5 from u2 too
+    assert torch.allclose(x1[:, :6], x2[:, :6], atol=1e-6, rtol=0)
+    assert not torch.allclose(x1[:, 6], x2[:, 6], atol=1e-4)
+    assert torch.allclose(x1[:, :5], x3[:, :5], atol=1e-6, rtol=0) and not torch.allclose(x1[:, 5], x3[:, 5], atol=1e-4)
+    with torch.no_grad():
+        pred.q.weight.zero_()
+        assert torch.equal(pred(u, h_prev), torch.zeros(2, 10, 32))
+
+
+@pytest.mark.parametrize("method", ["chunked", "loop"])
+@pytest.mark.parametrize("predictor", WRITERS)
+def test_write_reader_step_equals_forward(predictor, method):
+    """Reader level: step() token by token (the recurrence, float32 state) == forward (T = 13
+    over chunks of 4), also under bf16 autocast, where the state stays float32."""
+    torch.manual_seed(1)
+    pred = READERS[predictor, "state"](tiny(predictor=predictor))
+    pred.chunk, pred.method = 4, method
+    u, h_prev = torch.randn(3, 13, 32), torch.randn(3, 13, 3, 32)
+    for autocast in (False, True):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            ref = pred(u, h_prev)
+            state, out = pred.init_state(3, None), []
+            for t in range(13):
+                x_t, state = pred.step(u[:, t], h_prev[:, t], state)
+                out.append(x_t)
+        assert ref.dtype == state["M"].dtype == torch.float32 and ref.shape == (3, 13, 32)
+        assert torch.allclose(torch.stack(out, 1), ref, atol=1e-5 if not autocast else 1e-3, rtol=0), autocast
+
+
+def orthonormal_pairs(N, D, seed):
+    """N orthonormal keys (N, D) and N values (N, D), float64."""
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64)).Q[:N]
+    return keys, torch.randn(N, D, generator=g, dtype=torch.float64)
+
+
+def recall_sequence(keys, values, query_keys):
+    """Write every (keys[j], values[j]) in order, then read: batch element i queries query_keys[i]
+    at the last position. -> q, k, v (B, 1, T, D) (one head) and a beta of ones (B, 1, T); the
+    last position's own key and value are written after its read, so they are zero here."""
+    B, (T, D) = len(query_keys), keys.shape
+    q = torch.cat([torch.zeros(B, T, D, dtype=keys.dtype), query_keys[:, None]], 1)  # (B, T + 1, D)
+    k, v = (torch.cat([x, torch.zeros(1, D, dtype=x.dtype)])[None].expand(B, T + 1, D) for x in (keys, values))
+    return q[:, None], k[:, None], v[:, None], torch.ones(B, 1, T + 1, dtype=keys.dtype)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_delta_rule_stores_orthonormal_pairs_exactly(chunk):
+    """The delta rule with beta = 1 writes k_i -> v_i by correcting what M holds at k_i, it does
+    not add: after N <= D pairs with orthonormal keys M k_i = v_i exactly, and rewriting a key
+    replaces its value. An additive write (the EMA of k v^T, a = 0.5) of the same pairs returns
+    v_i scaled by the weight a (1 - a)^(N-1-i) of write i, and a rewrite adds to the old value."""
+    N, D = 6, 8
+    keys, values = orthonormal_pairs(N, D, seed=2)
+    delta = delta_rule_ref if chunk is None else lambda *x: delta_rule_chunked(*x, chunk=chunk)
+    y = delta(*recall_sequence(keys, values, keys))[:, 0, -1]  # (N, D): what query i retrieves
+    assert torch.allclose(y, values, atol=1e-12, rtol=0)
+    new = torch.randn(1, D, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    rewritten = recall_sequence(torch.cat([keys, keys[:1]]), torch.cat([values, new]), keys)  # key 0 -> new
+    y = delta(*rewritten)[:, 0, -1]
+    assert torch.allclose(y[0], new[0], atol=1e-12) and torch.allclose(y[1:], values[1:], atol=1e-12)
+    a = 0.5
+    q, k, v, _ = recall_sequence(keys, values, keys)
+    y = ema_kv_ref(q[:, :, None], k, v, (a,))[:, 0, -1]  # one decay, the same pairs
+    weight = a * (1 - a) ** (N - 1 - torch.arange(N, dtype=torch.float64))  # (N,) of write i
+    assert torch.allclose(y, weight[:, None] * values, atol=1e-12)
+    assert not torch.allclose(y, values, atol=0.1)
+    q, k, v, _ = rewritten
+    y = ema_kv_ref(q[:, :, None], k, v, (a,))[:, 0, -1]
+    assert torch.allclose(y[0], a * (1 - a) ** N * values[0] + a * new[0], atol=1e-12)  # old and new, mixed
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_ema_kv_with_decay_one_keeps_only_the_last_write(chunk):
+    """a = 1: M_t = k_t v_t^T, so x̂_t = (q_t . k_{t-1}) v_{t-1} (and 0 at t = 0), for any q, k, v;
+    a < 1 remembers earlier writes, so the same formula no longer holds."""
+    q, k, v = write_inputs("ema_kv", 2, 2, 10, 4, S=1, seed=4)
+    run = ema_kv_ref if chunk is None else lambda *x: ema_kv_chunked(*x, chunk=chunk)
+    with torch.no_grad():
+        last = F.pad((q[:, :, 0, 1:] * k[:, :, :-1]).sum(-1, keepdim=True) * v[:, :, :-1], (0, 0, 1, 0))  # (B, H, T, D)
+        assert torch.allclose(run(q, k, v, (1.0,)), last, atol=1e-12, rtol=0)
+        assert not torch.allclose(run(q, k, v, (0.5,)), 0.5 * last, atol=1e-3)
+
+
+def test_write_readers_state_floats_flops_and_params_by_hand():
+    """C = 32, H = 4 (D = 8), S = 3. ema_kv: S*H (D x D) matrices = S*C*D = 768 floats; delta:
+    H (D x D) = C*D = 256; whatever T, and what init_state and step hold. FLOPs per token of the
+    recurrence (a multiply-add is 2): ema_kv per (s, head) read 2 D^2 + decay D^2 + write 2 D^2
+    -> 5 S C D = 3840; delta per head M q, M k, rank-1 write 2 D^2 each -> 6 C D = 1536.
+    Parameters: ema_kv W_q (S C x C), W_k (C x S C), W_v (C x C) = 7 C^2; delta W_q, W_v (C x C),
+    W_k (C x S C), W_beta (H x C) = 5 C^2 + H C."""
+    cfg = tiny()
+    for cls, floats, flops, params in [(EMAKVState, 3 * 4 * 8 * 8, 3840, 7 * 32 * 32),
+                                       (DeltaRuleState, 4 * 8 * 8, 1536, 5 * 32 * 32 + 4 * 32)]:
+        pred = cls(cfg)
+        assert pred.state_floats(1) == pred.state_floats(1000) == floats, cls
+        assert pred.attn_flops(64) == flops and sum(p.numel() for p in pred.parameters()) == params, cls
+        state = pred.init_state(2, None)
+        for _ in range(3):
+            _, state = pred.step(torch.randn(2, 32), torch.randn(2, 3, 32), state)
+        assert sum(t.numel() for t in state.values()) == 2 * floats, cls
+    assert {n for n, _ in DeltaRuleState(cfg).named_parameters()} == {"q.weight", "k.weight", "v.weight", "beta.weight"}
 
 
 @pytest.mark.parametrize("trace_method", ["scan", "matmul", "loop"])

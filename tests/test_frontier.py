@@ -1,0 +1,84 @@
+"""frontier.py: the one state-bytes count against hand-counted cases, one-line errors for a bad
+grid before anything trains, and a tiny grid that writes its table, figure and runs, reuses every
+finished run when called again, and retrains only what a killed grid had not saved."""
+import json
+import os
+import runpy
+import sys
+
+import pytest
+
+import frontier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+C, T = 64, 24
+
+
+def model(family, **knobs):
+    return frontier.build_model(frontier.FrontierConfig(), "near", family, knobs)
+
+
+@pytest.mark.parametrize("family,knobs,floats", [
+    ("gpt", {}, 2 * T * C),                                    # the KV cache at T
+    ("swa", dict(w=8), 2 * 7 * C),                             # the w - 1 keys and values a later query sees
+    ("linear", dict(S=3, C=C), 3 * C),                         # the paper's state: S x C traces
+    ("linear", dict(S=12, C=32), 12 * 32),
+    ("softmax_state", dict(S=6, C=C), 6 * C),
+    ("selective", dict(S=3, C=C), 3 * C),
+    ("ema_kv", dict(D=16), 3 * C + 3 * (C // 16) * 16 * 16),    # traces + S decays x H heads x D x D
+    ("delta", dict(D=16), 3 * C + (C // 16) * 16 * 16),         # traces + H heads x D x D
+    ("linear_attn_history", dict(D=32), 3 * C + C * 32 + C),    # traces + sum phi(k) v^T + sum phi(k)
+    ("softmax_history", {}, 3 * C + 2 * T * 3 * C),            # traces + keys and values of T x S slots
+])
+def test_state_bytes_are_fp32_bytes_per_layer_of_what_step_holds(family, knobs, floats):
+    assert frontier.state_bytes(model(family, **knobs), T) == 4 * floats
+
+
+def cli_run(argv, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["frontier.py", *argv])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(os.path.join(ROOT, "frontier.py"), run_name="__main__")
+    return e.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--decays", "0", "3"], "--decays must be integers >= 1"),
+    (["--windows", "4", "100"], "--windows 100 is longer than every sequence"),
+    (["--settings", "near", "--windows", "32"], "--windows 32 is longer than every sequence (T <= 24)"),
+    (["--families", "linear", "mamba"], "--families must be names from"),
+    (["--head_widths", "8", "24"], "--head_widths 24 do not divide --width 64"),
+    (["--settings", "far"], "--settings must be names from"),
+])
+def test_a_bad_grid_is_one_line_before_anything_trains(argv, message, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    code, err = cli_run(["--out_dir", str(out), *argv], monkeypatch, capsys)
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not out.exists()
+
+
+def tiny_grid(tmp_path, monkeypatch, quick=True):
+    monkeypatch.setattr(frontier, "QUICK", [("linear", dict(S=3, C=64)), ("swa", dict(w=4)), ("delta", dict(D=32))])
+    monkeypatch.setattr(frontier, "QUICK_BUDGET", dict(settings=("near",), windows=(), seeds=1, steps=3, curriculum=1,
+                                                       decay=1))
+    return frontier.FrontierConfig(out_dir=str(tmp_path / "f"), quick=quick, workers=1)
+
+
+def test_a_tiny_grid_writes_its_outputs_and_a_killed_grid_continues(tmp_path, monkeypatch):
+    cfg = tiny_grid(tmp_path, monkeypatch)
+    res = frontier.main(cfg)
+    pts = res["points"]["near"]
+    assert set(pts) == {"linear_C64_S3", "swa_w4", "delta_D32"}
+    for name in ("frontier.json", "frontier.md", "frontier.png"):
+        assert (tmp_path / "f" / name).stat().st_size > 0
+    saved = sorted(os.listdir(tmp_path / "f" / "runs" / "near"))
+    assert saved == ["delta_D32_s0.json", "linear_C64_S3_s0.json", "swa_w4_s0.json"]
+    run = json.loads((tmp_path / "f" / "runs" / "near" / "swa_w4_s0.json").read_text())
+    assert run["config"]["knobs"] == {"w": 4} and run["config"]["recall"]["steps"] == 3  # the config beside the number
+    # a killed grid: one run never saved; the next call trains that one only, and reuses the others
+    os.remove(tmp_path / "f" / "runs" / "near" / "swa_w4_s0.json")
+    trained = []
+    real = frontier.run_point
+    monkeypatch.setattr(frontier, "run_point", lambda job: trained.append(frontier.label(*job[2:4])) or real(job))
+    again = frontier.main(cfg)
+    assert trained == ["swa_w4"]
+    assert again["points"]["near"]["linear_C64_S3"] == pts["linear_C64_S3"]
