@@ -28,9 +28,11 @@ sliding window counts the w - 1 keys and values a later query can still see (Zoo
 2 w d: the current token's own key and value are computed, not held). Nothing else is counted
 (weights, the FFN's activations, the embedding of the current token).
 
-Settings (recall.py's generator and recipe; --steps, --curriculum, --decay set the budget)
-    near    recall.py's default task: T = 24, N in 2, 4, 8, 8 keys, 64 values
-    press   a task that presses the bounded states: T = 64, N in 4, 8, 16, 16 keys, 64 values
+Settings (recall.py's generator and recipe; BUDGETS sets the steps, --steps overrides it)
+    near    recall.py's default task and budget: T = 24, N in 2, 4, 8, 8 keys, 64 values, 1,500
+            steps (so the point linear_C64_S3 is recall.py's `linear` run)
+    press   a task that presses the bounded states: T = 64, N in 4, 8, 16, 16 keys, 64 values,
+            1,000 steps (the curriculum 300, the final decay 100) to fit the grid in hours
 Each point reports, per pair count N, the test accuracy per query and the binding score
 (acc - 1/N) / (1 - 1/N), mean and spread over --seeds.
 
@@ -61,6 +63,8 @@ from spen import SPEN, SPENConfig
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
             "press": dict(block_size=64, pairs=(4, 8, 16), n_keys=16, n_values=64)}
+BUDGETS = {"near": dict(steps=1500, curriculum=500, decay=150),  # recall.py's own: its runs are this grid's points
+           "press": dict(steps=1000, curriculum=300, decay=100)}  # fewer steps at 2.7x the tokens per step
 SPEN_FAMILIES = {  # family -> SPENConfig overrides
     "linear": dict(predictor="linear"), "softmax_state": dict(predictor="softmax_attn"),
     "selective": dict(predictor="linear", context="selective"), "ema_kv": dict(predictor="ema_kv"),
@@ -89,9 +93,9 @@ class FrontierConfig:
     windows: tuple = cli.arg((4, 8, 16, 32, 64), "w, sliding windows of swa; each setting uses those <= its T",
                              group="grid")
     seeds: int = cli.arg(2, "seeds per point (model init and training data)", group="grid")
-    steps: int = cli.arg(1500, "optimizer steps per run (recall.py's recipe)", group="recipe")
-    curriculum: int = cli.arg(500, "first steps on the smallest pair count, as recall.py", group="recipe")
-    decay: int = cli.arg(150, "final steps of linear lr decay, as recall.py", group="recipe")
+    steps: int = cli.arg(None, "optimizer steps per run; None: the setting's budget (BUDGETS)", group="recipe")
+    curriculum: int = cli.arg(None, "first steps on the smallest pair count; None: the setting's", group="recipe")
+    decay: int = cli.arg(None, "final steps of linear lr decay; None: the setting's", group="recipe")
     quick: bool = cli.arg(False, "a handful of points: " + ", ".join(f for f, _ in QUICK) + "; the near task, "
                           "1 seed, 400 steps (minutes, not hours)", group="grid")
     workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system")
@@ -115,15 +119,23 @@ class FrontierConfig:
         too_long = [w for w in self.windows if w > longest]
         cli.require(not too_long, "--windows {} is longer than every sequence (T <= {}): a window of T is full "
                     "attention (the gpt point)", " ".join(map(str, too_long)), longest)
-        for name in ("seeds", "steps", "workers", "width"):
+        for name in ("seeds", "workers", "width"):
             cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
-        cli.require(0 <= self.curriculum <= self.steps and 0 <= self.decay <= self.steps,
-                    "--curriculum and --decay must be in [0, --steps], got {} and {}", self.curriculum, self.decay)
+        for setting in self.settings:
+            b = budget_of(self, setting)
+            cli.require(b["steps"] >= 1, "--steps must be >= 1, got {}", b["steps"])
+            cli.require(0 <= b["curriculum"] <= b["steps"] and 0 <= b["decay"] <= b["steps"],
+                        "--curriculum and --decay must be in [0, --steps], got {} and {}", b["curriculum"], b["decay"])
 
 
 def budget(cfg):
     """cfg as it runs: --quick swaps in its handful of points' budget (QUICK_BUDGET)."""
     return dataclasses.replace(cfg, **QUICK_BUDGET) if cfg.quick else cfg
+
+
+def budget_of(cfg, setting):
+    """steps, curriculum and decay of one setting: its BUDGETS entry under the flags given."""
+    return {k: getattr(cfg, k) if getattr(cfg, k) is not None else v for k, v in BUDGETS[setting].items()}
 
 
 def points(cfg, setting):
@@ -168,8 +180,7 @@ def state_bytes(model, T):
 def recall_config(cfg, setting, knobs):
     """recall.py's config for this point: its task, recall.py's recipe, the frontier's budget."""
     C = knobs.get("C", cfg.width)
-    return recall.RecallConfig(**SETTINGS[setting], n_embd=C, n_head=2, steps=cfg.steps, curriculum=cfg.curriculum,
-                               decay=cfg.decay, workers=1)
+    return recall.RecallConfig(**SETTINGS[setting], **budget_of(cfg, setting), n_embd=C, n_head=2, workers=1)
 
 
 def run_point(job):
@@ -231,6 +242,7 @@ def summarize(cfg, results, seconds):
     """frontier.json: per setting and point, mean and std over seeds of accuracy and binding at
     every pair count, the state bytes, the family and knobs, and every run's config."""
     out = dict(command=cli.command_line("frontier.py", cfg), settings=dataclasses.asdict(cfg), tasks=SETTINGS,
+               budgets={s: budget_of(cfg, s) for s in cfg.settings},
                seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={})
     for setting in cfg.settings:
         out["points"][setting] = {}
@@ -252,11 +264,13 @@ def summarize(cfg, results, seconds):
 def write_md(res, path):
     lines = [f"# The frontier: MQAR accuracy against state bytes per layer", "", f"`{res['command']}`", "",
              f"Wall {res['seconds']:.0f} s for this invocation; the runs' own times sum to {res['run_seconds']:.0f} s. "
-             "Accuracy per query on the test sequences (mean ± std over seeds), binding = (acc - 1/N) / (1 - 1/N).", ""]
+             "Accuracy per query on the test sequences (mean ± std over seeds), binding = (acc - 1/N) / (1 - 1/N).",
+             ""]
     for setting, pts in res["points"].items():
         pairs = list(res["tasks"][setting]["pairs"])
-        lines += [f"## {setting}: T = {res['tasks'][setting]['block_size']}, {res['tasks'][setting]['n_keys']} keys, "
-                  f"{res['tasks'][setting]['n_values']} values", "",
+        task, b = res["tasks"][setting], res["budgets"][setting]
+        lines += [f"## {setting}: T = {task['block_size']}, {task['n_keys']} keys, {task['n_values']} values; "
+                  f"{b['steps']} steps (curriculum {b['curriculum']}, final decay {b['decay']})", "",
                   "| point | family | state bytes / layer | seeds | " + " | ".join(f"acc N={N}" for N in pairs) + " | "
                   + " | ".join(f"binding N={N}" for N in pairs) + " |", "|---" * (4 + 2 * len(pairs)) + "|"]
         for name, p in sorted(pts.items(), key=lambda kv: (FAMILIES.index(kv[1]["family"]), kv[1]["state_bytes"])):
@@ -309,8 +323,9 @@ def main(cfg):
     runs.make_out_dir(cfg.out_dir)  # one line before anything trains
     cfg = budget(cfg)
     if cfg.quick:
-        print(f"frontier --quick: {len(QUICK)} points, the near task, 1 seed, {cfg.steps} steps: it trades the grid, "
-              f"the press task and the seeds for minutes (the full map: python frontier.py)", flush=True)
+        print(f"frontier --quick: {len(QUICK)} points, the near task, 1 seed, {budget_of(cfg, 'near')['steps']} "
+              f"steps: it trades the grid, the press task and the seeds for minutes (the map: python frontier.py)",
+              flush=True)
     t0, threads = time.time(), torch.get_num_threads()
     torch.set_num_threads(1)  # small models: one thread per run is fastest and leaves a core per worker
     try:

@@ -326,11 +326,13 @@ def check(cfg):
             f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
     for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
                           ("trace_method", TRACE_METHODS)):
-        require(getattr(cfg, name) in choices, f"{name} must be one of {', '.join(choices)}, got {getattr(cfg, name)!r}")
+        value = getattr(cfg, name)
+        require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
     history = ", ".join(p for p, r in READERS if r == "history")
     require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs a predictor that reads the history "
             f"({history}); predictor={cfg.predictor!r} reads the state only")
-    require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
+    require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
+            f"dropout must be in [0, 1), got {cfg.dropout!r}")
 
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context
