@@ -11,7 +11,7 @@ measures one part of that claim on the device it is given (JSON keys = section n
              the chunk length L swept at T=1024; one streaming step vs recomputing a prefix
   gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
   gen_gpt    full-size models, batch 1 (SPEN.step: state independent of P; GPT: KV cache of P)
-What training costs is measured in bench_train.py (run as a worker of the same protocol; it
+What training costs is measured in plumbing/bench_train.py (run as a worker of the same protocol; it
 imports this file's timing helpers, this file never imports it): blocks (one SPEN block vs one
 GPT block, tokens/s), ops (operators per training step), memory (activation memory per token),
 compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run (100 steps
@@ -30,8 +30,8 @@ The committed references: results/bench/bench.json (CPU), results/bench/bench_cu
 shown in results/bench/README.md. Speed claims are ratios within one (shared) run.
 
 Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
-Python process, `python FILE.py --worker SECTIONS --worker_out OUT [--device ... --threads ...
---quick]` where FILE is bench (SECTIONS_HERE) or bench_train (TRAIN_SECTIONS), with
+Python process, `python -m MODULE --worker SECTIONS --worker_out OUT [--device ... --threads ...
+--quick]` where MODULE is bench (SECTIONS_HERE) or plumbing.bench_train (TRAIN_SECTIONS), with
 BENCH_ALLOCATOR=on|off in its environment, and reads OUT: a JSON object {section name: result,
 "allocator": bool, "threads": int, "seconds": {section: s}}. A fresh process per job keeps
 peak-memory readings and the allocator setting from leaking between sections; --quick runs
@@ -62,7 +62,7 @@ import spen
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
 METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
 SECTIONS_HERE = ("limits", "ema", "gen_spen", "gen_gpt")  # measured in this file
-TRAIN_SECTIONS = ("blocks", "ops", "memory", "compile", "train", "train_run")  # in bench_train.py
+TRAIN_SECTIONS = ("blocks", "ops", "memory", "compile", "train", "train_run")  # in plumbing/bench_train.py
 SECTIONS = SECTIONS_HERE + TRAIN_SECTIONS
 CUDA_ONLY = ("train", "train_run")
 JOBS = (("limits", "ema"), ("blocks",), ("gen_spen",), ("gen_gpt",), ("ops",), ("memory",), ("compile",),
