@@ -34,8 +34,19 @@ group starts; the other ranks wait for its files (DATA_WAIT_S).
 Faults: inputs are checked before anything is written; a user's mistake is one line
 (cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; the run folder is locked;
 a non-finite loss stops before its update; Ctrl-C saves ckpt_last and exits 130; a failed
-checkpoint write leaves the previous one. metrics.jsonl record s: the loss of step s's batches
-and, at evals, val_loss after s updates (record 0: the initial val_loss).
+checkpoint write leaves the previous one (a full or read-only disk: one line; else a traceback).
+metrics.jsonl record s: the loss of step s's batches and, at evals, val_loss after s updates
+(record 0: the initial val_loss).
+
+Killed (kill -9, a preempted node): a step's record is written and fsynced BEFORE any checkpoint
+that claims the step (RunFolder.save syncs metrics.jsonl first); --resume keeps the records up to
+ckpt_last's step and recomputes the rest bit-identically (resume is exact). So after any kill every
+step the checkpoint claims has its record, and none comes twice. Chosen over a checkpoint that
+carries its records: each write stays one atomic act (a line appended, a file renamed) and resume
+only truncates. A write killed halfway leaves NAME.tmp<pid>, removed by the next start once it
+holds the lock; run.json (written at a fresh start) names the model the folder trains, and
+--resume refuses, in one line, a ckpt_last.pt of another kind or shape. A SIGKILL loop checks it
+all (tests/test_kill.py; results/train_cpu/kill_loop.py: 20 kills).
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
@@ -45,7 +56,7 @@ Run
     python train.py --eval_only --init_from out/ckpt_best.pt --eval_data c4,wikitext103  # the paper's two
     python train.py --eval_only --init_from gpt2 --eval_data c4,wikitext103      # real GPT-2 (hub weights)
     torchrun --standalone --nproc_per_node 8 train.py                  # DDP (nccl; gloo on CPU)
-Writes out_dir/log.txt, metrics.jsonl, ckpt_last.pt, ckpt_best.pt (atomic), eval.json (--eval_only).
+Writes out_dir/log.txt, metrics.jsonl, run.json, ckpt_last.pt, ckpt_best.pt (atomic), eval.json (--eval_only).
 """
 
 import json
@@ -273,6 +284,8 @@ def load_model(cfg):
     if cfg.resume or cfg.init_from != "scratch":
         path = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
         ckpt = checkpoint.load(path)
+        if cfg.resume:
+            checkpoint.check_run(cfg.out_dir, ckpt, path)  # the folder's own run, not another model's
         model = checkpoint.build(ckpt, path)
         saved = {k: ckpt["train"][k] for k in MODEL_FIELDS if k in ckpt["train"]}
         if ckpt["kind"] == "gpt":  # a learned position table: no context beyond its rows
@@ -391,18 +404,19 @@ def save_checkpoint(folder, name, cfg, model, optimizer, prog):
                        "rng": checkpoint.rng_state()})
 
 
-def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder):
-    """Validation loss at the current step, then ckpt_best (if better) and ckpt_last."""
-    prog.val_loss = estimate_loss(model, val, cfg, place)
+def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec):
+    """Validation loss at the current step into its record rec, rec to metrics.jsonl, then ckpt_best
+    (if better) and ckpt_last: the record is on disk before the checkpoints that claim its step."""
+    prog.val_loss = rec["val_loss"] = estimate_loss(model, val, cfg, place)
     if not math.isfinite(prog.val_loss):
         raise SystemExit(f"non-finite validation loss ({prog.val_loss}) at step {prog.step}: stopping; "
                          f"{folder.path('ckpt_last.pt')} (the last good checkpoint) is left as it was")
     folder.log(f"step {prog.step:6d} | val loss {prog.val_loss:.4f} | val ppl {math.exp(min(prog.val_loss, 50)):.1f}")
+    folder.record(rec)  # folder.save makes it durable before it writes a checkpoint
     if prog.val_loss < prog.best_val:
         prog.best_val = prog.val_loss
         save_checkpoint(folder, "ckpt_best.pt", cfg, raw_model, optimizer, prog)
     save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
-    return prog.val_loss
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -446,6 +460,8 @@ def start(cfg, place, stack, tokens=None):
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
     for line in provenance(cfg, place, model.num_params(), yardsticks):
         folder.log(line)
+    if not cfg.eval_only:
+        folder.claim(cfg.model, asdict(model.config), fresh=not cfg.resume)  # run.json: what this folder trains
     return cfg, model, ckpt, data, folder, yardsticks
 
 
@@ -498,8 +514,8 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
         return batches.epoch_batch(train_data, cfg.batch_size, cfg.block_size, step=prog.step * accum + micro,
                                    seed=cfg.seed, rank=place.rank, world=place.world, device=place.device)
 
-    def evaluate():  # validation loss now, then ckpt_best (if better) and ckpt_last
-        return evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder)
+    def evaluate(rec):  # validation loss into rec, rec recorded, then ckpt_best (if better) and ckpt_last
+        evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec)
 
     model = compiled_or_eager(raw_model, cfg, place, *batch(0), folder)
     if place.ddp:
@@ -510,7 +526,7 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
     t_train = time.time()
     try:
         if not cfg.resume:
-            folder.record({"step": 0, "val_loss": evaluate()})
+            evaluate({"step": 0})
         speed = runtime.Speed(start=prog.step)
         while prog.step < cfg.max_iters:
             lr = runtime.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
@@ -548,9 +564,10 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
             if prog.step % cfg.log_interval == 0 or prog.step == cfg.max_iters:
                 folder.log(log_line(prog.step, rec, speed, tokens_per_step, cfg, place, raw_model))
             if prog.step % cfg.eval_interval == 0 or prog.step == cfg.max_iters:
-                rec["val_loss"] = evaluate()
+                evaluate(rec)  # rec, with its val_loss, is written before the checkpoints of this step
                 speed.pause()  # evaluation is not part of the step time
-            folder.record(rec)
+            else:
+                folder.record(rec)
     finally:
         stop.restore()
     seconds = time.time() - t_train

@@ -13,25 +13,38 @@ with torch.load(weights_only=True):
     train       asdict(TrainConfig)     step     optimizer steps done = the data position
     optimizer, best_val, val_loss, rng (torch, cuda, numpy, python states)
 
-Guarantees (each tested in tests/test_train.py)
-    - a write goes to PATH.tmp<pid> and is renamed over PATH only when complete; a failed write
-      (disk full) removes the temp file and leaves the previous PATH as it was;
+Guarantees (each tested in tests/test_train.py; a SIGKILL loop in tests/test_kill.py)
+    - a write goes to PATH.tmp<pid>, is fsynced, and is renamed over PATH only when complete; a
+      failed write removes the temp file and leaves the previous PATH as it was; a full or
+      read-only disk (ENOSPC, EDQUOT, EROFS; torch's "file write failed") is one CheckpointError
+      line, any other error propagates as raised, with its traceback;
+    - `RunFolder.save` makes metrics.jsonl durable (flush + fsync) before it writes a checkpoint,
+      so every step a checkpoint claims has its record, whenever the process is killed (killed
+      between the two, ckpt_best can be one evaluation ahead of ckpt_last: the resumed run
+      rewrites it identically); a fresh start removes the old checkpoints before the records;
+    - a killed write leaves NAME.tmp<pid> (NAME one of RUN_FILES); the next RunFolder in that
+      folder removes every one once it holds the lock (no other writer is alive then);
+    - run.json names the model the folder trains (kind and config); `check_run` refuses, in one
+      line, a checkpoint of another model there;
     - a missing, corrupt, foreign or mismatched file is one CheckpointError line;
     - an --out_dir that is a file, lies inside a file or cannot be written is one line
       (runs.check_out_dir, the check every command shares), before anything is written;
     - `RunLock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
       folder is refused while the first lives; the kernel drops the lock when a process dies,
       so a killed run's folder is free at once (no stale lock to clean);
-    - `kept_metrics` keeps the records up to the resumed step and skips a partial last line
-      (a crash mid-write); the rewrite is atomic.
+    - `kept_metrics` keeps the records up to the resumed step (a record past it, written before
+      its checkpoint was, is recomputed identically by the resumed run) and skips a partial last
+      line (a crash mid-write); the rewrite is atomic.
 
 Run: nothing to run; see train.py.
 """
 
+import errno
 import fcntl
 import json
 import os
 import random
+import re
 
 import numpy as np
 import torch
@@ -51,31 +64,87 @@ def _one_line(e):
     return " ".join(str(e).split())[:300] or type(e).__name__
 
 
+RUN_FILES = ("ckpt_last.pt", "ckpt_best.pt", "metrics.jsonl", "eval.json", "run.json")  # what a RunFolder writes
+TEMP = re.compile(r"({})\.tmp\d+".format("|".join(map(re.escape, RUN_FILES))))  # their temp files: NAME.tmp<pid>
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # full, over quota, read-only
+TORCH_WRITE_FAILED = re.compile(r"file write failed|unexpected pos \d+ vs \d+")  # torch.save's words for them
+
+
+def disk_error(e):
+    """Does e mean the disk is full or read-only? An OSError with one of DISK_ERRNOS, or torch.save's
+    RuntimeError for a failed stream write (which carries no errno)."""
+    if isinstance(e, OSError):
+        return e.errno in DISK_ERRNOS
+    return isinstance(e, RuntimeError) and TORCH_WRITE_FAILED.search(str(e)) is not None
+
+
 def atomic_write(path, write):
-    """write(tmp_path), then rename tmp over path. On any failure the temp file is removed and
-    path is untouched; an OSError/RuntimeError becomes a CheckpointError naming the file."""
+    """write(tmp_path) (which fsyncs what it wrote), then rename tmp over path and fsync the folder.
+    On any failure the temp file is removed and path is untouched; a full or read-only disk becomes
+    a one-line CheckpointError naming the file, anything else (a bug) propagates as it was raised."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
+        try:
             os.remove(tmp)
-        if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as RuntimeError
-            raise CheckpointError(f"could not write {path} ({_one_line(e)}); the previous file, if any, "
-                                  f"is unchanged: free disk space, then run again with --resume") from None
+        except OSError:
+            pass  # never created, or the disk refuses even that: the next RunFolder removes it
+        if disk_error(e):
+            raise CheckpointError(f"could not write {path} ({_one_line(e)}); the previous file, if any, is "
+                                  f"unchanged: free disk space (or make the disk writable), then run again "
+                                  f"with --resume") from None
         raise
+    sync_folder(os.path.dirname(path) or ".")
+
+
+def durable(f):
+    """Flush the open file f and fsync it: what was written is on the disk, not only in memory."""
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def sync_folder(folder):
+    """fsync a folder, so a rename in it survives a power cut (best effort: not every file system can)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def atomic_save(obj, path):
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    def write(tmp):
+        with open(tmp, "wb") as f:  # through a Python file: a full disk is an OSError with its errno
+            torch.save(obj, f)
+            durable(f)
+    atomic_write(path, write)
 
 
 def atomic_json(obj, path):
     def write(tmp):
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=2)
+            durable(f)
     atomic_write(path, write)
+
+
+def remove_stale_temps(out_dir):
+    """Remove the temp files (NAME.tmp<pid>) of RUN_FILES in out_dir -> [(name, bytes)]. Call it only
+    while holding out_dir's RunLock: no other writer is alive, so each is a dead process's half-written
+    file (our own pid's too: a restarted container can hand out the same pid again)."""
+    removed = []
+    for name in sorted(os.listdir(out_dir)):
+        if TEMP.fullmatch(name):
+            path = os.path.join(out_dir, name)
+            size = os.path.getsize(path)
+            os.remove(path)
+            removed.append((name, size))
+    return removed
 
 
 def load(path):
@@ -110,6 +179,34 @@ def load_model(path, device="cpu"):
     """(model in eval mode on device, checkpoint dict) from a train.py checkpoint file."""
     ckpt = load(path)
     return build(ckpt, path).to(device).eval(), ckpt
+
+
+def identity(kind, config):
+    """What a run folder's run.json holds: the model kind and its config, as JSON reads it back."""
+    return {"kind": kind, "config": json.loads(json.dumps(config))}
+
+
+def check_run(out_dir, ckpt, path):
+    """Refuse, in one line, a checkpoint whose model is not the one out_dir/run.json says the folder
+    trains (a folder from before run.json existed has none: nothing to compare)."""
+    try:
+        with open(os.path.join(out_dir, "run.json")) as f:
+            run = json.load(f)
+    except FileNotFoundError:
+        return
+    except ValueError:
+        raise CheckpointError(f"{os.path.join(out_dir, 'run.json')} is corrupt; delete it if {path} is "
+                              f"this folder's run, then run again") from None
+    got = identity(ckpt["kind"], ckpt["config"])
+    if got["kind"] != run["kind"]:
+        differs = [f"model {got['kind']} (this folder's run: {run['kind']})"]
+    else:
+        differs = [f"{k} {got['config'].get(k)} (this folder's run: {v})" for k, v in run["config"].items()
+                   if got["config"].get(k) != v]
+    if differs:
+        raise CheckpointError(f"{path} is not this folder's run: {', '.join(differs)} (says "
+                              f"{os.path.join(out_dir, 'run.json')}); to continue that run, --resume it in a "
+                              f"folder of its own; to fine-tune from it, start a new --out_dir with --init_from {path}")
 
 
 def rng_state():
@@ -157,8 +254,9 @@ class RunLock:
 
 
 class RunFolder:
-    """A run's out_dir as rank 0 sees it: locked for the run's life, log.txt (appended, printed
-    too), metrics.jsonl (one JSON record per line, on disk at once) and atomic checkpoints.
+    """A run's out_dir as rank 0 sees it: locked for the run's life (a dead run's temp files removed
+    once the lock is ours), log.txt (appended, printed too), metrics.jsonl (one JSON record per line)
+    and atomic checkpoints, each written after the records of the steps it claims are durable.
     On other DDP ranks every method does nothing. Files close with the ExitStack given."""
 
     def __init__(self, out_dir, master, stack):
@@ -166,7 +264,11 @@ class RunFolder:
         if master:
             runs.make_out_dir(out_dir)
             stack.enter_context(RunLock(out_dir))
+            removed = remove_stale_temps(out_dir)  # the lock is ours: no live process writes them
             self.logf = stack.enter_context(open(self.path("log.txt"), "a", buffering=1))
+            if removed:
+                self.log(f"removed {len(removed)} temporary file(s) a killed run left ({sum(b for _, b in removed):,} "
+                         f"bytes): {', '.join(n for n, _ in removed)}")
 
     def path(self, name):
         return os.path.join(self.out_dir, name)
@@ -176,9 +278,22 @@ class RunFolder:
             print(msg, flush=True)
             self.logf.write(msg + "\n")
 
+    def claim(self, kind, config, fresh):
+        """run.json: the model this folder trains; written at a fresh start (a new run), or on resume
+        in a folder that has none yet (one made before run.json existed)."""
+        if self.master and (fresh or not os.path.exists(self.path("run.json"))):
+            atomic_json(identity(kind, config), self.path("run.json"))
+
     def open_metrics(self, keep_upto):
-        """Keep the records up to step keep_upto (-1: none), then append to metrics.jsonl."""
+        """Keep the records up to step keep_upto, then append to metrics.jsonl. keep_upto -1, a fresh
+        start: the folder's checkpoints go first (step 0 would replace them), so that none outlives
+        its records if this run dies before its first checkpoint."""
         if self.master:
+            old = [n for n in ("ckpt_last.pt", "ckpt_best.pt") if keep_upto < 0 and os.path.exists(self.path(n))]
+            for name in old:
+                os.remove(self.path(name))
+            if old:
+                self.log(f"a fresh start (no --resume): removed the previous run's {' and '.join(old)}")
             rewrite_metrics(self.path("metrics.jsonl"), keep_upto)
             self.metrics = self.stack.enter_context(open(self.path("metrics.jsonl"), "a", buffering=1))
 
@@ -187,7 +302,10 @@ class RunFolder:
             self.metrics.write(json.dumps(rec) + "\n")
 
     def save(self, name, obj):
+        """Write checkpoint `name` atomically, after making every record written so far durable."""
         if self.master:
+            if self.metrics is not None:
+                durable(self.metrics)
             atomic_save(obj, self.path(name))
 
 
@@ -213,4 +331,5 @@ def rewrite_metrics(path, step):
     def write(tmp):
         with open(tmp, "w") as f:
             f.write("".join(ln + "\n" for ln in lines))
+            durable(f)
     atomic_write(path, write)

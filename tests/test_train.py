@@ -8,6 +8,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,9 +163,8 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     before = weights(tmp_path / "ckpt_last.pt")
     real_save = torch.save
 
-    def full_disk(obj, path):
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    def full_disk(obj, f):
+        f.write(b"half a checkpoint")
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
@@ -184,6 +184,139 @@ def test_a_second_run_in_the_same_folder_is_refused(tmp_path):
             run(tmp_path, "--max_iters", 1, "--eval_interval", 1)
     (tmp_path / ".lock").write_text("999999")  # left by a killed run: the kernel dropped its flock
     assert run(tmp_path, "--max_iters", 1, "--eval_interval", 1)["step"] == 1
+
+
+def test_a_death_between_a_record_and_its_checkpoint_loses_and_repeats_nothing(tmp_path, monkeypatch):
+    """The run dies after step 4's record (with its val_loss) and ckpt_best, before ckpt_last: resume
+    drops the records past ckpt_last's step 2 and recomputes them bit-identically, once each."""
+    common = ["--max_iters", 4, "--eval_interval", 2, "--lr_decay_iters", 4, "--lr", 1e-2]
+    run(tmp_path / "a", *common)
+    real_save = checkpoint.atomic_save
+
+    class Died(BaseException):  # no handler catches it, as none runs on a SIGKILL
+        pass
+
+    def dies_at_step_4(obj, path):
+        if obj["step"] == 4 and path.endswith("ckpt_last.pt"):
+            raise Died
+        real_save(obj, path)
+
+    monkeypatch.setattr(checkpoint, "atomic_save", dies_at_step_4)
+    b = tmp_path / "b"
+    with pytest.raises(Died):
+        run(b, *common)
+    monkeypatch.setattr(checkpoint, "atomic_save", real_save)
+    assert (torch.load(b / "ckpt_last.pt", weights_only=True)["step"],
+            torch.load(b / "ckpt_best.pt", weights_only=True)["step"]) == (2, 4)
+    assert [r["step"] for r in records(b)] == [0, 1, 2, 3, 4] and "val_loss" in records(b)[-1]
+    run(b, *common, "--resume")
+
+    def numbers(out):
+        return [{k: v for k, v in r.items() if k != "ms"} for r in records(out)]
+    assert numbers(b) == numbers(tmp_path / "a")  # steps 0..4 once each, the same numbers
+    for name in ("ckpt_last.pt", "ckpt_best.pt"):
+        sa, sb = weights(tmp_path / "a" / name), weights(b / name)
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    # a fresh start over that run, dead before its first checkpoint, leaves no checkpoint of the
+    # old run beside the new records (a --resume then says 'not found': start again)
+    def dies_at_once(obj, path):
+        raise Died
+
+    monkeypatch.setattr(checkpoint, "atomic_save", dies_at_once)
+    with pytest.raises(Died):
+        run(b, *common)
+    assert not (b / "ckpt_last.pt").exists() and not (b / "ckpt_best.pt").exists()
+    assert [r["step"] for r in records(b)] == [0]
+
+
+def test_the_next_start_removes_what_a_killed_write_left_never_what_a_live_run_holds(tmp_path):
+    run(tmp_path, "--max_iters", 2, "--eval_interval", 2)
+    stale = ["ckpt_last.pt.tmp999999", f"ckpt_best.pt.tmp{os.getpid()}", "metrics.jsonl.tmp123", "run.json.tmp7"]
+    for name in stale:  # a dead writer's (our own pid too: a restarted container reuses pids)
+        (tmp_path / name).write_bytes(b"half a file")
+    (tmp_path / "notes.txt.tmp5").write_text("not a file of the run: kept")
+    with checkpoint.RunLock(str(tmp_path)):  # a live run holds the folder: its temp files are its own
+        with pytest.raises(checkpoint.CheckpointError, match="in use by a running train.py"):
+            run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")
+    assert all((tmp_path / name).exists() for name in stale)
+    assert run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")["step"] == 4
+    assert [p for p in os.listdir(tmp_path) if ".tmp" in p] == ["notes.txt.tmp5"]
+    assert "removed 4 temporary file(s) a killed run left (44 bytes)" in (tmp_path / "log.txt").read_text()
+
+
+def test_resume_refuses_another_runs_checkpoint_in_one_line(tmp_path, capsys):
+    spen_run, gpt_run = tmp_path / "spen", tmp_path / "gpt"
+    run(spen_run, "--max_iters", 2, "--eval_interval", 2)
+    run(gpt_run, "--model", "gpt", "--max_iters", 1, "--eval_interval", 1)
+    assert json.loads((spen_run / "run.json").read_text())["kind"] == "spen"
+    kept = {name: (spen_run / name).read_bytes() for name in ("metrics.jsonl", "ckpt_best.pt")}
+    shutil.copy(gpt_run / "ckpt_last.pt", spen_run / "ckpt_last.pt")  # a GPT checkpoint in the SPEN folder
+
+    def refused(out, *flags):
+        with pytest.raises(SystemExit) as exc:
+            train.cli_main(TINY + ["--out_dir", str(out), "--resume", "--max_iters", "4", *flags])
+        err = capsys.readouterr().err
+        assert exc.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert "start a new --out_dir with --init_from" in err and str(out / "ckpt_last.pt") in err, err
+        return err
+    assert "model gpt (this folder's run: spen)" in refused(spen_run)
+    assert all((spen_run / name).read_bytes() == data for name, data in kept.items())  # nothing rewritten
+    ident = json.loads((gpt_run / "run.json").read_text())
+    (gpt_run / "run.json").write_text(json.dumps(dict(ident, config=dict(ident["config"], n_embd=64))))
+    assert "n_embd 32 (this folder's run: 64)" in refused(gpt_run)  # the same kind, another shape
+    os.remove(gpt_run / "run.json")  # a folder from before run.json: resumes, and is named from then on
+    assert run(gpt_run, "--max_iters", 2, "--resume")["step"] == 2
+    assert json.loads((gpt_run / "run.json").read_text()) == ident
+
+
+DISK_FULL = [OSError(errno.ENOSPC, "No space left on device"), OSError(errno.EDQUOT, "Disk quota exceeded"),
+             OSError(errno.EROFS, "Read-only file system"),
+             RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+             RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")]
+BUGS = [RuntimeError("Expected all tensors to be on the same device"), OSError(errno.EIO, "Input/output error"),
+        TypeError("cannot pickle 'generator' object"), KeyError("model")]
+
+
+@pytest.mark.parametrize("error", DISK_FULL + BUGS, ids=repr)
+def test_only_a_full_or_read_only_disk_becomes_one_line(tmp_path, monkeypatch, error):
+    path = str(tmp_path / "ckpt_last.pt")
+    checkpoint.atomic_save({"step": 1}, path)
+
+    def failing_save(obj, f):
+        f.write(b"half a checkpoint")
+        raise error
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(Exception) as exc:
+        checkpoint.atomic_save({"step": 2}, path)
+    if error in DISK_FULL:
+        assert type(exc.value) is checkpoint.CheckpointError and "\n" not in str(exc.value)
+        assert "free disk space" in str(exc.value) and "ckpt_last.pt" in str(exc.value)
+    else:  # a bug: the very exception, with its traceback
+        assert exc.value is error and any(entry.name == "failing_save" for entry in exc.traceback)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["ckpt_last.pt"]  # no temp file; the previous checkpoint intact
+    assert torch.load(path, weights_only=True)["step"] == 1
+
+
+def test_torch_on_a_full_device_is_a_disk_error_and_a_save_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    if os.path.exists("/dev/full"):  # Linux: every write fails with ENOSPC
+        big = {"w": torch.zeros(1 << 18)}
+        with pytest.raises(OSError) as through_a_file:
+            with open("/dev/full", "wb") as f:  # as atomic_save writes
+                torch.save(big, f)
+        with pytest.raises(RuntimeError) as to_a_path:
+            torch.save(big, "/dev/full")  # torch's own writer: no errno, its words
+        assert checkpoint.disk_error(through_a_file.value) and checkpoint.disk_error(to_a_path.value)
+
+    def buggy_save(obj, f):
+        raise RuntimeError("a bug in the checkpoint code")
+
+    monkeypatch.setattr(torch, "save", buggy_save)
+    with pytest.raises(RuntimeError, match="a bug in the checkpoint code") as exc:
+        train.cli_main(TINY + ["--out_dir", str(tmp_path), "--max_iters", "1", "--eval_interval", "1"])
+    assert any(entry.name == "buggy_save" for entry in exc.traceback)
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
 
 
 def test_checkpoint_settings_win_and_contradictions_are_refused(tmp_path, capsys):
