@@ -15,7 +15,7 @@ the trace STATE only (variants.py), so both families run here, with two controls
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
 order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
 yardsticks of the validation corpus (data.baselines: add-one unigram and interpolated bigram,
-counted on its train split).
+counted on its train split; on bytes also zlib, bz2 and lzma on the val bytes, ngram.py).
 
 Where the loss goes: per-token losses split into recall hits and copies (repeats.py), beside
 the yardsticks' on the same tokens.
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, repeats, runs, runtime
+from plumbing import batches, checkpoint, cli, corpus, ngram, repeats, runs, runtime
 import content
 import train
 
@@ -310,7 +310,9 @@ def write_md(res, path):
              f"this invocation {res['seconds']:.0f} s (reused runs cost nothing in it).", "",
              f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
              f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}**"
-             + (f", **trigram {y['trigram']:.3f}**" if "trigram" in y else "") + " nats/token.", "",
+             + (f", **trigram {y['trigram']:.3f}**" if "trigram" in y else "") + " nats/token."
+             + (f" General-purpose compressors on the same val bytes (NUL separators included; they see the whole "
+                f"split as context): {ngram.compressor_line(y)}." if ngram.compressor_line(y) else ""), "",
              "| variant | reads | val loss mean ± std | per seed | − bigram | Δ vs linear | 2·SE | verdict | "
              "best val | params |", "|---" * 10 + "|"]
     for name, v in vs.items():
@@ -421,6 +423,9 @@ def plot_curves(res, path):
     for k, ls in (("unigram", ":"), ("bigram", "-."), ("trigram", "--")):
         if k in y:
             ax.axhline(y[k], color="k", ls=ls, lw=1.2, label=f"{k} yardstick ({y[k]:.2f})")
+    for k, shade in zip(ngram.COMPRESSORS, ("0.35", "0.55", "0.75")):
+        if k in y:
+            ax.axhline(y[k], color=shade, ls=":", lw=1.2, label=f"{k} on val ({y[k]:.2f})")
     ax.set_ylim(min(y.get("trigram", y["bigram"]), *(v["val_loss_mean"] for v in res["variants"].values())) - 0.3,
                 y["unigram"] + 1.5)
     ax.set_xlabel("training tokens")
@@ -466,7 +471,8 @@ def main(cfg):
     t0 = time.time()
     val = corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
     baselines = corpus.baselines(cfg.data, tokenizer=cfg.tokenizer)
-    yardsticks = {k: baselines[k] for k in ("dataset", "unigram", "bigram", "trigram") if k in baselines}
+    yardsticks = {k: baselines[k] for k in ("dataset", "unigram", "bigram", "trigram", *ngram.COMPRESSORS)
+                  if k in baselines}  # the compressors: bytes only
     w = hit_windows(cfg, val)
     hits, dist = repeats.recall_hits(w), repeats.copy_distance(w, cfg.copy_k)
     yardstick_losses = repeats.yardstick_nll(cfg.data, w, cfg.tokenizer)

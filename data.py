@@ -4,11 +4,13 @@ layout and the resumable build are described.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) trains its 130M SPEN on FineWeb-Edu with the
 GPT-2 BPE vocabulary and reports C4 and "Wiki" perplexity; every loss here is read against the
-unigram, bigram and trigram cross-entropy of the same validation split (`--baselines`).
+unigram, bigram and trigram cross-entropy of the same validation split (`--baselines`); with
+`--tokenizer bytes` also zlib, bz2 and lzma at their strongest settings on the val bytes, in
+nats per byte (plumbing/ngram.py says what they are and are not).
 
 Run:  python data.py --dataset builtin                       tokenize (once) and print the splits
       python data.py --dataset builtin --baselines           print the yardsticks as JSON
-      python data.py --dataset builtin --tokenizer bytes --baselines   the same, per byte
+      python data.py --dataset builtin --tokenizer bytes --baselines   the same per byte, and the compressors
       python data.py --dataset files:~/corpus                your own text, offline
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
 The builtin yardsticks are in results/train_cpu/README.md (Yardsticks). Hub unreachable and
@@ -34,7 +36,8 @@ class DataConfig:
     tokenizer: str = cli.arg("gpt2", "gpt2 (GPT-2 BPE, V = 50257) or bytes (UTF-8 bytes, V = 256, "
                                      "documents separated by NUL)", choices=corpus.TOKENIZERS, group="data")
     baselines: bool = cli.arg(False, "print the unigram / interpolated bigram / interpolated trigram "
-                                     "cross-entropy of val (counted on train) as JSON on stdout",
+                                     "cross-entropy of val (counted on train) as JSON on stdout; bytes: "
+                                     "also zlib -9, bz2 -9, lzma -9e on the val bytes (nats/byte)",
                               group="evaluation")
     cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {corpus.DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",

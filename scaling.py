@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ablate
-from plumbing import checkpoint, cli, corpus, evaluate, repeats, runs
+from plumbing import checkpoint, cli, corpus, evaluate, ngram, repeats, runs
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -302,7 +302,9 @@ def write_md(res, path):
              f"{res['train_split_tokens']:,} {unit}s. Wall time of this invocation {res['seconds']:.0f} s.", ""]
     if y:
         lines += [f"Yardsticks (nats/{unit}): unigram {y['unigram']:.3f}, bigram {y['bigram']:.3f}"
-                  + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + ".", ""]
+                  + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + "."
+                  + (f" Compressors on the same val bytes (NUL separators included; they see the whole split as "
+                     f"context): {ngram.compressor_line(y, unit)}." if ngram.compressor_line(y) else ""), ""]
     lines += ["| run | params | train s | " + " | ".join(f"{p['tokens']:,}" for p in _longest(res)) + " |",
               "|---" * (3 + len(_longest(res))) + "|"]
     for k, c in res["curves"].items():
@@ -370,6 +372,9 @@ def plot(res, path):
     for k, ls in (("bigram", "-."), ("trigram", ":")):
         if res["yardsticks"] and k in res["yardsticks"]:
             ax.axhline(res["yardsticks"][k], color="k", lw=1, ls=ls, label=f"{k} yardstick ({res['yardsticks'][k]:.2f})")
+    for k, shade in zip(ngram.COMPRESSORS, ("0.35", "0.55", "0.75")):
+        if k in (res["yardsticks"] or {}):
+            ax.axhline(res["yardsticks"][k], color=shade, lw=1.2, ls=":", label=f"{k} on val ({res['yardsticks'][k]:.2f})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     unit = "bytes" if res["settings"]["tokenizer"] == "bytes" else "tokens"
@@ -398,7 +403,8 @@ def main(cfg):
     train_tokens = len(corpus.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
     tc = run_config(cfg, cfg.models[0], cfg.widths[0], 1)
     counted = evaluate.count_yardsticks(tc, evaluate.eval_names(tc)[0])  # train.py's rule: from a cache that exists
-    yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram") if k in counted} | {"dataset": name}
+    yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram", *ngram.COMPRESSORS) if k in counted}
+                  | {"dataset": name}
                   if counted else None)
     recorded = recorded_curves(cfg)
 

@@ -328,7 +328,8 @@ def check_countable(name):
 
 def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
     """The n-gram yardsticks of dataset `name` (ngram.ngram_yardsticks: unigram, bigram and
-    trigram cross-entropy of val in nats per token), as a dict.
+    trigram cross-entropy of val in nats per token), as a dict; for the bytes tokenizer also the
+    compressor yardsticks (ngram.compressor_yardsticks: zlib, bz2, lzma on the val bytes).
 
     Prepares the dataset if needed; cached in <cache folder>/baselines.json, keyed by the
     cache's meta.json and the method, so a rebuilt cache or a changed method recomputes. The
@@ -339,6 +340,8 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
     bins = {s: os.path.join(folder, f"{s}.bin") for s in ("train", "val")}
     key = dict(ngram.METHOD, vocab=vocab_size(tokenizer), created=meta.get("created"),
                splits={s: [meta["splits"][s]["tokens"], os.stat(p).st_mtime_ns] for s, p in bins.items()})
+    if tokenizer == "bytes":  # a bytes cache from before the compressors lacks this: recomputed
+        key["compressors"] = ngram.COMPRESSOR_METHOD
     path = os.path.join(folder, "baselines.json")
     try:
         with open(path) as f:
@@ -349,6 +352,8 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
         pass  # missing or unreadable: compute
     train, val = (np.memmap(bins[s], dtype=np.uint16, mode="r") for s in ("train", "val"))
     result = dict(dataset=name, tokenizer=tokenizer, **ngram.ngram_yardsticks(train, val, vocab_size(tokenizer)))
+    if tokenizer == "bytes":  # the exact val bytes, NUL separators included
+        result.update(ngram.compressor_yardsticks(val))
     try:
         os.replace(shards.json_tmp(path, dict(key=key, result=result)), path)
     except OSError as e:  # the numbers are right; only their cache is missing

@@ -1,4 +1,4 @@
-"""N-gram yardsticks: the unigram, bigram and trigram cross-entropies every language-model loss is read against.
+"""Yardsticks every language-model loss is read against: unigram, bigram, trigram; on bytes also zlib, bz2, lzma.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) reports perplexities; a loss means
 little without the floor a count model reaches on the same tokens, so every run here prints
@@ -25,13 +25,26 @@ Fast path and reference: ngram_counts / token_probs / mixture_nll count with num
 n-grams, chunked so memory grows with P, not N); ngram_nll_reference is the plain loop over
 collections.Counter they are tested against (tests/test_ngram.py).
 
+Compressor yardsticks (`compressor_yardsticks`, byte tokenizer only): the size of the exact val
+bytes (NUL separators included) after zlib level 9, bz2 level 9 and lzma preset 9 | EXTREME
+(the .xz container: every header and checksum counted), as nats per byte,
+8 ln 2 x compressed bytes / raw bytes. Nobody tunes them, so nobody can argue with them. They
+are adaptive models that read the whole val split as their context and whose output carries
+everything they learned on the way: they profit from a repeat anywhere in val (a model sees one
+window of T bytes) but start from nothing (the n-grams and the models start from what the train
+split taught them). A loss below lzma's is a loss below a strong general-purpose model of the
+same bytes, not a like-for-like comparison in either direction.
+
 Run:  python data.py --dataset builtin --baselines                    the yardsticks as JSON
-      python data.py --dataset builtin --tokenizer bytes --baselines  the same per byte
+      python data.py --dataset builtin --tokenizer bytes --baselines  the same per byte, and zlib, bz2, lzma
 data.baselines caches them beside the tokens in <cache folder>/baselines.json; the builtin
 ones are in results/train_cpu/README.md (Yardsticks).
 """
+import bz2
 import collections
+import lzma
 import math
+import zlib
 
 import numpy as np
 
@@ -41,6 +54,12 @@ UNIGRAM_K = 1.0        # add-one smoothing: a token unseen in train costs log((N
 HELDOUT = 0.1          # lam and mu are fit on this final fraction of the train split
 COUNT_CHUNK = 1 << 24  # tokens counted at a time: memory grows with distinct n-grams, not N
 METHOD = dict(unigram_k=UNIGRAM_K, heldout=HELDOUT, orders=3, version=2)  # baselines.json cache key
+COMPRESSORS = {  # name -> (what is run, compress(data) -> bytes); the strongest standard settings
+    "zlib": ("zlib level 9", lambda d: zlib.compress(d, 9)),
+    "bz2": ("bz2 level 9", lambda d: bz2.compress(d, 9)),
+    "lzma": ("lzma preset 9 | PRESET_EXTREME, .xz container", lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME)),
+}
+COMPRESSOR_METHOD = {name: what for name, (what, _) in COMPRESSORS.items()}  # the bytes cache key's part
 
 
 def _merge_counts(keys_a, counts_a, keys_b, counts_b):
@@ -213,3 +232,36 @@ def ngram_nll_reference(train, val, lam, mu=0.0, vocab_size=50257, k=UNIGRAM_K):
             p = mu * triples[val[i - 2], val[i - 1], w] / context2[val[i - 2], val[i - 1]] + (1 - mu) * p
         total -= math.log(p) if p > 0 else -math.inf
     return total / len(val)
+
+
+def nats_per_byte(compressed, raw):
+    """A code length of `compressed` bytes for `raw` bytes as nats per raw byte: 8 ln 2 x compressed / raw."""
+    if raw < 1 or compressed < 0:
+        raise cli.UserError(f"nats per byte needs raw >= 1 and compressed >= 0 bytes, got {raw} and {compressed}")
+    return 8 * math.log(2) * compressed / raw
+
+
+def as_bytes(tokens):
+    """A byte-tokenizer split (ids < 256, e.g. the uint16 memmap) as the bytes object it encodes."""
+    t = np.asarray(tokens)
+    if len(t) and int(t.max()) > 255:
+        raise cli.UserError(f"compressor yardsticks read bytes: token id {int(t.max())} is not a byte "
+                            "(use --tokenizer bytes)")
+    return t.astype(np.uint8).tobytes()
+
+
+def compressor_yardsticks(data):
+    """zlib, bz2 and lzma (COMPRESSORS) on `data` (bytes, or a byte split): nats per byte each, the
+    compressed sizes and the raw size (see the module docstring for what they are and are not)."""
+    data = data if isinstance(data, (bytes, bytearray)) else as_bytes(data)
+    if not data:
+        raise cli.UserError("compressor yardsticks need >= 1 val byte, got 0: give more text")
+    sizes = {name: len(compress(bytes(data))) for name, (_, compress) in COMPRESSORS.items()}
+    return dict({name: nats_per_byte(n, len(data)) for name, n in sizes.items()},
+                compressed_bytes=sizes, compressed_of=len(data), compressors=dict(COMPRESSOR_METHOD))
+
+
+def compressor_line(y, unit="byte"):
+    """'zlib 1.763, bz2 1.592, lzma 1.603 nats/byte' for the compressors a yardstick dict holds ('' if none)."""
+    have = [k for k in COMPRESSORS if k in (y or {})]
+    return ", ".join(f"{k} {y[k]:.3f}" for k in have) + f" nats/{unit}" if have else ""

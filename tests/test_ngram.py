@@ -183,3 +183,53 @@ def test_bytes_baselines_cli_match_a_hand_count(tmp_path, monkeypatch, capsys):
     uni, bi, tri = _losses(_counted(train, 256), val, printed["bigram_lambda"], printed["trigram_mu"])
     assert (printed["unigram"], printed["bigram"], printed["trigram"]) == pytest.approx((uni, bi, tri), rel=1e-9)
     assert printed["trigram"] < printed["bigram"] < printed["unigram"] < math.log(256)
+
+
+def test_compressor_yardsticks_by_hand():
+    import bz2
+    import lzma
+    import zlib
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 256, 20_000, dtype=np.uint8).tobytes()
+    text = b"the cat sat on the mat and the dog sat on the log\0" * 400
+    for data in (noise, text):
+        y = ngram.compressor_yardsticks(data)
+        sizes = dict(zlib=len(zlib.compress(data, 9)), bz2=len(bz2.compress(data, 9)),
+                     lzma=len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)))
+        assert y["compressed_bytes"] == sizes and y["compressed_of"] == len(data)
+        for k, n in sizes.items():
+            assert y[k] == pytest.approx(8 * math.log(2) * n / len(data), rel=1e-12)
+    # random bytes cannot be compressed below ln 256 nats/byte; repeated text goes far below the unigram
+    assert all(ngram.compressor_yardsticks(noise)[k] > math.log(256) for k in ngram.COMPRESSORS)
+    assert all(ngram.compressor_yardsticks(text)[k] < 0.1 for k in ngram.COMPRESSORS)
+    # a byte split (uint16 ids, as the cache stores them) is read as the same bytes
+    assert ngram.compressor_yardsticks(np.frombuffer(text, dtype=np.uint8).astype(np.uint16)) == \
+        ngram.compressor_yardsticks(text)
+    assert ngram.nats_per_byte(1, 8) == pytest.approx(math.log(2))
+    for bad in (lambda: ngram.compressor_yardsticks(b""), lambda: ngram.as_bytes(np.array([300])),
+                lambda: ngram.nats_per_byte(5, 0)):
+        with pytest.raises(cli.UserError):
+            bad()
+    assert ngram.compressor_line({"zlib": 1.5, "lzma": 1.25}) == "zlib 1.500, lzma 1.250 nats/byte"
+    assert ngram.compressor_line({"bigram": 2.0}) == ""
+
+
+def test_bytes_baselines_hold_the_compressors_of_the_val_bytes_and_an_old_cache_is_recomputed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"text": f"row {i}: the cat sat on the mat"}) + "\n" for i in range(30)))
+    name, cache = f"files:{src}", str(tmp_path / "c")
+    y = corpus.baselines(name, cache, tokenizer="bytes")
+    folder = corpus.cache_folder(name, cache_dir=cache, tokenizer="bytes")
+    val = np.fromfile(os.path.join(folder, "val.bin"), dtype=np.uint16)
+    assert y["compressed_of"] == len(val) and bytes(val.astype(np.uint8)).count(b"\0") == 3  # NULs counted
+    assert {k: y[k] for k in ngram.COMPRESSORS} == \
+        {k: v for k, v in ngram.compressor_yardsticks(bytes(val.astype(np.uint8))).items() if k in ngram.COMPRESSORS}
+    assert "zlib" not in corpus.baselines(name, cache)  # gpt2 ids are not bytes: n-grams only
+    # a baselines.json written before the compressors (no 'compressors' in its key) is recomputed
+    path = os.path.join(folder, "baselines.json")
+    old = json.load(open(path))
+    del old["key"]["compressors"]
+    old["result"] = {k: v for k, v in old["result"].items() if k not in ngram.COMPRESSORS}
+    json.dump(old, open(path, "w"))
+    assert corpus.baselines(name, cache, tokenizer="bytes") == y
