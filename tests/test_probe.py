@@ -111,7 +111,9 @@ BAD = [(["--seeds", "0"], "--seeds must be an integer >= 1"),
        (["--l2", "-1"], "--l2 must be >= 0"),
        (["--threads", "0"], "--threads must be"),
        (["--load_spcn", "no/such/spcn.pt"], "--load_spcn: no file at no/such/spcn.pt"),
-       (["--out_dir", __file__], "is a file; name a folder")]
+       (["--out_dir", __file__], "is a file; name a folder"),
+       (["--quick", "--n_train", "0"], "--n_train must be"),
+       (["--quick", "--gru_epochs", "0"], "--gru_epochs must be")]
 
 
 @pytest.mark.parametrize("argv,message", BAD)
@@ -135,3 +137,20 @@ def test_corrupt_spcn_file_one_line_nothing_written(tmp_path, monkeypatch, capsy
     assert e.value.code not in (0, None) and len(err) == 1, err
     assert f"{bad} is not an SPCN checkpoint" in err[0]
     assert not out.exists()
+
+
+def test_quick_mode_is_a_preset_under_the_typed_flags_and_the_full_run_stays_the_default():
+    assert probe.parse([]) == probe.ProbeConfig()  # the full command is unchanged: 3 seeds, 2000 sentences
+    quick = probe.parse(["--quick"])
+    assert all(getattr(quick, k) == v for k, v in probe.QUICK.items()) and quick.seeds == 1
+    assert probe.parse(["--quick", "--seeds", "2"]).seeds == 2  # a typed flag wins over the preset
+
+
+def test_quick_mode_says_what_it_trades_and_prints_its_verdict(tmp_path, capsys):
+    res = probe.main(config(tmp_path, "--quick"))
+    out = capsys.readouterr().out
+    assert out.startswith(probe.QUICK_TRADES) and "verdict: within A, instantaneous" in out
+    line, holds = probe.verdict(res)
+    assert line in out and holds == (res["within"]["traces"] - res["within"]["instantaneous"] >= probe.LIFT)
+    fake = {"within": {"instantaneous": 0.527, "traces": 0.998, "untrained": 0.998}}
+    assert probe.verdict(fake)[1] and not probe.verdict({"within": dict(fake["within"], traces=0.8)})[1]

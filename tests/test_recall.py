@@ -5,6 +5,7 @@ warmup-stable-decay lr, the plateau-exit step on hand-made curves, saved runs re
 the same settings), the recall.json shape of a tiny run, one-line errors for bad settings, and
 one learning property (a tiny history reader recalls far above the 1/N plateau). A few seconds
 on 2 cores."""
+import dataclasses
 import json
 
 import pytest
@@ -195,3 +196,45 @@ def test_two_workers_give_the_numbers_of_one(tmp_path):
     two = recall.main(recall.RecallConfig(out_dir=str(tmp_path / "two"), **{**cfg, "workers": 2}))
     for v in cfg["variants"]:
         assert one["variants"][v]["acc"] == two["variants"][v]["acc"]
+
+
+def test_quick_mode_is_a_preset_under_the_typed_flags_and_the_full_run_stays_the_default():
+    assert recall.parse([]) == recall.RecallConfig()  # the full command is unchanged
+    quick = recall.parse(["--quick"])
+    assert all(getattr(quick, k) == v for k, v in recall.QUICK.items()) and quick.quick
+    assert recall.parse(["--quick", "--steps", "900"]).steps == 900  # a typed flag wins over the preset
+    assert recall.run_key(quick) == recall.run_key(dataclasses.replace(quick, quick=False))  # reuse: settings only
+    assert set(recall.QUICK["variants"]) == {"gpt", "softmax_history", "linear", "softmax_state"}
+
+
+@pytest.mark.parametrize("argv, flag", [(["--quick", "--steps", "0"], "--steps"),
+                                        (["--quick", "--variants", "gpt", "lstm"], "--variants")])
+def test_quick_mode_bad_input_is_one_line(capsys, argv, flag):
+    with pytest.raises(SystemExit) as e:
+        recall.parse(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and flag in err and len(err.strip().splitlines()) == 1
+
+
+def _res(accs):
+    return {"settings": {"pairs": [2, 8]}, "variants": {
+        v: {"acc": {"2": a2, "8": a8}, "binding": {"2": recall.binding(a2, 2), "8": recall.binding(a8, 8)}}
+        for v, (a2, a8) in accs.items()}}
+
+
+def test_the_quick_verdict_reads_recall_and_binding_at_the_largest_n():
+    ok = {"gpt": (1, 1), "softmax_history": (1, 0.95), "linear": (0.5, 0.121), "softmax_state": (0.95, 0.203)}
+    line, holds = recall.verdict(_res(ok))
+    assert holds and "N = 8" in line and "softmax_state +0.089" in line  # N = 2's 0.9 binding is not read
+    assert recall.verdict(_res(dict(ok, softmax_state=(1, 0.3))))[1] is False  # a state reader that binds
+    assert recall.verdict(_res(dict(ok, gpt=(1, 0.8))))[1] is False  # GPT on the plateau
+    assert recall.verdict(_res({"gpt": (1, 1), "linear_attn_history": (1, 0.75)}))[1] is None  # no state reader
+    assert not recall.verdict(_res(ok), N=2)[1]
+
+
+def test_quick_mode_says_what_it_trades_and_prints_its_verdict(tmp_path, capsys):
+    cfg = cli.build(recall.RecallConfig, {"quick": recall.QUICK}, "quick", out_dir=str(tmp_path),
+                    **{k: v for k, v in TINY.items() if k not in ("seeds",)} | dict(variants=("gpt", "linear")))
+    recall.main(cfg)
+    out = capsys.readouterr().out
+    assert out.startswith(recall.QUICK_TRADES) and "verdict at N = 4: accuracy gpt" in out
