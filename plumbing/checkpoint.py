@@ -93,8 +93,8 @@ def atomic_write(path, write):
             pass  # never created, or the disk refuses even that: the next RunFolder removes it
         if disk_error(e):
             raise CheckpointError(f"could not write {path} ({_one_line(e)}); the previous file, if any, is "
-                                  f"unchanged: free disk space (or make the disk writable), then run again "
-                                  f"with --resume") from None
+                                  f"unchanged: free disk space (or make the disk writable), then run the same "
+                                  f"command again (train.py: with --resume; finished runs of a grid are kept)") from None
         raise
     sync_folder(os.path.dirname(path) or ".")
 
