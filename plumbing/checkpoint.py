@@ -94,7 +94,7 @@ def atomic_write(path, write):
         if disk_error(e):
             raise CheckpointError(f"could not write {path} ({_one_line(e)}); the previous file, if any, is "
                                   f"unchanged: free disk space (or make the disk writable), then run the same "
-                                  f"command again (train.py: with --resume; finished runs of a grid are kept)") from None
+                                  f"command again (train.py: with --resume; a grid keeps its finished runs)") from None
         raise
     sync_folder(os.path.dirname(path) or ".")
 
