@@ -1,0 +1,77 @@
+"""The lab's exercises: six functions to write. Each body raises NotImplementedError until you
+replace it with your code; the notebook (lab.ipynb) calls `check(NAME, ...)` on each, and
+checks.py says what the check tests. The answers are in solutions.py: try first.
+
+Edit this file and re-run the check cell (the notebook reloads this module by itself), or
+write the function in a notebook cell and pass it to check() instead.
+"""
+import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema)
+
+
+def effective_window(alpha, mass=0.9):
+    """Exercise 1 (about 10 min). The effective window of an EMA trace of decay `alpha`.
+
+    The trace h_t = (1 - a) h_{t-1} + a x_t weighs the input j steps back by a (1 - a)^j.
+    Return the smallest integer k >= 1 such that the k most recent inputs carry at least
+    `mass` of the total weight: sum_{j=0}^{k-1} a (1 - a)^j >= mass.
+    Raise ValueError unless 0 < alpha <= 1 and 0 < mass < 1.
+    (alpha = 0.5, mass = 0.75 -> 2; mind floating point at the boundary.)"""
+    raise NotImplementedError("exercise 1: effective_window")
+
+
+def same_state(alphas, x):
+    """Exercise 2 (about 15 min). Two pasts, one state.
+
+    x: a float64 tensor (T,), one channel's inputs x_0 .. x_{T-1}. The S traces' state after them
+    is V @ x with V = ema.trace_map(alphas, T), V[s, j] = a_s (1 - a_s)^(T-1-j). Return another
+    input sequence x2 (T,), float64, with ||x2 - x|| = 1 and exactly (to rounding) the same
+    final state: V @ x2 == V @ x. Raise ValueError if T <= S (then V, with distinct decays, is
+    one-to-one: no second past exists). Hint: torch.linalg.svd."""
+    raise NotImplementedError("exercise 2: same_state")
+
+
+def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
+    """Exercise 3 (about 15 min). A linear probe: how much of a label can a linear map read?
+
+    X_* (N, F) float features, y_* (N,) int labels in [0, R). Fit on the training rows only:
+    standardise each feature with the training mean and std (+ 1e-3 in the std), append a
+    constant 1, and solve ridge regression onto one-hot labels,
+        W = (Z^T Z + l2 N I)^-1 Z^T Y,
+    then predict argmax(Z_test W). Return the test accuracy as a float in [0, 1]."""
+    raise NotImplementedError("exercise 3: probe_accuracy")
+
+
+def mqar_sequence(keys, values, slots, T, blank):
+    """Exercise 4 (about 15 min). One multi-query associative recall sequence, as recall.mqar builds it.
+
+    keys, values, slots: int tensors (N,). Return idx (T,) and targets (T,), both torch.long:
+    idx holds the pairs k_1 v_1 k_2 v_2 ... k_N v_N at positions 0 .. 2N-1, then key i again at
+    position slots[i] (the query), and `blank` everywhere else; targets is -1 everywhere except
+    at slots[i], where it is values[i] (the answer). Raise ValueError if a slot is inside the
+    pairs (< 2N) or past the end (>= T), or two slots coincide."""
+    raise NotImplementedError("exercise 4: mqar_sequence")
+
+
+def binding(acc, N):
+    """Exercise 5a (about 5 min). The binding score of a recall accuracy `acc` at N pairs:
+    0 at 1/N (a reader that knows which values occur but not which key each belongs to), 1 at
+    perfect recall, linear in between (negative below 1/N). Raise ValueError if N < 2."""
+    raise NotImplementedError("exercise 5a: binding")
+
+
+def recalled_pairs(acc, N):
+    """Exercise 5b (about 5 min). A reader that knows r of the N pairs exactly and, for every
+    other query, guesses uniformly among the N - r values it cannot place, scores
+    acc = (r + 1) / N on average. Return the r that accuracy `acc` at N pairs implies (a float).
+    Raise ValueError if N < 2."""
+    raise NotImplementedError("exercise 5b: recalled_pairs")
+
+
+def compressor_nats_per_byte(data):
+    """Exercise 6 (about 10 min). General-purpose compressors as yardsticks of a byte loss.
+
+    data: bytes. Return {"zlib": ., "bz2": ., "lzma": .}: each compressor's output size at its
+    strongest standard setting (zlib level 9, bz2 level 9, lzma preset 9 | lzma.PRESET_EXTREME)
+    as nats per input byte: a code of c bytes for n bytes costs 8 ln 2 c / n nats per byte.
+    Raise ValueError for empty data."""
+    raise NotImplementedError("exercise 6: compressor_nats_per_byte")
