@@ -57,7 +57,8 @@ METHOD = dict(unigram_k=UNIGRAM_K, heldout=HELDOUT, orders=3, version=2)  # base
 COMPRESSORS = {  # name -> (what is run, compress(data) -> bytes); the strongest standard settings
     "zlib": ("zlib level 9", lambda d: zlib.compress(d, 9)),
     "bz2": ("bz2 level 9", lambda d: bz2.compress(d, 9)),
-    "lzma": ("lzma preset 9 | PRESET_EXTREME, .xz container", lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME)),
+    "lzma": ("lzma preset 9 | PRESET_EXTREME, .xz container",
+             lambda d: lzma.compress(d, preset=9 | lzma.PRESET_EXTREME)),
 }
 COMPRESSOR_METHOD = {name: what for name, (what, _) in COMPRESSORS.items()}  # the bytes cache key's part
 
