@@ -75,7 +75,7 @@ ADDITIVE = ("linear", "softmax_state", "selective")  # the EMA of the inputs: a 
 HEADED = ("ema_kv", "delta", "linear_attn_history")  # a state per head of width D
 QUICK = [("linear", dict(S=3, C=64)), ("softmax_state", dict(S=12, C=64)), ("ema_kv", dict(D=32)),
          ("delta", dict(D=32)), ("swa", dict(w=8)), ("gpt", {})]
-QUICK_BUDGET = dict(settings=("near",), windows=(), seeds=1, steps=400, curriculum=150, decay=50)
+QUICK_BUDGET = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, curriculum=150, decay=50)
 
 
 @dataclass
@@ -126,11 +126,6 @@ class FrontierConfig:
             cli.require(b["steps"] >= 1, "--steps must be >= 1, got {}", b["steps"])
             cli.require(0 <= b["curriculum"] <= b["steps"] and 0 <= b["decay"] <= b["steps"],
                         "--curriculum and --decay must be in [0, --steps], got {} and {}", b["curriculum"], b["decay"])
-
-
-def budget(cfg):
-    """cfg as it runs: --quick swaps in its handful of points' budget (QUICK_BUDGET)."""
-    return dataclasses.replace(cfg, **QUICK_BUDGET) if cfg.quick else cfg
 
 
 def budget_of(cfg, setting):
@@ -321,7 +316,6 @@ def plot(res, path):
 def main(cfg):
     """Train (or reuse) every point of the grid, then write frontier.json, .md and .png."""
     runs.make_out_dir(cfg.out_dir)  # one line before anything trains
-    cfg = budget(cfg)
     if cfg.quick:
         print(f"frontier --quick: {len(QUICK)} points, the near task, 1 seed, {budget_of(cfg, 'near')['steps']} "
               f"steps: it trades the grid, the press task and the seeds for minutes (the map: python frontier.py)",
@@ -345,6 +339,11 @@ def get_parser():
                                       "recurrent state (the map the paper promises).")
 
 
+def parse(argv=None):
+    """The FrontierConfig of a command line; --quick sets QUICK_BUDGET's values under the flags typed."""
+    return cli.parse(FrontierConfig, get_parser(), argv, presets={"quick": QUICK_BUDGET})
+
+
 if __name__ == "__main__":
-    config = cli.parse(FrontierConfig, get_parser())
+    config = parse()
     cli.main_guard(lambda: main(config), prog="frontier.py")

@@ -561,12 +561,7 @@ def verdict(res):
 
 def parse(argv=None):
     """The ProbeConfig of a command line; --quick sets QUICK's values under the flags typed."""
-    p = get_parser()
-    typed = cli.given(p, argv)
-    try:
-        return cli.build(ProbeConfig, {"quick": QUICK}, "quick" if typed.get("quick") else None, **typed)
-    except cli.ConfigError as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    return cli.parse(ProbeConfig, get_parser(), argv, presets={"quick": QUICK})
 
 
 def load_spcn(path):

@@ -530,12 +530,7 @@ def get_parser():
 
 def parse(argv=None):
     """The RecallConfig of a command line; --quick sets QUICK's values under the flags typed."""
-    p = get_parser()
-    typed = cli.given(p, argv)
-    try:
-        return cli.build(RecallConfig, {"quick": QUICK}, "quick" if typed.get("quick") else None, **typed)
-    except cli.ConfigError as e:
-        p.exit(2, f"{p.prog}: error: {e}\n")
+    return cli.parse(RecallConfig, get_parser(), argv, presets={"quick": QUICK})
 
 
 if __name__ == "__main__":

@@ -122,9 +122,12 @@ def build(Config, presets=None, preset=None, **overrides):
 
 
 def parse(Config, p, argv=None, presets=None):
-    """Parse argv into a validated Config; a bad value prints one line and exits with status 2."""
+    """Parse argv into a validated Config; a bad value prints one line and exits with status 2.
+    A typed `--quick` (a bool field named quick) selects presets['quick'], under the typed flags."""
     typed = given(p, argv)
     preset = typed.pop("preset", None)
+    if preset is None and typed.get("quick") and "quick" in (presets or {}):
+        preset = "quick"
     try:
         return build(Config, presets, preset, **typed)
     except ConfigError as e:

@@ -56,11 +56,16 @@ def test_a_bad_grid_is_one_line_before_anything_trains(argv, message, tmp_path, 
     assert not out.exists()
 
 
-def tiny_grid(tmp_path, monkeypatch, quick=True):
+def tiny_grid(tmp_path, monkeypatch):
     monkeypatch.setattr(frontier, "QUICK", [("linear", dict(S=3, C=64)), ("swa", dict(w=4)), ("delta", dict(D=32))])
-    monkeypatch.setattr(frontier, "QUICK_BUDGET", dict(settings=("near",), windows=(), seeds=1, steps=3, curriculum=1,
-                                                       decay=1))
-    return frontier.FrontierConfig(out_dir=str(tmp_path / "f"), quick=quick, workers=1)
+    return frontier.parse(["--quick", "--out_dir", str(tmp_path / "f"), "--steps", "3", "--curriculum", "1",
+                           "--decay", "1", "--workers", "1"])
+
+
+def test_quick_is_a_preset_under_the_typed_flags():
+    quick = frontier.parse(["--quick"])
+    assert (quick.settings, quick.seeds, quick.steps) == (("near",), 1, 400) and frontier.parse([]).seeds == 2
+    assert frontier.parse(["--quick", "--seeds", "2"]).seeds == 2
 
 
 def test_a_tiny_grid_writes_its_outputs_and_a_killed_grid_continues(tmp_path, monkeypatch):
