@@ -75,7 +75,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, runs, runtime
+from plumbing import batches, checkpoint, cli, corpus, ngram, runs, runtime
 import lm
 from plumbing.evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
 import gpt
@@ -360,9 +360,10 @@ def provenance(cfg, place, nparams, yardsticks):
         commit = ""
     dev = runtime.device_name(place.device)
     name = eval_names(cfg)[0]
+    squeezed = ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma on the val bytes
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
-               f"train split)" if yardsticks else f"not counted (python data.py --dataset {name} --baselines, or "
-               f"--yardsticks count)")
+               f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
+               f"not counted (python data.py --dataset {name} --baselines, or --yardsticks count)")
     return [f"argv: {' '.join(sys.argv)}",
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
             f"numpy {np.__version__} | {platform.platform()}",
