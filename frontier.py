@@ -40,6 +40,7 @@ Run
     python frontier.py                                # the grid: every family, both settings, 2 seeds
     python frontier.py --quick                        # a handful of points in a few minutes
     python frontier.py --out_dir results/frontier     # refresh the committed reference
+    python frontier.py --out_dir results/frontier --report   # the table and figure of the runs saved so far
 Two single-threaded runs train at a time (--workers). Every finished run is saved at once as
 OUT/runs/SETTING/POINT_sSEED.json with its whole config beside its numbers; a rerun with the
 same config reuses it, so a killed grid continues where it stopped. Then frontier.json,
@@ -98,6 +99,8 @@ class FrontierConfig:
     decay: int = cli.arg(None, "final steps of linear lr decay; None: the setting's", group="recipe")
     quick: bool = cli.arg(False, "a handful of points: " + ", ".join(f for f, _ in QUICK) + "; the near task, "
                           "1 seed, 400 steps (minutes, not hours)", group="grid")
+    report: bool = cli.arg(False, "train nothing: the table and figure of the runs saved so far (a grid still "
+                           "running, or a killed one)", group="grid")
     workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system")
 
     def __post_init__(self):
@@ -217,7 +220,9 @@ def run_grid(cfg):
                 else:
                     todo.append(((cfg, setting, family, knobs, seed), path, key))
     print(f"frontier: {len(results) + len(todo)} runs, {len(results)} already saved, {len(todo)} to train "
-          f"({cfg.workers} at a time)", flush=True)
+          f"({cfg.workers} at a time)" + (": --report trains none of them" if cfg.report else ""), flush=True)
+    if cfg.report:
+        return results
     t0, where = time.time(), {(job[1], label(*job[2:4]), job[4]): (path, key) for job, path, key in todo}
     for done, (job, r) in enumerate(runs.run_jobs(run_point, [job for job, _, _ in todo], cfg.workers), 1):
         path, key = where[job[1], label(*job[2:4]), job[4]]

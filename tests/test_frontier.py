@@ -1,6 +1,7 @@
 """frontier.py: the one state-bytes count against hand-counted cases, one-line errors for a bad
 grid before anything trains, and a tiny grid that writes its table, figure and runs, reuses every
 finished run when called again, and retrains only what a killed grid had not saved."""
+import dataclasses
 import json
 import os
 import runpy
@@ -87,3 +88,7 @@ def test_a_tiny_grid_writes_its_outputs_and_a_killed_grid_continues(tmp_path, mo
     again = frontier.main(cfg)
     assert trained == ["swa_w4"]
     assert again["points"]["near"]["linear_C64_S3"] == pts["linear_C64_S3"]
+    # --report trains nothing: the table of what is saved, a point missing from it left out
+    os.remove(tmp_path / "f" / "runs" / "near" / "delta_D32_s0.json")
+    report = frontier.main(dataclasses.replace(cfg, report=True))
+    assert trained == ["swa_w4"] and set(report["points"]["near"]) == {"linear_C64_S3", "swa_w4"}
