@@ -238,11 +238,22 @@ def run_grid(cfg):
     return results
 
 
+ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8}  # unit roundoff of the state's dtype
+
+
+def capacity_table(cfg):
+    """The argument's step 2 for the grid's decays: ema.memory_capacity of one channel's S-trace
+    state at each setting's T, in fp32 and bf16 -> {S: {setting: {dtype: capacity}}}."""
+    return {str(S): {setting: {d: round(ema.memory_capacity(ema.spread_decays(S), SETTINGS[setting]["block_size"],
+                                                             eps), 2) for d, eps in ROUNDOFF.items()}
+                     for setting in cfg.settings} for S in sorted(set(cfg.decays) | {3})}
+
+
 def summarize(cfg, results, seconds):
     """frontier.json: per setting and point, mean and std over seeds of accuracy and binding at
     every pair count, the state bytes, the family and knobs, and every run's config."""
     out = dict(command=cli.command_line("frontier.py", cfg), settings=dataclasses.asdict(cfg), tasks=SETTINGS,
-               budgets={s: budget_of(cfg, s) for s in cfg.settings},
+               budgets={s: budget_of(cfg, s) for s in cfg.settings}, capacity=capacity_table(cfg),
                seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={})
     for setting in cfg.settings:
         out["points"][setting] = {}
@@ -278,8 +289,16 @@ def write_md(res, path):
                          + " | ".join(f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs) + " | "
                          + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
         lines.append("")
+    sets = list(res["points"])
+    lines += ["## What S fixed decays can hold (ema.memory_capacity)", "",
+              "Linear memory capacity of one channel's state of S decays (ema.spread_decays), in past inputs "
+              "recoverable (sum of R^2), with every step rounded at fp32 / bf16; exact arithmetic gives S.", "",
+              "| S | " + " | ".join(f"{s} (T = {res['tasks'][s]['block_size']}) fp32 | bf16" for s in sets) + " |",
+              "|---" * (1 + 2 * len(sets)) + "|"]
+    for S, row in res["capacity"].items():
+        lines.append(f"| {S} | " + " | ".join(f"{row[s]['fp32']:.2f} | {row[s]['bf16']:.2f}" for s in sets) + " |")
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write("\n".join(lines) + "\n")
 
 
 STYLE = {"linear": ("C0", "o"), "softmax_state": ("C1", "s"), "selective": ("C2", "^"), "ema_kv": ("C3", "D"),
