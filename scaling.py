@@ -389,7 +389,8 @@ def plot(res, path):
     bx.set_ylabel(f"validation loss (nats/{unit[:-1]})")
     bx.set_title(f"targets an in-context copy (>= {res['settings']['copy_k']} tokens) predicts (o) vs the rest (x)")
     bx.grid(alpha=0.3, which="both")
-    bx.legend(fontsize=7)
+    if bx.get_legend_handles_labels()[0]:  # no copy split recorded: no legend to draw
+        bx.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
