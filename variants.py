@@ -66,9 +66,10 @@ Interface of every reader: forward(u (B, T, C), h_prev (B, T, S, C)) -> x̂ (B, 
 causal; init_state(B, device); step(u_t (B, C), h_prev_t (B, S, C), state) -> (x̂_t (B, C),
 state); state_floats(T): numbers per sequence its step state holds after T tokens (beyond the
 traces: 0 for the state readers of the traces, whose step keeps nothing; the history readers'
-cache or sums; S*C*D for ema_kv and C*D for delta, their M, whatever T); attn_flops(T): forward FLOPs per token beyond its weight matmuls (for the
-write readers those of the recurrence, state update and read: 5 S C D for ema_kv, 6 C D for
-delta; the chunked forward spends its in-chunk squares on top).
+cache or sums; S*C*D for ema_kv and C*D for delta, their M, whatever T); attn_flops(T):
+forward FLOPs per token beyond its weight matmuls (for the write readers those of the
+recurrence, state update and read: 5 S C D for ema_kv, 6 C D for delta; the chunked forward
+spends its in-chunk squares on top). The chunked forms run chunks of `chunk_len(D)` positions.
 
 Run: nothing to run; tests/test_variants.py checks the chunked linear attention against its
 quadratic definition, what each family can tell apart, the write readers' chunked forms against
@@ -83,6 +84,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ema
+
+
+def chunk_len(D):
+    """L, positions per chunk of the chunked readers (linear attention over the history, ema_kv,
+    delta) at head width D: inside a chunk each head pays an L x L square, across chunks a D x D
+    state, so L ~ 2D balances the two (8 <= L <= 64). Any L >= 1 gives the same values."""
+    return min(64, max(8, 2 * D))
 
 
 def elu1(x):
@@ -199,7 +207,9 @@ class LinearAttnHistory(_HistoryAttention):
     masked quadratic form; across chunks the running sums sum phi(k) v^T (D x D) and sum phi(k)
     of all earlier chunks (an exclusive cumsum over chunks). step keeps those sums."""
 
-    chunk = 64  # L: positions per chunk; any L >= 1 gives the same result
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.chunk = chunk_len(cfg.n_embd // cfg.n_head)  # L: positions per chunk (any L: the same values)
 
     def attend(self, q, k, v, eps=1e-6):
         B, H, T, D = q.shape
@@ -402,13 +412,13 @@ class _WriteReader(nn.Module):
     which bf16 would round visibly. forward runs the fast path (`fast`) or, with method = 'loop',
     the reference loop (`ref`): the same values (tests/test_variants.py)."""
 
-    chunk = 64  # L: positions per chunk of the fast path; any L >= 1 gives the same result
     method = "chunked"  # 'chunked' (fast path) | 'loop' (the reference recurrence)
 
     def __init__(self, cfg, n_query):
         super().__init__()
         C, S = cfg.n_embd, len(cfg.alphas)
         self.n_head, self.n_slot, self.alphas = cfg.n_head, S, cfg.alphas
+        self.chunk = chunk_len(C // cfg.n_head)  # L: positions per chunk of the fast path (any L: the same values)
         self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
