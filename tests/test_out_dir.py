@@ -1,7 +1,8 @@
 """Every command checks its output folder the same way (plumbing/runs.py check_out_dir and
 make_out_dir): an existing file, a path inside a file, a folder it may not write in, a folder
 that cannot be created are each one line and exit status 2, before anything trains, and
-nothing is written. Each command runs in-process (runpy), as `python X.py ...` would."""
+nothing is written. Each command runs in-process (runpy), as `python X.py ...` would; and every
+command prints its --help."""
 import os
 import runpy
 import sys
@@ -18,6 +19,7 @@ COMMANDS = {  # command -> (argv before the folder flag, the folder flag)
     "scaling": ([], "--out_dir"),
     "content": ([], "--out_dir"),
     "bench": (["--quick", "--sections", "ema"], "--out"),
+    "frontier": (["--quick"], "--out_dir"),
 }
 
 
@@ -44,3 +46,15 @@ def test_every_command_refuses_a_bad_output_folder_in_one_line(command, tmp_path
         err = capsys.readouterr().err.strip().splitlines()
         assert e.value.code == 2 and len(err) == 1 and message in err[0], (command, what, err)
         assert sorted(os.listdir(tmp_path)) == ["a_file"], (command, what)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS) + ["data", "sample"])
+def test_every_command_prints_its_help(command, monkeypatch, capsys):
+    """`python X.py --help` works for every command (and `python probe.py fit --help`)."""
+    script, *sub = command.split()
+    monkeypatch.setattr(sys, "argv", [f"{script}.py", *sub, "--help"])
+    monkeypatch.syspath_prepend(ROOT)
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(os.path.join(ROOT, f"{script}.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage:") and "--" in out, out[:200]
