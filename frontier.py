@@ -31,8 +31,10 @@ sliding window counts the w - 1 keys and values a later query can still see (Zoo
 Settings (recall.py's generator and recipe; BUDGETS sets the steps, --steps overrides it)
     near    recall.py's default task and budget: T = 24, N in 2, 4, 8, 8 keys, 64 values, 1,500
             steps (so the point linear_C64_S3 is recall.py's `linear` run)
-    press   a task that presses the bounded states: T = 64, N in 4, 8, 16, 16 keys, 64 values,
-            1,000 steps (the curriculum 300, the final decay 100) to fit the grid in hours
+    press   a task that presses the bounded states: T = 64, N in 2, 4, 8, 16, 16 keys, 64 values,
+            1,000 steps (the curriculum 300, the final decay 100) to fit the grid in hours. N = 2
+            is there for the curriculum, as in recall.py: starting at N = 4, GPT stayed at 1/N
+            for 3,000 steps at lr 1e-3 (results/frontier/README.md)
 Each point reports, per pair count N, the test accuracy per query and the binding score
 (acc - 1/N) / (1 - 1/N), mean and spread over --seeds.
 
@@ -63,7 +65,7 @@ from plumbing import checkpoint, cli, runs
 from spen import SPEN, SPENConfig
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
-            "press": dict(block_size=64, pairs=(4, 8, 16), n_keys=16, n_values=64)}
+            "press": dict(block_size=64, pairs=(2, 4, 8, 16), n_keys=16, n_values=64)}
 BUDGETS = {"near": dict(steps=1500, curriculum=500, decay=150),  # recall.py's own: its runs are this grid's points
            "press": dict(steps=1000, curriculum=300, decay=100)}  # fewer steps at 2.7x the tokens per step
 SPEN_FAMILIES = {  # family -> SPENConfig overrides
@@ -242,11 +244,23 @@ ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8}  # unit roundoff of the state
 
 
 def capacity_table(cfg):
-    """The argument's step 2 for the grid's decays: ema.memory_capacity of one channel's S-trace
-    state at each setting's T, in fp32 and bf16 -> {S: {setting: {dtype: capacity}}}."""
-    return {str(S): {setting: {d: round(ema.memory_capacity(ema.spread_decays(S), SETTINGS[setting]["block_size"],
-                                                             eps), 2) for d, eps in ROUNDOFF.items()}
-                     for setting in cfg.settings} for S in sorted(set(cfg.decays) | {3})}
+    """The argument's steps 1 and 2 for the grid's decays at each setting's T: the condition
+    number of the trace map V (ema.trace_map; its exact rank is min(S, T)), its numerical rank
+    in each dtype (singular values above the unit roundoff times the largest), and
+    ema.memory_capacity of one channel's S-trace state in each dtype
+    -> {S: {setting: {cond, rank_fp32, rank_bf16, fp32, bf16}}}."""
+    table = {}
+    for S in sorted(set(cfg.decays) | {3}):
+        table[str(S)] = {}
+        for setting in cfg.settings:
+            alphas, T = ema.spread_decays(S), SETTINGS[setting]["block_size"]
+            sv = torch.linalg.svdvals(ema.trace_map(alphas, T))
+            row = dict(cond=float(sv[0] / sv[-1]))
+            for d, eps in ROUNDOFF.items():
+                row[f"rank_{d}"] = int((sv > eps * sv[0]).sum())
+                row[d] = round(ema.memory_capacity(alphas, T, eps), 2)
+            table[str(S)][setting] = row
+    return table
 
 
 def summarize(cfg, results, seconds):
@@ -290,13 +304,18 @@ def write_md(res, path):
                          + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
         lines.append("")
     sets = list(res["points"])
-    lines += ["## What S fixed decays can hold (ema.memory_capacity)", "",
-              "Linear memory capacity of one channel's state of S decays (ema.spread_decays), in past inputs "
-              "recoverable (sum of R^2), with every step rounded at fp32 / bf16; exact arithmetic gives S.", "",
-              "| S | " + " | ".join(f"{s} (T = {res['tasks'][s]['block_size']}) fp32 | bf16" for s in sets) + " |",
-              "|---" * (1 + 2 * len(sets)) + "|"]
+    lines += ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",
+              "One channel's state of S decays (ema.spread_decays) after T inputs is V x with V the S x T trace "
+              "map: its condition number (float64; above ~1e16 only a lower bound), its numerical rank (singular "
+              "values above the dtype's unit roundoff times the largest), and the linear memory capacity, in past "
+              "inputs recoverable (sum of R^2) with every step rounded in that dtype; exact arithmetic gives "
+              "min(S, T) for both.", "",
+              "| S | " + " | ".join(f"{s} (T = {res['tasks'][s]['block_size']}): cond V | rank fp32 | rank bf16 | "
+                                    "capacity fp32 | capacity bf16" for s in sets) + " |",
+              "|---" * (1 + 5 * len(sets)) + "|"]
     for S, row in res["capacity"].items():
-        lines.append(f"| {S} | " + " | ".join(f"{row[s]['fp32']:.2f} | {row[s]['bf16']:.2f}" for s in sets) + " |")
+        lines.append(f"| {S} | " + " | ".join(f"{row[s]['cond']:.1e} | {row[s]['rank_fp32']} | {row[s]['rank_bf16']} | "
+                                              f"{row[s]['fp32']:.2f} | {row[s]['bf16']:.2f}" for s in sets) + " |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

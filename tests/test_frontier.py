@@ -92,3 +92,17 @@ def test_a_tiny_grid_writes_its_outputs_and_a_killed_grid_continues(tmp_path, mo
     os.remove(tmp_path / "f" / "runs" / "near" / "delta_D32_s0.json")
     report = frontier.main(dataclasses.replace(cfg, report=True))
     assert trained == ["swa_w4"] and set(report["points"]["near"]) == {"linear_C64_S3", "swa_w4"}
+
+
+def test_capacity_table_holds_the_arguments_numbers():
+    """Steps 1-2 of the argument as frontier.json records them: S = 3 decays keep their full
+    rank and capacity; as S grows V's condition number grows, the numerical rank stops short of
+    S (fp32) and bf16 holds no more than fp32."""
+    table = frontier.capacity_table(frontier.parse(["--settings", "near", "--windows", "4"]))
+    near = {int(S): row["near"] for S, row in table.items()}
+    assert sorted(near) == [3, 6, 12, 24]
+    assert (near[3]["rank_fp32"], near[3]["rank_bf16"], near[3]["fp32"]) == (3, 3, 3.0)
+    conds = [near[S]["cond"] for S in (3, 6, 12, 24)]
+    assert conds == sorted(conds) and conds[-1] > 1e12
+    assert near[24]["rank_fp32"] < 24 and near[24]["fp32"] < 12
+    assert all(r["rank_bf16"] <= r["rank_fp32"] and r["bf16"] <= r["fp32"] for r in near.values())
