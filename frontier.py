@@ -286,6 +286,20 @@ def summarize(cfg, results, seconds):
     return out
 
 
+RECALLS = 0.9  # the accuracy at the largest N that counts as recalling (the knee of a family's curve)
+
+
+def family_summary(pts, N):
+    """[(family, best point, smallest-state point with acc >= RECALLS or None)] at pair count N."""
+    out = []
+    for family in FAMILIES:
+        ps = sorted((p for p in pts.values() if p["family"] == family), key=lambda p: p["state_bytes"])
+        if ps:
+            out.append((family, max(ps, key=lambda p: p["acc"][N]), next((p for p in ps if p["acc"][N] >= RECALLS),
+                                                                          None)))
+    return out
+
+
 def write_md(res, path):
     lines = [f"# The frontier: MQAR accuracy against state bytes per layer", "", f"`{res['command']}`", "",
              f"Wall {res['seconds']:.0f} s for this invocation; the runs' own times sum to {res['run_seconds']:.0f} s. "
@@ -302,6 +316,12 @@ def write_md(res, path):
             lines.append(f"| {name} | {p['family']} | {p['state_bytes']:,} | {p['seeds']} | "
                          + " | ".join(f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs) + " | "
                          + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
+        lines += ["", f"Per family at N = {pairs[-1]}: the best point, and the fewest bytes that answer >= {RECALLS} "
+                  "(the curve's knee; '-' = none in the grid).", "",
+                  "| family | best accuracy (at bytes) | fewest bytes with accuracy >= 0.9 |", "|---|---|---|"]
+        for family, best, knee in family_summary(pts, str(pairs[-1])):
+            lines.append(f"| {family} | {best['acc'][str(pairs[-1])]:.3f} ({best['state_bytes']:,}) | "
+                         + (f"{knee['state_bytes']:,} ({knee['acc'][str(pairs[-1])]:.3f})" if knee else "-") + " |")
         lines.append("")
     sets = list(res["points"])
     lines += ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",

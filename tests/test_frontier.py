@@ -106,3 +106,12 @@ def test_capacity_table_holds_the_arguments_numbers():
     assert conds == sorted(conds) and conds[-1] > 1e12
     assert near[24]["rank_fp32"] < 24 and near[24]["fp32"] < 12
     assert all(r["rank_bf16"] <= r["rank_fp32"] and r["bf16"] <= r["fp32"] for r in near.values())
+
+
+def test_family_summary_finds_the_knee_and_the_best_point():
+    pt = lambda family, nbytes, acc: dict(family=family, state_bytes=nbytes, acc={"8": acc})
+    pts = {"a": pt("delta", 4096, 1.0), "b": pt("delta", 1024, 0.5), "c": pt("delta", 2048, 0.95),
+           "d": pt("linear", 768, 0.13), "e": pt("linear", 384, 0.12)}
+    (f1, best1, knee1), (f2, best2, knee2) = frontier.family_summary(pts, "8")  # FAMILIES order: linear first
+    assert (f1, best1["state_bytes"], knee1) == ("linear", 768, None)
+    assert (f2, best2["state_bytes"], knee2["state_bytes"]) == ("delta", 4096, 2048)
