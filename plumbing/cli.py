@@ -136,11 +136,13 @@ def parse(Config, p, argv=None, presets=None):
 
 def command_line(script, cfg):
     """The command that reproduces cfg: `python SCRIPT` and every setting that is not its field's
-    default, spelled as the parser reads it (`--flag` / `--no-flag`, tuples as several values)."""
+    default, spelled as the parser reads it (`--flag` / `--no-flag`, tuples as several values).
+    An empty tuple is left out: the parser takes no empty list, so only a preset sets one, and
+    the preset's own flag (`--quick`) is in the line."""
     flags = []
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
-        if "help" not in f.metadata or v == f.default:
+        if "help" not in f.metadata or v == f.default or v == ():
             continue
         if isinstance(v, bool):
             flags.append(f"--{f.name}" if v else f"--no-{f.name}")

@@ -115,3 +115,12 @@ def test_family_summary_finds_the_knee_and_the_best_point():
     (f1, best1, knee1), (f2, best2, knee2) = frontier.family_summary(pts, "8")  # FAMILIES order: linear first
     assert (f1, best1["state_bytes"], knee1) == ("linear", 768, None)
     assert (f2, best2["state_bytes"], knee2["state_bytes"]) == ("delta", 4096, 2048)
+
+
+def test_the_recorded_quick_command_runs_and_reproduces_its_config():
+    """frontier.json's command is a line a reader can paste: the --quick preset empties --windows,
+    which no command line can spell, so the line leaves it to --quick."""
+    cfg = frontier.parse(["--quick", "--out_dir", "out/q"])
+    line = frontier.cli.command_line("frontier.py", cfg)
+    assert "--windows" not in line and "--quick" in line
+    assert frontier.parse(line.split()[2:]) == cfg
