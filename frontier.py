@@ -318,7 +318,7 @@ def write_md(res, path):
                          + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
         lines += ["", f"Per family at N = {pairs[-1]}: the best point, and the fewest bytes that answer >= {RECALLS} "
                   "(the curve's knee; '-' = none in the grid).", "",
-                  "| family | best accuracy (at bytes) | fewest bytes with accuracy >= 0.9 |", "|---|---|---|"]
+                  f"| family | best accuracy (at bytes) | fewest bytes with accuracy >= {RECALLS} |", "|---|---|---|"]
         for family, best, knee in family_summary(pts, str(pairs[-1])):
             lines.append(f"| {family} | {best['acc'][str(pairs[-1])]:.3f} ({best['state_bytes']:,}) | "
                          + (f"{knee['state_bytes']:,} ({knee['acc'][str(pairs[-1])]:.3f})" if knee else "-") + " |")
