@@ -29,7 +29,7 @@ over contiguous windows of its whole val split (or --eval_tokens), every token o
 Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed
 --compile logs one warning and trains eagerly; ms/step, MFU (runtime.PEAK_FLOPS) and ETA skip the
 first runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
-group starts; the other ranks wait for its files (DATA_WAIT_S).
+group starts; the other ranks wait for its files (evaluate.wait_for_caches).
 
 Faults: inputs are checked before anything is written; a user's mistake is one line
 (cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; the run folder is locked;
@@ -77,14 +77,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from plumbing import batches, checkpoint, cli, corpus, ngram, runs, runtime
 import lm
-from plumbing.evaluate import count_yardsticks, data_args, estimate_loss, eval_names, evaluate_checkpoint
+from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
+                               wait_for_caches)
 import gpt
 import spen
 from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
-DATA_WAIT_S = 12 * 3600  # DDP ranks > 0 wait this long for rank 0 to tokenize (FineWeb-Edu: est. 20-90 min)
 
 
 @dataclass
@@ -313,42 +313,6 @@ def merge_checkpoint_settings(typed):
     merged.update({k: v for k, v in typed.items() if k != "preset"})
     merged.update({k: getattr(base, k) for k in keep})
     return TrainConfig(**merged)
-
-
-# ---- data ----------------------------------------------------------------------------------
-
-
-def wanted_splits(cfg):
-    """(corpus, split) pairs this run reads: --data's train split (unless --eval_only), the val splits."""
-    return ([] if cfg.eval_only else [(cfg.data, "train")]) + [(n, "val") for n in eval_names(cfg)]
-
-
-def wait_for_caches(cfg, poll=2.0):
-    """DDP ranks > 0: wait (up to DATA_WAIT_S) until rank 0 has tokenized every split this run
-    reads, before any process group exists (no collective times out meanwhile). If rank 0 fails,
-    torchrun stops every rank."""
-    deadline = time.time() + DATA_WAIT_S
-    for name, split in wanted_splits(cfg):
-        try:
-            folder = corpus.cache_folder(name, **data_args(cfg, name))
-        except (cli.UserError, ValueError):
-            return  # a bad name: load_data says so in one line
-        while split not in ((corpus.read_meta(folder) or {}).get("splits") or {}):
-            if time.time() > deadline:
-                raise cli.UserError(f"waited {DATA_WAIT_S / 3600:.0f} h for rank 0 to tokenize {name} ({folder}); "
-                                    f"prepare it first: python data.py --dataset {name}")
-            time.sleep(poll)
-
-
-def load_data(cfg, vocab):
-    """(train tokens or None for eval_only, {corpus: val tokens}), each long enough for block_size.
-    vocab: the model's; a cache holding larger ids is refused here, where data enters."""
-    def split(name, which):  # data.py / batches.py say in one line (a UserError) what does not fit
-        tokens = corpus.load_split(name, which, vocab=vocab, **data_args(cfg, name))
-        batches.check_split(tokens, cfg.block_size, name, which)
-        return tokens
-    train = None if cfg.eval_only else split(cfg.data, "train")
-    return train, {name: split(name, "val") for name in eval_names(cfg)}
 
 
 def provenance(cfg, place, nparams, yardsticks):

@@ -11,7 +11,7 @@ they share, one idea per module:
     sources      where documents come from (builtin, files:PATH, the hub)
     shards       the resumable sharded cache build
     batches      training, probe and evaluation windows of a token array
-    evaluate     the paper's evaluation protocol (every token once, eval.json)
+    evaluate     the splits a run reads; the paper's evaluation protocol (every token once, eval.json)
     ngram        the unigram, bigram and trigram yardsticks
     repeats      which tokens an in-context copy could predict, and the loss split on them
     bench_train  bench.py's training sections (a worker bench.py starts as a subprocess)

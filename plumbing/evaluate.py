@@ -1,5 +1,6 @@
-"""Evaluation of a language model on validation splits: the quick loss that steers training, the
-reported loss and perplexity, and the n-gram yardsticks they are read against.
+"""The splits a training run reads (load_data; DDP ranks wait for rank 0's caches) and the
+evaluation of a language model on its validation splits: the quick loss that steers training,
+the reported loss and perplexity, and the n-gram yardsticks they are read against.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN", reports two
 numbers for the 130M model: C4 perplexity (paper: 260; GPT-2 small: 33) and WikiText-103.
@@ -38,6 +39,7 @@ from plumbing import batches, checkpoint, cli, corpus
 from plumbing.runtime import EVAL_SEED
 
 AUTO_YARDSTICK_TOKENS = 20_000_000  # --yardsticks auto counts on a train split of at most this many tokens
+DATA_WAIT_S = 12 * 3600  # DDP ranks > 0 wait this long for rank 0 to tokenize (FineWeb-Edu: est. 20-90 min)
 
 
 def eval_names(cfg):
@@ -50,6 +52,39 @@ def data_args(cfg, name):
     evaluation corpus is read whole; --eval_tokens limits what is evaluated)."""
     return dict(max_tokens=cfg.max_tokens if name == cfg.data else None, cache_dir=cfg.cache_dir or None,
                 tokenizer=cfg.tokenizer)
+
+
+def wanted_splits(cfg):
+    """(corpus, split) pairs this run reads: --data's train split (unless --eval_only), the val splits."""
+    return ([] if cfg.eval_only else [(cfg.data, "train")]) + [(n, "val") for n in eval_names(cfg)]
+
+
+def wait_for_caches(cfg, poll=2.0):
+    """DDP ranks > 0: wait (up to DATA_WAIT_S) until rank 0 has tokenized every split this run
+    reads, before any process group exists (no collective times out meanwhile). If rank 0 fails,
+    torchrun stops every rank."""
+    deadline = time.time() + DATA_WAIT_S
+    for name, split in wanted_splits(cfg):
+        try:
+            folder = corpus.cache_folder(name, **data_args(cfg, name))
+        except (cli.UserError, ValueError):
+            return  # a bad name: load_data says so in one line
+        while split not in ((corpus.read_meta(folder) or {}).get("splits") or {}):
+            if time.time() > deadline:
+                raise cli.UserError(f"waited {DATA_WAIT_S / 3600:.0f} h for rank 0 to tokenize {name} ({folder}); "
+                                    f"prepare it first: python data.py --dataset {name}")
+            time.sleep(poll)
+
+
+def load_data(cfg, vocab):
+    """(train tokens or None for eval_only, {corpus: val tokens}), each long enough for block_size.
+    vocab: the model's; a cache holding larger ids is refused here, where data enters."""
+    def split(name, which):  # data.py / batches.py say in one line (a UserError) what does not fit
+        tokens = corpus.load_split(name, which, vocab=vocab, **data_args(cfg, name))
+        batches.check_split(tokens, cfg.block_size, name, which)
+        return tokens
+    train = None if cfg.eval_only else split(cfg.data, "train")
+    return train, {name: split(name, "val") for name in eval_names(cfg)}
 
 
 @torch.no_grad()

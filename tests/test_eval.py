@@ -76,8 +76,8 @@ def test_cache_dir_and_max_tokens_read_data_py_s_cache_and_ids_are_checked_on_en
     name, cache = write_corpus(tmp_path / "docs", 40), str(tmp_path / "cache")
     built = corpus.prepare(name, max_tokens=500, cache_dir=cache, num_proc=1, progress=0)  # python data.py ...
     cfg = train.make_config("cpu", data=name, cache_dir=cache, max_tokens=500, block_size=16)
-    tokens, vals = train.load_data(cfg, vocab=50257)
+    tokens, vals = evaluate.load_data(cfg, vocab=50257)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [built.rsplit("/", 1)[-1]]  # no second build
     assert len(tokens) == 500 and list(vals) == [name]
     with pytest.raises(train.cli.UserError, match="outside the model's vocabulary of 256"):
-        train.load_data(cfg, vocab=256)  # a BPE cache for a byte model: refused where data enters
+        evaluate.load_data(cfg, vocab=256)  # a BPE cache for a byte model: refused where data enters

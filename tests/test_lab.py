@@ -2,7 +2,7 @@
 passes on its solution; the notebook and its plain-text twin hold the same cells; the notebook
 runs top to bottom in smoke mode under a real notebook runner (nbclient, with the solutions, the
 checks strict), and its twin runs as a script with the stubs (every cell runs while the exercises
-are unfinished); the helpers refuse bad input in one line. About 15 s on 2 cores."""
+are unfinished); the helpers refuse bad input in one line."""
 import json
 import math
 import os
