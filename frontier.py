@@ -316,12 +316,13 @@ def write_md(res, path):
             lines.append(f"| {name} | {p['family']} | {p['state_bytes']:,} | {p['seeds']} | "
                          + " | ".join(f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs) + " | "
                          + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
-        lines += ["", f"Per family at N = {pairs[-1]}: the best point, and the fewest bytes that answer >= {RECALLS} "
+        N = str(pairs[-1])
+        lines += ["", f"Per family at N = {N}: the best point, and the fewest bytes that answer >= {RECALLS} "
                   "(the curve's knee; '-' = none in the grid).", "",
                   f"| family | best accuracy (at bytes) | fewest bytes with accuracy >= {RECALLS} |", "|---|---|---|"]
-        for family, best, knee in family_summary(pts, str(pairs[-1])):
-            lines.append(f"| {family} | {best['acc'][str(pairs[-1])]:.3f} ({best['state_bytes']:,}) | "
-                         + (f"{knee['state_bytes']:,} ({knee['acc'][str(pairs[-1])]:.3f})" if knee else "-") + " |")
+        for family, best, knee in family_summary(pts, N):
+            lines.append(f"| {family} | {best['acc'][N]:.3f} ({best['state_bytes']:,}) | "
+                         + (f"{knee['state_bytes']:,} ({knee['acc'][N]:.3f})" if knee else "-") + " |")
         lines.append("")
     sets = list(res["points"])
     lines += ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",
