@@ -67,11 +67,13 @@ VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all 
     "linear_attn_history": dict(model="spen", predictor="linear_attn", reads="history", context="ema"),
     "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
     "selective": dict(model="spen", predictor="linear", reads="state", context="selective"),
+    "ema_kv": dict(model="spen", predictor="ema_kv", reads="state", context="ema"),
+    "delta": dict(model="spen", predictor="delta", reads="state", context="ema"),
     "gpt": dict(model="gpt"),
 }
 FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
-          "gpt": "tokens (KV cache)"}
+          "ema_kv": "write (k vᵀ, fixed decays)", "delta": "write (delta rule)", "gpt": "tokens (KV cache)"}
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes

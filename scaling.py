@@ -60,6 +60,8 @@ MODELS = {  # name -> TrainConfig overrides (the same names and settings as abla
     "gpt": dict(model="gpt"),
     "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
     "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
+    "ema_kv": dict(model="spen", predictor="ema_kv", reads="state", context="ema"),
+    "delta": dict(model="spen", predictor="delta", reads="state", context="ema"),
 }
 PRESETS = {
     "cpu": {},  # the field defaults: UTF-8 bytes of builtin, 4 blocks, widths 128 and 64
