@@ -1,0 +1,41 @@
+"""Results as files, one way for every command: markdown tables and the results JSON.
+
+`md_table` is the one builder of the GitHub tables in the commands' .md reports; `save_json` is
+the one writer of their results JSON: the command that reproduces the run and its settings first,
+then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
+leaves the old file whole).
+
+Run: nothing to run; tests/test_tables.py.
+"""
+
+import dataclasses
+
+from plumbing import checkpoint, cli
+
+
+def cell(x, fmt=".3f"):
+    """One table cell: None -> '—', a float with fmt, anything else as str."""
+    if x is None:
+        return "—"
+    return format(x, fmt) if isinstance(x, float) else str(x)
+
+
+def md_table(header, rows, fmt=".3f"):
+    """GitHub markdown lines: the header, the rule, one line per row (cells through `cell`).
+    header: list of column names; rows: iterables of the same length."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        r = list(r)
+        if len(r) != len(header):
+            raise ValueError(f"a row of {len(r)} cells under {len(header)} columns: {r}")
+        lines.append("| " + " | ".join(cell(x, fmt) for x in r) + " |")
+    return lines
+
+
+def save_json(res, path, script, cfg):
+    """Write {command, settings, **res} to path atomically; returns the dict written.
+    script: the command's file name ('recall.py'); cfg: its config dataclass."""
+    out = dict(command=cli.command_line(script, cfg), settings=dataclasses.asdict(cfg))
+    out.update({k: v for k, v in res.items() if k not in out})
+    checkpoint.atomic_json(out, path)
+    return out

@@ -1,0 +1,34 @@
+"""plumbing/tables.py: the markdown-table builder and the results writer."""
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from plumbing import cli, tables
+
+
+def test_md_table_cells_and_shape():
+    lines = tables.md_table(["a", "b", "c"], [[1.23456, None, "x"], [2, 0.5, True]])
+    assert lines == ["| a | b | c |", "|---|---|---|", "| 1.235 | — | x |", "| 2 | 0.500 | True |"]
+    assert tables.md_table(["v"], [[0.5]], fmt=".1%") [-1] == "| 50.0% |"
+
+
+def test_md_table_refuses_a_ragged_row():
+    with pytest.raises(ValueError, match="2 cells under 3 columns"):
+        tables.md_table(["a", "b", "c"], [[1, 2]])
+
+
+@dataclass
+class Cfg:
+    steps: int = cli.arg(10, "steps")
+    name: str = cli.arg("x", "name")
+
+
+def test_save_json_puts_command_and_settings_first(tmp_path):
+    path = tmp_path / "r.json"
+    out = tables.save_json(dict(acc=0.5, command="ignored"), str(path), "demo.py", Cfg(steps=20))
+    saved = json.loads(path.read_text())
+    assert saved == out and list(saved)[:2] == ["command", "settings"]
+    assert saved["command"] == "python demo.py --steps 20" and saved["settings"] == dict(steps=20, name="x")
+    assert saved["acc"] == 0.5
