@@ -11,6 +11,8 @@ the trace STATE only (variants.py), so both families run here, with two controls
     linear_attn_history   SPEN, linear attention over every past (position, trace)    (history)
     softmax_history       SPEN, softmax attention over every past (position, trace)   (history)
     selective             SPEN linear with input-dependent decays (ours: a control)     (state)
+    ema_kv                SPEN, the paper's decays writing key-value outer products     (write)
+    delta                 SPEN, the delta rule writing key-value pairs                  (write)
     gpt                   GPT-2 style transformer (gpt.py), same width and depth
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
 order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
@@ -40,7 +42,9 @@ content.json / content.png under --out_dir
 (default out/ablate); run folders (checkpoints, logs, metrics.jsonl, result.json) under
 OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a run stopped
 mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses
-nothing. The reference numbers are in results/ablate/ (BPE) and results/ablate_bytes/ (bytes).
+nothing. ablate.json is the record: a later invocation with the same settings and other
+--variants adds its rows beside the earlier ones (their run folders may be gone: git keeps no
+checkpoints), and one with other settings is refused in one line instead of replacing them. The reference numbers are in results/ablate/ (BPE) and results/ablate_bytes/ (bytes).
 """
 
 import contextlib
@@ -56,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, ngram, repeats, runs, runtime
+from plumbing import batches, checkpoint, cli, corpus, ngram, repeats, runs, runtime, tables
 import content
 import train
 
@@ -271,12 +275,49 @@ def compare(v, ref):
                 ("lower" if d < 0 else "higher"))
 
 
-def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy=None):
-    """records of every run -> the ablate.json dict."""
+SAME_ABLATION = ("out_dir", "variants", "seeds", "content", "content_only", "probe_json", "workers", "device")
+# settings that do not change a row (each row lists its seeds): an ablate.json whose other settings match
+# is the same ablation
+
+
+def state_floats(cfg, name):
+    """Numbers per sequence and layer the variant's step() holds after block_size tokens
+    (model.state_floats: the traces plus a reader's own state, or GPT's key-value cache)."""
+    tcfg = train_config(cfg, name, 0)
+    with torch.device("meta"):  # the shapes only: nothing allocated, nothing initialised for real
+        model = checkpoint.MODELS[tcfg.model][1](train.model_config(tcfg))
+    return model.state_floats(cfg.block_size)
+
+
+def earlier_rows(cfg):
+    """The variant rows of the ablate.json already in out_dir -> {name: row}, for the variants this
+    invocation does not run (their run folders hold checkpoints, which git ignores: on a fresh clone a
+    committed row lives only there). An ablate.json made with other settings is refused in one line:
+    its rows would not compare with this invocation's, and replacing them would lose them."""
+    path = os.path.join(cfg.out_dir, "ablate.json")
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        settings, rows = old["settings"], old["variants"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise cli.UserError(f"{path} is not an ablation's results ({type(e).__name__}: {e}); move it away or use "
+                            "another --out_dir") from None
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now
+              if k not in SAME_ABLATION and settings.get(k) != now[k]]
+    cli.require(not differ, "{} holds an ablation with other settings: {}; use another --out_dir (or move it away)",
+                path, ", ".join(differ))
+    return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.variants}
+
+
+def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy=None, earlier=None):
+    """records of every run (and the rows of an earlier invocation, `earlier_rows`) -> the ablate.json dict."""
     out = dict(settings=dataclasses.asdict(cfg), seconds=round(seconds, 1), yardsticks=yardsticks,
                yardstick_split=yardstick_split, yardstick_copy=yardstick_copy, copy_bins=list(repeats.COPY_BINS),
                noise_rule="a difference counts when |d| > 2 SE, SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds",
-               variants={}, history_vs_state={})
+               variants=dict(earlier or {}), history_vs_state={})
     for name in cfg.variants:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
@@ -285,15 +326,18 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
                  best_val=[r["result"]["best_val"] for r in rs],
                  minus_bigram=m - yardsticks["bigram"], minus_unigram=m - yardsticks["unigram"],
                  params=rs[0]["result"]["params"], tokens=rs[0]["result"]["tokens"],
-                 seconds=[round(r["result"]["seconds"], 1) for r in rs], runs=[r["run"] for r in rs])
+                 seconds=[round(r["result"]["seconds"], 1) for r in rs], runs=[r["run"] for r in rs],
+                 curves=[read_curve(r["run"]) for r in rs])
         for k in ("loss_hit", "loss_other", "hit_fraction"):
             v[k] = float(np.mean([r["split"][k] for r in rs]))
             v[k + "_per_seed"] = [r["split"][k] for r in rs]
         if all("copy" in r for r in rs):
             v["copy"] = mean_copy([r["copy"] for r in rs])
         out["variants"][name] = v
-    vs = out["variants"]
+    order = [n for n in VARIANTS if n in out["variants"]]  # the registry's order, whichever invocation ran them
+    out["variants"] = vs = {n: out["variants"][n] for n in order}
     for name, v in vs.items():
+        v["state_floats"] = state_floats(cfg, name)
         v["vs_linear"] = compare(v, vs["linear"]) if "linear" in vs and name != "linear" else None
     for hist, state in PAIRS:
         if hist in vs and state in vs:
@@ -307,38 +351,40 @@ def write_md(res, path):
     lines = [f"# LM ablation: trace readers, state vs history, on `{s['data']}`", "",
              f"`python ablate.py` settings: {s['n_layer']} blocks, width {s['n_embd']}, T = {s['block_size']}, "
              f"{s['max_iters']} steps x {s['batch_size']} x {s['block_size']} = {tokens:,} tokens per run, lr "
-             f"{s['lr']:g} -> {s['min_lr']:g}, dropout {s['dropout']:g}, {s['seeds']} seed(s). Training time summed "
+             f"{s['lr']:g} -> {s['min_lr']:g}, dropout {s['dropout']:g}, seeds 0..n-1 per row. Training time summed "
              f"over the runs (train.py's own clock): {sum(sum(v['seconds']) for v in vs.values()):.0f} s; wall time of "
-             f"this invocation {res['seconds']:.0f} s (reused runs cost nothing in it).", "",
-             f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
+             f"this invocation {res['seconds']:.0f} s (reused runs and rows of earlier invocations cost nothing in it).",
+             "", f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
              f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}**"
              + (f", **trigram {y['trigram']:.3f}**" if "trigram" in y else "") + " nats/token."
              + (f" General-purpose compressors on the same val bytes (NUL separators included; they see the whole "
-                f"split as context): {ngram.compressor_line(y)}." if ngram.compressor_line(y) else ""), "",
-             "| variant | reads | val loss mean ± std | per seed | − bigram | Δ vs linear | 2·SE | verdict | "
-             "best val | params |", "|---" * 10 + "|"]
+                f"split as context): {ngram.compressor_line(y)}." if ngram.compressor_line(y) else ""), ""]
+    rows = []
     for name, v in vs.items():
-        c = v["vs_linear"]
-        cells = ["—", "—", "reference"] if c is None else \
-            [f"{c['delta']:+.3f}", "—" if c["two_se"] is None else f"{c['two_se']:.3f}", c["verdict"]]
-        lines.append(f"| {name} | {v['family']} | {v['val_loss_mean']:.3f} ± {v['val_loss_std']:.3f} | "
-                     + ", ".join(f"{x:.3f}" for x in v["val_loss"]) + f" | {v['minus_bigram']:+.3f} | "
-                     + " | ".join(cells) + f" | {np.mean(v['best_val']):.3f} | {v['params']:,} |")
+        c = v["vs_linear"] or dict(delta=None, two_se=None, verdict="reference")
+        rows.append([name, v["family"], f"{v['params']:,}", f"{v['state_floats']:,}",
+                     f"{v['val_loss_mean']:.3f} ± {v['val_loss_std']:.3f}", ", ".join(f"{x:.3f}" for x in v["val_loss"]),
+                     f"{v['minus_bigram']:+.3f}", None if c["delta"] is None else f"{c['delta']:+.3f}", c["two_se"],
+                     c["verdict"], float(np.mean(v["best_val"]))])
+    lines += tables.md_table(["variant", "reads", "params", "state floats / layer", "val loss mean ± std", "per seed",
+                              "− bigram", "Δ vs linear", "2·SE", "verdict", "best val"], rows)
+    lines += ["", "State floats / layer: the numbers per sequence and layer a model's step() holds after T tokens "
+              "(the S x C traces, plus a reader's own state: the history readers' cache or sums, the write readers' "
+              "D x D matrices; GPT: its key-value cache, 2 T C)."]
     if res["history_vs_state"]:
-        lines += ["", "History reader against its state counterpart (same reader, lossless input):", "",
-                  "| comparison | Δ | 2·SE | verdict |", "|---|---|---|---|"]
-        for k, c in res["history_vs_state"].items():
-            se = "—" if c["two_se"] is None else f"{c['two_se']:.3f}"
-            lines.append(f"| {k} | {c['delta']:+.3f} | {se} | {c['verdict']} |")
+        lines += ["", "History reader against its state counterpart (same reader, lossless input):", ""]
+        lines += tables.md_table(["comparison", "Δ", "2·SE", "verdict"],
+                                 [[k, f"{c['delta']:+.3f}", c["two_se"], c["verdict"]]
+                                  for k, c in res["history_vs_state"].items()])
     ys = res["yardstick_split"]
     lines += ["", f"Where the loss goes: per-token loss on {s['hit_seqs']} fixed validation windows, split into "
               "recall hits (the bigram (w_(i-1), w_i) occurred earlier in the window: "
-              f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", "",
-              "| model | loss on hits | loss on others | all tokens | hits − others |", "|---|---|---|---|---|"]
-    for name, r in [*((n, v) for n, v in vs.items()), *((f"*{k} yardstick*", ys[k]) for k in repeats.YARDSTICKS if k in ys)]:
+              f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", ""]
+    rows = []
+    for name, r in [*vs.items(), *((f"*{k} yardstick*", ys[k]) for k in repeats.YARDSTICKS if k in ys)]:
         all_ = r.get("loss_all", r["hit_fraction"] * r["loss_hit"] + (1 - r["hit_fraction"]) * r["loss_other"])
-        lines.append(f"| {name} | {r['loss_hit']:.3f} | {r['loss_other']:.3f} | {all_:.3f} | "
-                     f"{r['loss_hit'] - r['loss_other']:+.3f} |")
+        rows.append([name, r["loss_hit"], r["loss_other"], all_, f"{r['loss_hit'] - r['loss_other']:+.3f}"])
+    lines += tables.md_table(["model", "loss on hits", "loss on others", "all tokens", "hits − others"], rows)
     if res.get("yardstick_copy") and all("copy" in v for v in vs.values()):
         lines += copy_table(res)
     lines += ["", "Validation loss in nats after the last step (train.py's fixed validation batches; best val: the "
@@ -352,23 +398,17 @@ def copy_table(res):
     """ablate.md lines: the copy split per variant and yardstick, overall and by distance."""
     s, vs, yc = res["settings"], res["variants"], res["yardstick_copy"]
     bins = yc["bigram"]["by_distance"]
-    def f(x):
-        return "—" if x is None else f"{x:.3f}"
     lines = ["", f"The copy split: a target is a **copy** when it and the {s['copy_k']} tokens before it occurred "
              f"earlier in the window (an in-context copy of a >= {s['copy_k']}-token string predicts it): "
              f"{yc['bigram']['copy_fraction']:.1%} of the {s['hit_seqs']} x {s['block_size']} validation targets. "
-             "By distance to the nearest earlier occurrence (share of all targets in brackets):", "",
-             "| model | loss on copies | loss on others | copies − others | "
-             + " | ".join(f"copy at {repeats.bin_name(b)} ({b['fraction']:.1%})" for b in bins) + " |",
-             "|---" * (4 + len(bins)) + "|"]
-    rows = [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in repeats.YARDSTICKS if k in yc)]
-    for name, r in rows:
+             "By distance to the nearest earlier occurrence (share of all targets in brackets):", ""]
+    rows = []
+    for name, r in [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in repeats.YARDSTICKS if k in yc)]:
         c = r.get("copy", r)
-        gap = None if c["loss_copy"] is None else c["loss_copy"] - c["loss_other"]
-        lines.append(f"| {name} | {f(c['loss_copy'])} | {f(c['loss_other'])} | "
-                     + ("—" if gap is None else f"{gap:+.3f}") + " | "
-                     + " | ".join(f(b["loss"]) for b in c["by_distance"]) + " |")
-    return lines
+        gap = None if c["loss_copy"] is None else f"{c['loss_copy'] - c['loss_other']:+.3f}"
+        rows.append([name, c["loss_copy"], c["loss_other"], gap, *(b["loss"] for b in c["by_distance"])])
+    return lines + tables.md_table(["model", "loss on copies", "loss on others", "copies − others"]
+                                   + [f"copy at {repeats.bin_name(b)} ({b['fraction']:.1%})" for b in bins], rows)
 
 
 def plot_copy(res, path):
@@ -397,12 +437,13 @@ def plot_copy(res, path):
 
 
 def read_curve(run):
-    """(tokens, val_loss) lists from a run folder's metrics.jsonl."""
+    """[tokens, val_loss] lists from a run folder's metrics.jsonl (kept in ablate.json: the figure
+    needs no run folder)."""
     with open(os.path.join(run, "result.json")) as f:
         cfg = json.load(f)["train_config"]
     per_step = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
     recs = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "val_loss" in r]
-    return [r["step"] * per_step for r in recs], [r["val_loss"] for r in recs]
+    return [[r["step"] * per_step for r in recs], [r["val_loss"] for r in recs]]
 
 
 def read_jsonl(path):
@@ -417,8 +458,7 @@ def plot_curves(res, path):
     plt = runs.pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (name, v) in enumerate(res["variants"].items()):
-        for s, run in enumerate(v["runs"]):
-            xs, ys = read_curve(run)
+        for s, (xs, ys) in enumerate(v.get("curves", [])):  # rows from before curves were kept have none
             ax.plot(xs, ys, color=f"C{i}", ls="--" if "history" in v["family"] else "-",
                     alpha=0.9 if s == 0 else 0.4, label=name if s == 0 else None)
     y = res["yardsticks"]
@@ -470,6 +510,7 @@ def main(cfg):
     if cfg.content_only:
         return content.main(content_config(cfg))  # content.py checks the folder the same way
     runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
+    earlier = earlier_rows(cfg)  # refuses an ablate.json of other settings before anything trains
     t0 = time.time()
     val = corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write
     baselines = corpus.baselines(cfg.data, tokenizer=cfg.tokenizer)
@@ -482,7 +523,7 @@ def main(cfg):
     yardstick_copy = {k: repeats.copy_split(nll, dist) for k, nll in yardstick_losses.items()}
     jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
     records = run_all(cfg, jobs)
-    res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy)
+    res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy, earlier)
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))
     write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
     plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))

@@ -179,3 +179,43 @@ def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monke
         ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
     assert isinstance(err.value, cli.UserError)  # main_guard: one line, no traceback
     assert "softmax_state seed 0 exited with status 1" in str(err.value) and "reused" in str(err.value)
+
+
+def test_a_second_invocation_keeps_the_first_ones_rows_and_adds_the_write_readers(tiny_run, tmp_path):
+    """Running other variants into the same folder adds their rows and keeps the earlier ones (whose
+    run folders may be gone: a fresh clone has only ablate.json), in the registry's order, each with
+    its recurrent state per layer."""
+    out, _ = tiny_run
+    folder = str(tmp_path / "again")
+    os.makedirs(folder)
+    first = json.load(open(os.path.join(out, "ablate.json")))
+    with open(os.path.join(folder, "ablate.json"), "w") as f:
+        json.dump(first, f)  # the record, without its run folders
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=folder, **dict(TINY, variants=("ema_kv", "delta")))
+    res = ablate.main(cfg)
+    vs = res["variants"]
+    assert list(vs) == ["linear", "softmax_state", "softmax_history", "ema_kv", "delta", "gpt"]
+    for name in VARIANTS:  # carried as they were, compared again against linear
+        assert vs[name]["val_loss"] == first["variants"][name]["val_loss"] and vs[name]["carried"]
+    C, S, T, H = 32, 3, 80, 1  # n_head = max(1, C // 64)
+    D = C // H
+    assert vs["linear"]["state_floats"] == S * C and vs["gpt"]["state_floats"] == 2 * T * C
+    assert vs["ema_kv"]["state_floats"] == S * C + S * C * D and vs["delta"]["state_floats"] == S * C + C * D
+    assert vs["ema_kv"]["vs_linear"]["verdict"] and len(vs["delta"]["curves"]) == 2
+    md = open(os.path.join(folder, "ablate.md")).read()
+    assert "| ema_kv | write" in md and "state floats / layer" in md
+
+
+def test_an_ablation_of_other_settings_in_the_folder_is_refused_before_training(tiny_run, monkeypatch):
+    out, _ = tiny_run
+    monkeypatch.setattr(ablate, "run_all", lambda *a: pytest.fail("trained"))
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=out, **dict(TINY, lr=1e-2))
+    with pytest.raises(cli.UserError, match=r"other settings: --lr 0.01 \(there: 0.003\)"):
+        ablate.main(cfg)
+
+
+def test_a_corrupt_ablate_json_is_one_line(tmp_path):
+    (tmp_path / "ablate.json").write_text("[1, 2]")
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **TINY)
+    with pytest.raises(cli.UserError, match="is not an ablation's results"):
+        ablate.earlier_rows(cfg)
