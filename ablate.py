@@ -178,9 +178,10 @@ RESUMES = ("finished runs are reused when the same command runs again (unfinishe
 
 def same_run(stored, key):
     """Did a finished run use TrainConfig `key`? A field added to TrainConfig since then counts as
-    equal when `key` holds its default (the run used that behaviour); a removed field is ignored."""
+    equal when `key` holds its default (the run used that behaviour); a removed field is ignored, and
+    so is out_dir: a run folder moved elsewhere (into results/, say) is still the same run."""
     defaults = {f.name: f.default for f in dataclasses.fields(train.TrainConfig)}
-    return stored is not None and all(stored.get(k, defaults.get(k)) == v for k, v in key.items())
+    return stored is not None and all(stored.get(k, defaults.get(k)) == v for k, v in key.items() if k != "out_dir")
 
 
 def run_one(job):

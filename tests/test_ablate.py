@@ -166,6 +166,7 @@ def test_same_run_tolerates_a_new_field_at_its_default_only():
     assert ablate.same_run(key, key) and ablate.same_run(old, key)
     assert not ablate.same_run(old, dict(key, dropout=0.1))
     assert not ablate.same_run(dict(key, lr=1.0), key) and not ablate.same_run(None, key)
+    assert ablate.same_run(dict(key, out_dir="results/elsewhere"), key)  # a moved run folder is the same run
 
 
 def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monkeypatch):
