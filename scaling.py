@@ -51,9 +51,10 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 import ablate
-from plumbing import checkpoint, cli, corpus, evaluate, ngram, repeats, runs
+from plumbing import checkpoint, cli, corpus, evaluate, ngram, repeats, runs, tables
 import train
 
 MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
@@ -279,6 +280,8 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
                                    for ln in f if ln.startswith("params:")), None)
                 curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
                                            train_seconds=train_seconds(run), copy=read_copy(run))
+    for c in curves.values():
+        c["state_floats"] = state_floats(cfg, c["model"], c["width"])
     order = lambda k: (-curves[k]["width"], list(MODELS).index(curves[k]["model"]))
     curves = {k: curves[k] for k in sorted(curves, key=order)}
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
@@ -307,38 +310,35 @@ def write_md(res, path):
                   + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + "."
                   + (f" Compressors on the same val bytes (NUL separators included; they see the whole split as "
                      f"context): {ngram.compressor_line(y, unit)}." if ngram.compressor_line(y) else ""), ""]
-    lines += ["| run | params | train s | " + " | ".join(f"{p['tokens']:,}" for p in _longest(res)) + " |",
-              "|---" * (3 + len(_longest(res))) + "|"]
-    for k, c in res["curves"].items():
-        lines.append(f"| {k} | {c['params']:,} | {c['train_seconds']:.0f} | "
-                     + " | ".join(f"{p['val_loss']:.3f}" for p in c["points"]) + " |")
+    points = [f"{p['tokens']:,}" for p in _longest(res)]
+    lines += tables.md_table(["run", "params", "state floats / layer", "train s", *points],
+                             [[k, f"{c['params']:,}", f"{c['state_floats']:,}", round(c["train_seconds"]),
+                               *(p["val_loss"] for p in c["points"]), *[None] * (len(points) - len(c["points"]))]
+                              for k, c in res["curves"].items()])
     lines += ["", f"Validation loss (nats/{unit}) after the number of training {unit}s in the header "
-              "(train.py's fixed validation batches).", "", "Overfitting watch, at the last point of each run:", "",
-              "| run | passes over train | mean train loss since previous point | val loss | val − train |",
-              "|---|---|---|---|---|"]
-    for k, c in res["curves"].items():
-        p = c["points"][-1]
-        if p["train_loss"] is not None:
-            lines.append(f"| {k} | {p['epochs']:.2f} | {p['train_loss']:.3f} | {p['val_loss']:.3f} | "
-                         f"{p['val_loss'] - p['train_loss']:+.3f} |")
+              "(train.py's fixed validation batches). State floats / layer: the numbers per sequence and layer a "
+              "model's step() holds after T tokens (ablate.py's column).", "", "Overfitting watch, at the last point "
+              "of each run:", ""]
+    lines += tables.md_table(["run", "passes over train", "mean train loss since previous point", "val loss",
+                              "val − train"],
+                             [[k, f"{p['epochs']:.2f}", p["train_loss"], p["val_loss"], f"{p['val_loss'] - p['train_loss']:+.3f}"]
+                              for k, c in res["curves"].items() for p in c["points"][-1:] if p["train_loss"] is not None])
     lines += ["", f"Where the loss goes at the last point with a copy split (ablate.py's split: a target is a copy "
               f"when it and the {s['copy_k']} tokens before it occurred earlier in the window; {s['hit_seqs']} fixed "
-              "validation windows, the ablation's):", "",
-              "| run | tokens | loss on copies | loss on others | copies − others | by distance |", "|---|---|---|---|---|---|"]
-    for k, c in res["curves"].items():
-        if c["copy"]:
-            r = c["copy"][-1]
-            bins = ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"] if b["loss"] is not None)
-            lines.append(f"| {k} | {r['tokens']:,} | {r['loss_copy']:.3f} | {r['loss_other']:.3f} | "
-                         f"{r['loss_copy'] - r['loss_other']:+.3f} | {bins} |")
-    lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):",
-              "", f"| pair | measured up to | gap at the last point | crossover {unit}s | slope of the gap per e-fold "
-              f"of {unit}s (fit on the last points) | extrapolated zero |", "|---|---|---|---|---|---|"]
-    for k, x in res["crossovers"].items():
-        cross = f"{x['crossover_tokens']:,.0f}" if x["crossover_tokens"] else "none measured"
-        zero = f"~{x['tokens_at_zero']:.2g}" if x["tokens_at_zero"] else "—"
-        lines.append(f"| {k} | {x['up_to_tokens']:,} | {x['gap_last']:+.3f} | {cross} | "
-                     f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points) | {zero} |")
+              "validation windows, the ablation's; every point's split is in scaling.json and the figure):", ""]
+    lines += tables.md_table(["run", "tokens", "loss on copies", "loss on others", "copies − others", "by distance"],
+                             [[k, f"{r['tokens']:,}", r["loss_copy"], r["loss_other"], f"{r['loss_copy'] - r['loss_other']:+.3f}",
+                               ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"]
+                                         if b["loss"] is not None)]
+                              for k, c in res["curves"].items() for r in c["copy"][-1:]])
+    lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):", ""]
+    lines += tables.md_table(["pair", "measured up to", "gap at the last point", f"crossover {unit}s",
+                              f"slope of the gap per e-fold of {unit}s (fit on the last points)", "extrapolated zero"],
+                             [[k, f"{x['up_to_tokens']:,}", f"{x['gap_last']:+.3f}",
+                               f"{x['crossover_tokens']:,.0f}" if x["crossover_tokens"] else "none measured",
+                               f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points)",
+                               f"~{x['tokens_at_zero']:.2g}" if x["tokens_at_zero"] else None]
+                              for k, x in res["crossovers"].items()])
     lines += ["", "The extrapolation fits a straight line to the gap in log tokens over the last half of the points "
               "and reads where it reaches zero: a pointer to where to look, not a measurement.", "",
               "Prepared GPU runs (the same script and schedule; each run reads its own curve):", ""]
@@ -350,6 +350,13 @@ def write_md(res, path):
                      f"{g.max_tokens:.3g} tokens per run, {len(g.models) * len(g.widths)} runs.")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def state_floats(cfg, name, width):
+    """Numbers per sequence and layer the run's model holds after T tokens (model.state_floats)."""
+    tcfg = run_config(cfg, name, width, 1)
+    with torch.device("meta"):  # shapes only: nothing allocated
+        return checkpoint.MODELS[tcfg.model][1](train.model_config(tcfg)).state_floats(cfg.block_size)
 
 
 def _longest(res):

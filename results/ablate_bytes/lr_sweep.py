@@ -1,0 +1,80 @@
+"""The learning-rate sweep of the byte ablation: every model's seed-0 loss at each peak rate.
+
+The ablation (results/ablate_bytes/ablate.json) trains every variant at one shared rate, 2e-3
+(cosine to a tenth of it). This table asks whether that rate favours some models: seed 0 of each
+model at 1e-3, 2e-3 and 4e-3, everything else equal (the same data order, steps and cosine shape),
+from one ablate.py invocation per rate:
+    python ablate.py --preset cpu_bytes --variants gpt linear ema_kv delta --seeds 1 --lr 1e-3 --min_lr 1e-4 \
+        --out_dir results/ablate_bytes/lr_1e-3
+    python ablate.py --preset cpu_bytes --variants gpt linear ema_kv delta --seeds 1 --lr 4e-3 --min_lr 4e-4 \
+        --out_dir results/ablate_bytes/lr_4e-3
+and the ablation's own seed-0 runs for 2e-3. Run: python results/ablate_bytes/lr_sweep.py
+Writes lr_sweep.json, lr_sweep.md and lr_sweep.png beside this file.
+"""
+
+import glob
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root, for plumbing
+
+from plumbing import checkpoint, runs, tables  # noqa: E402
+
+FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
+
+
+def main():
+    found = {}  # lr -> {model: dict(val, copy, other)}
+    base = None
+    for path in [os.path.join(HERE, "ablate.json"), *sorted(glob.glob(os.path.join(HERE, "lr_*", "ablate.json")))]:
+        with open(path) as f:
+            res = json.load(f)
+        s = {k: v for k, v in res["settings"].items() if k not in FREE}
+        if base is None:
+            base = s
+        if s != base:
+            sys.exit(f"lr_sweep.py: {path} differs from the ablation in more than the rate: "
+                     f"{ {k: v for k, v in s.items() if base.get(k) != v} }")
+        lr = res["settings"]["lr"]
+        for name, v in res["variants"].items():
+            c = v.get("copy", {})
+            found.setdefault(lr, {})[name] = dict(val=v["val_loss"][0], copy=(c.get("loss_copy_per_seed") or [None])[0],
+                                                  other=(c.get("loss_other_per_seed") or [None])[0])
+    lrs = sorted(found)
+    models = [m for m in ("gpt", "linear", "ema_kv", "delta") if all(m in found[lr] for lr in lrs)]
+    best = {m: min(lrs, key=lambda lr: found[lr][m]["val"]) for m in models}
+    rows = [[m, *(f"**{found[lr][m]['val']:.3f}**" if lr == best[m] else found[lr][m]["val"] for lr in lrs),
+             f"{best[m]:g}", "edge: try beyond" if best[m] in (lrs[0], lrs[-1]) else "inside the sweep"] for m in models]
+    lines = ["# Learning-rate sweep of the byte ablation (seed 0)", "",
+             f"Validation loss (nats/byte) after {base['max_iters']} steps of {base['batch_size']} x {base['block_size']} "
+             f"bytes, {base['n_layer']} x {base['n_embd']}, cosine from the peak rate to a tenth of it; the same data order "
+             "for every run. Bold: the model's best rate. Command: `python results/ablate_bytes/lr_sweep.py` (its docstring "
+             "names the ablate.py runs).", ""]
+    lines += tables.md_table(["model", *(f"lr {lr:g}" for lr in lrs), "best", "where"], rows)
+    lines += ["", "On copies and the other bytes at each rate (seed 0):", ""]
+    lines += tables.md_table(["model", *(f"copies / others at {lr:g}" for lr in lrs)],
+                             [[m, *(f"{found[lr][m]['copy']:.3f} / {found[lr][m]['other']:.3f}"
+                                    if found[lr][m]["copy"] is not None else None for lr in lrs)] for m in models])
+    res = dict(lrs=lrs, models=models, best=best, loss={f"{lr:g}": found[lr] for lr in lrs})
+    checkpoint.atomic_json(res, os.path.join(HERE, "lr_sweep.json"))
+    with open(os.path.join(HERE, "lr_sweep.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    plt = runs.pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in models:
+        ax.plot(lrs, [found[lr][m]["val"] for lr in lrs], marker="o", label=m)
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss after the run (nats/byte)")
+    ax.set_title("byte ablation, seed 0: loss against the peak rate")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(HERE, "lr_sweep.png"), dpi=120)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
