@@ -219,7 +219,7 @@ def bench_chunk(device, quick):
     CHUNK_LENS against their loops (ema_kv_ref, delta_rule_ref), forward (no grad) and
     forward+backward, at each (H, D, T, B) of CHUNK_CASES, fp32. ratio = loop ms / chunked ms
     (> 1: the chunked form is faster)."""
-    cases, reps = (((2, 4, 16, 2),), 2) if quick else (CHUNK_CASES, 9)
+    cases, reps = (((2, 4, 16, 2),), 2) if quick else (CHUNK_CASES, 15)
     torch.manual_seed(0)
     rows = []
     for H, D, T, B in cases:
