@@ -91,7 +91,7 @@ PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m pr
 CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
 READERS = ("linear", "ema_kv", "delta")  # SPEN predictors the train section times beside GPT
-TRAIN_RUN_STEPS = 30  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
+TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
 
 
 class BenchError(RuntimeError):
