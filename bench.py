@@ -226,9 +226,9 @@ def bench_chunk(device, quick):
         def rand(*shape, unit=False):
             x = torch.randn(*shape, device=device)
             return variants.l2norm(x) if unit else x
-        inputs = dict(ema_kv=(rand(B, H, len(ALPHAS), T, D), rand(B, H, T, D, unit=True), rand(B, H, T, D)),
+        inputs = dict(ema_kv=(rand(B, H, len(ALPHAS), T, D), rand(B, H, T, D, unit=True), rand(B, H, T, D)),  # q, k, v
                       delta=(rand(B, H, T, D, unit=True), rand(B, H, T, D, unit=True), rand(B, H, T, D),
-                             torch.rand(B, H, T, device=device)))
+                             torch.rand(B, H, T, device=device)))  # q, k, v (B, H, T, D); beta (B, H, T) in (0, 1)
         run = dict(ema_kv=lambda a, L: (variants.ema_kv_ref(*a, ALPHAS) if L == "loop"
                                         else variants.ema_kv_chunked(*a, ALPHAS, chunk=L)),
                    delta=lambda a, L: (variants.delta_rule_ref(*a) if L == "loop"
