@@ -16,10 +16,10 @@ the trace STATE only (variants.py), so both families run here, with two controls
     gpt                   GPT-2 style transformer (gpt.py), same width and depth
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
 order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
-yardsticks of the validation corpus (data.baselines: add-one unigram and interpolated bigram,
-counted on its train split; on bytes also zlib, bz2 and lzma on the val bytes, ngram.py).
+yardsticks of the validation corpus (corpus.baselines: add-one unigram and interpolated bigram,
+counted on its train split; on bytes also zlib, bz2 and lzma on the val bytes, plumbing/ngram.py).
 
-Where the loss goes: per-token losses split into recall hits and copies (repeats.py), beside
+Where the loss goes: per-token losses split into recall hits and copies (plumbing/repeats.py), beside
 the yardsticks' on the same tokens.
 
 Shape glossary

@@ -1,24 +1,37 @@
 """bench.py: what the EMA context costs, against the machine's limits and against attention.
 
 Paper section "Large scale: SPEN": an EMA context is linear in T to train and holds a constant
-state per generated token, and the paper trains its 130M SPEN on one H200. Each section below
-measures one part of that claim on the device it is given (JSON keys = section names):
+state per generated token; the paper trains its 130M SPEN at 32 x 1024 tokens a micro-batch on
+one H200. Each section (a JSON key) measures one part of that claim on the device it is given:
   limits     copy bandwidth (bytes read + written) and fp32 / bf16 matmul FLOP/s
-  ema        ema.traces, method "scan" and "matmul", forward and forward+backward, B=8, C=768,
+  ema        ema.traces, methods "scan" and "matmul", forward and forward+backward, B=8, C=768,
              S=3, T in {256, 1024, 4096}: ms and ratio to the bandwidth floor (bytes that must
-             move / copy bandwidth); the reference loop beside them and the largest difference
-             to it (fp32; on CUDA with TF32 off, must be <= 1e-5, and with TF32 on, reported);
-             the chunk length L swept at T=1024; one streaming step vs recomputing a prefix
+             move / copy bandwidth); the loop beside them, the largest difference to it (fp32,
+             TF32 off: <= 1e-5; with TF32, reported); L swept at T=1024; one streaming step
+  chunk      the write readers' chunk length: variants.ema_kv_chunked and delta_rule_chunked at
+             L in CHUNK_LENS against their loops, forward and forward+backward, fp32, at the
+             (H, D, T, B) of CHUNK_CASES; medians of interleaved repeats, as ratios to the loop
+  blocks     one SPEN block vs one GPT block (C=256), forward+backward tokens/s at
+             T in {256, 1024, 4096, 8192}, B = 8192 / T; the mixers alone beside them
   gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
   gen_gpt    full-size models, batch 1 (SPEN.step: state independent of P; GPT: KV cache of P)
-What training costs is measured in plumbing/bench_train.py (run as a worker of the same protocol; it
-imports this file's timing helpers, this file never imports it): blocks (one SPEN block vs one
-GPT block, tokens/s), ops (operators per training step), memory (activation memory per token),
-compile (torch.compile equals eager), and on CUDA train (130M train steps, MFU) and train_run (100 steps
-of train.py's 130m preset on random tokens).
-This file drives both and prints every table.
+  ops        aten operators in one training forward+backward (batch 1) of the 12-layer SPEN (trace
+             method "matmul" and "scan") and GPT-2 at T in {256, 1024, 4096}; width 768 (on a
+             CPU for T=256 only) and 64 (the count does not depend on the width)
+  memory     activation memory per token of one 130M SPEN training step (fp32, AdamW), from the
+             peak growth between micro-batches of 256 and 1024 tokens and from the bytes autograd
+             saves, extrapolated to the paper's micro-batch and set against 80 / 141 GB
+  compile    torch.compile equals eager on one training step of a 2-layer width-128 SPEN
+  train      CUDA only: training steps in the 130m preset's shape (12 x 768, T=1024, 32 x 1024
+             a micro-batch, halved until it fits; bf16 autocast, fused AdamW, eager) of SPEN with
+             the paper's reader (linear) and the write readers (ema_kv, delta), and of GPT-2:
+             ms/step, tokens/s, MFU (runtime.estimate_mfu at runtime.peak_flops), peak memory
+  train_run  CUDA only: `train.main`, 130m preset (compile, bf16), TRAIN_RUN_STEPS steps on random
+             tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
+`python bench.py --device cuda` is the GPU check: every section, sized to run in a few minutes.
 
-Shape glossary: B batch, T time, C width, S traces, P context already seen, L chunk length.
+Shape glossary: B batch, T time, C width, S traces, P context already seen, L chunk length,
+H heads, D = C / H head width.
 
 Run:  python bench.py                        # every CPU section -> out/bench/bench.json
       python bench.py --threads 1            # one thread per op: steadier on a shared machine
@@ -26,54 +39,63 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --quick                # tiny sizes, all but compile, CUDA-only ones too (tests/test_bench.py)
       python bench.py --allocator both       # each section with and without the allocator tweak
       python bench.py --device cuda --out results/bench/bench_cuda.json   # the GPU check
-The committed references: results/bench/bench.json (CPU), results/bench/bench_cuda.json (GPU),
-shown in results/bench/README.md. Speed claims are ratios within one (shared) run.
+      python bench.py --sections chunk --threads 1 --out results/bench/chunk.json   # chunk lengths
+The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
+results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
+readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's.
 
 Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
-Python process, `python -m MODULE --worker SECTIONS --worker_out OUT [--device ... --threads ...
---quick]` where MODULE is bench (SECTIONS_HERE) or plumbing.bench_train (TRAIN_SECTIONS), with
-BENCH_ALLOCATOR=on|off in its environment, and reads OUT: a JSON object {section name: result,
-"allocator": bool, "threads": int, "seconds": {section: s}}. A fresh process per job keeps
-peak-memory readings and the allocator setting from leaking between sections; --quick runs
-every section of a file in one worker.
+Python process, `python -m bench --worker SECTIONS --worker_out OUT [--device ... --threads ...
+--quick]`, with BENCH_ALLOCATOR=on|off in its environment, and reads OUT: a JSON object {section
+name: result, "allocator": bool, "threads": int, "seconds": {section: s}}. A fresh process per
+job keeps peak-memory readings and the allocator setting from leaking between sections; --quick
+runs every section in one worker.
 
 Departures: generation states are synthetic (random KV cache of P tokens, random EMA state):
 a step's cost does not depend on the values. Peak memory on CPU is the process's peak RSS
 (VmHWM, reset via /proc/self/clear_refs where the kernel allows it), weights included.
 """
 
+import functools
 import json
+import math
 import os
 import platform
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, runs, runtime
+from plumbing import bench_report, cli, runs, runtime, tables, timing
 import ema
 import gpt
+import lm
 import spen
+import train
+import variants
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
 METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
-SECTIONS_HERE = ("limits", "ema", "gen_spen", "gen_gpt")  # measured in this file
-TRAIN_SECTIONS = ("blocks", "ops", "memory", "compile", "train", "train_run")  # in plumbing/bench_train.py
-SECTIONS = SECTIONS_HERE + TRAIN_SECTIONS
+SECTIONS = ("limits", "ema", "chunk", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train",
+            "train_run")
 CUDA_ONLY = ("train", "train_run")
-JOBS = (("limits", "ema"), ("blocks",), ("gen_spen",), ("gen_gpt",), ("ops",), ("memory",), ("compile",),
-        ("train",), ("train_run",))  # one worker process each
-WARMUP = 3  # calls before timing (1 with --quick); see timed()
+JOBS = (("limits", "ema"),) + tuple((s,) for s in SECTIONS[2:])  # one worker process each (ema reads limits)
 GPU_MEMORY_GB = {"H100": 80, "H200": 141}  # the GPUs the paper's scale implies (H200: the paper's)
+PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m preset
+# (H, D, T, B) of the chunk section: the frontier's grid, the byte ablation at width 128, the paper
+CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
+CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
+READERS = ("linear", "ema_kv", "delta")  # SPEN predictors the train section times beside GPT
+TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
 
 
 class BenchError(RuntimeError):
-    """A measurement could not be made or a checked property failed (a finding, not a user's
-    mistake: it keeps its traceback)."""
+    """A measurement failed or a checked property did not hold: a finding, it keeps its traceback."""
 
 
 @dataclass
@@ -82,7 +104,7 @@ class BenchConfig:
                        "results/bench/bench.json, results/bench/bench_cuda.json)", group="I/O")
     sections: str = cli.arg("", "comma-separated sections (default: every one the device runs): "
                             + ", ".join(SECTIONS), group="what")
-    quick: bool = cli.arg(False, "tiny sizes, the sections of each file in one worker: exercises every code path",
+    quick: bool = cli.arg(False, "tiny sizes, every section in one worker: exercises every code path",
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
     threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
@@ -116,69 +138,7 @@ def get_parser():
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing and memory helpers
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device, reps, warmup=None):
-    """Median and min wall time of fn() in ms over reps calls, after warmup calls, and the
-    minor page faults per call (getrusage): ~0 once freed blocks are reused. Three warmup calls:
-    glibc reuses a freed block for posix_memalign only once neighbouring free blocks have
-    coalesced (the heap grows for the first 3-4 calls, then stays)."""
-    for _ in range(WARMUP if warmup is None else warmup):
-        fn()
-    sync(device)
-    times, f0 = [], resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        times.append((time.perf_counter() - t) * 1e3)
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / reps
-    times.sort()
-    return dict(ms=times[len(times) // 2], ms_min=times[0], faults=faults)
-
-
-def proc_status(key):
-    """A /proc/self/status field in MiB (VmHWM: peak RSS, VmRSS: current RSS); None elsewhere."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
-def reset_peak(device):
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    try:  # "5" resets VmHWM to the current RSS (Linux >= 4.0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_mib(device):
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return proc_status("VmHWM")
-
-
-def spen_config(method="auto", **kw):
-    return spen.SPENConfig(trace_method=method, **kw)
-
-
-# ---------------------------------------------------------------------------------------------
-# Sections (each returns a JSON-able dict)
+# Sections (each returns a JSON-able dict): the EMA traces and the readers' chunked forms
 
 
 def bench_limits(device, quick):
@@ -186,12 +146,12 @@ def bench_limits(device, quick):
     n = (4 if quick else 64) * 2**20 if device.type == "cpu" else 256 * 2**20  # floats
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
-    t = timed(lambda: dst.copy_(src), device, reps=5 if quick else 20)
+    t = timing.timed(lambda: dst.copy_(src), device, reps=5 if quick else 20)
     out = dict(copy_mib=n * 4 / 2**20, copy_ms=t["ms_min"], copy_gbs=2 * n * 4 / t["ms_min"] / 1e6)
     m = (256 if quick else 2048) if device.type == "cpu" else 8192
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         a, b = torch.randn(m, m, device=device, dtype=dtype), torch.randn(m, m, device=device, dtype=dtype)
-        t = timed(lambda: a @ b, device, reps=3 if quick else 5)
+        t = timing.timed(lambda: a @ b, device, reps=3 if quick else 5)
         out[f"matmul_{name}_tflops"] = 2 * m**3 / t["ms_min"] / 1e9
     out["matmul_size"] = m
     return out
@@ -210,9 +170,11 @@ def max_error(method, x, g, tf32=False):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def bench_ema(device, quick, copy_gbs):
+def bench_ema(device, quick, copy_gbs=None):
     """ema.traces (both methods) vs the copy floor and the loop; forward reads x and writes h,
-    backward reads g and writes dx. Asserts the 1e-5 agreement with the loop in fp32."""
+    backward reads g and writes dx. Asserts the 1e-5 agreement with the loop in fp32. copy_gbs:
+    the limits section's bandwidth, measured (small) here when it did not run first."""
+    copy_gbs = copy_gbs or bench_limits(device, True)["copy_gbs"]
     B, C, S = (2, 64, 3) if quick else (8, 768, 3)
     Ts, reps = ((64, 256), 2) if quick else ((256, 1024, 4096), 5)
     rows = []
@@ -223,8 +185,8 @@ def bench_ema(device, quick, copy_gbs):
         nbytes = 4 * (B * T * C + B * T * S * C)  # one direction
         row = dict(T=T, B=B, C=C, S=S, floor_fwd_ms=nbytes / copy_gbs / 1e6, floor_fb_ms=2 * nbytes / copy_gbs / 1e6)
         for m in METHODS:
-            fwd = timed(lambda: ema.traces(x, ALPHAS, method=m), device, reps)
-            fb = timed(lambda: ema.traces(xg, ALPHAS, method=m).backward(g), device, reps)
+            fwd = timing.timed(lambda: ema.traces(x, ALPHAS, method=m), device, reps)
+            fb = timing.timed(lambda: ema.traces(xg, ALPHAS, method=m).backward(g), device, reps)
             for t, floor in ((fwd, row["floor_fwd_ms"]), (fb, row["floor_fb_ms"])):
                 t["x_floor"] = t["ms_min"] / floor
             err = max_error(m, x, g)
@@ -235,31 +197,67 @@ def bench_ema(device, quick, copy_gbs):
             if device.type == "cuda":
                 row[m]["max_err_tf32"] = max_error(m, x, g, tf32=True)
         ref = dict(reps=1, warmup=1) if T >= 4096 and device.type == "cpu" else dict(reps=3)
-        row["loop_fwd"] = timed(lambda: ema.traces_ref(x, ALPHAS), device, **ref)
-        row["loop_fb"] = timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, **ref)
+        row["loop_fwd"] = timing.timed(lambda: ema.traces_ref(x, ALPHAS), device, **ref)
+        row["loop_fb"] = timing.timed(lambda: ema.traces_ref(xg, ALPHAS).backward(g), device, **ref)
         rows.append(row)
     T = Ts[len(Ts) // 2]  # chunk length sweep at the middle T (forward + backward)
     xg = torch.randn(B, T, C, device=device, requires_grad=True)
     g = torch.randn(B, T, S, C, device=device)
-    sweep = {m: {L: timed(lambda: ema.traces(xg, ALPHAS, method=m, chunk=L).backward(g), device, reps)["ms_min"]
+    sweep = {m: {L: timing.timed(lambda: ema.traces(xg, ALPHAS, method=m, chunk=L).backward(g), device, reps)["ms_min"]
                  for L in (16, 32, 64, 128) if L <= T} for m in METHODS}
     P = 256 if quick else 1024  # streaming: one step of the (1, S, C) state vs recomputing a prefix
-    h, x_t, xp = torch.zeros(1, S, C, device=device), torch.randn(1, C, device=device), torch.randn(1, P, C, device=device)
-    step_us = 1e3 * timed(lambda: ema.step(x_t, h, ALPHAS), device, reps=200)["ms"]
-    prefix_ms = timed(lambda: ema.traces(xp, ALPHAS), device, reps)["ms"]
+    h, x_t = torch.zeros(1, S, C, device=device), torch.randn(1, C, device=device)
+    xp = torch.randn(1, P, C, device=device)
+    step_us = 1e3 * timing.timed(lambda: ema.step(x_t, h, ALPHAS), device, reps=200)["ms"]
+    prefix_ms = timing.timed(lambda: ema.traces(xp, ALPHAS), device, reps)["ms"]
     return dict(rows=rows, chunk_sweep=dict(T=T, ms=sweep),
                 stream=dict(C=C, P=P, step_us=step_us, recompute_prefix_ms=prefix_ms))
 
 
+def bench_chunk(device, quick):
+    """The write readers' chunk length: variants.ema_kv_chunked and delta_rule_chunked at each L of
+    CHUNK_LENS against their loops (ema_kv_ref, delta_rule_ref), forward (no grad) and
+    forward+backward, at each (H, D, T, B) of CHUNK_CASES, fp32. ratio = loop ms / chunked ms
+    (> 1: the chunked form is faster)."""
+    cases, reps = (((2, 4, 16, 2),), 2) if quick else (CHUNK_CASES, 15)
+    torch.manual_seed(0)
+    rows = []
+    for H, D, T, B in cases:
+        def rand(*shape, unit=False):
+            x = torch.randn(*shape, device=device)
+            return variants.l2norm(x) if unit else x
+        inputs = dict(ema_kv=(rand(B, H, len(ALPHAS), T, D), rand(B, H, T, D, unit=True), rand(B, H, T, D)),  # q, k, v
+                      delta=(rand(B, H, T, D, unit=True), rand(B, H, T, D, unit=True), rand(B, H, T, D),
+                             torch.rand(B, H, T, device=device)))  # q, k, v (B, H, T, D); beta (B, H, T) in (0, 1)
+        run = dict(ema_kv=lambda a, L: (variants.ema_kv_ref(*a, ALPHAS) if L == "loop"
+                                        else variants.ema_kv_chunked(*a, ALPHAS, chunk=L)),
+                   delta=lambda a, L: (variants.delta_rule_ref(*a) if L == "loop"
+                                       else variants.delta_rule_chunked(*a, chunk=L)))
+        for reader, args in inputs.items():
+            grad_args = [x.clone().requires_grad_(True) for x in args]
+            gy = torch.randn(B, H, T, D, device=device)
+            Ls = ("loop",) + tuple(L for L in CHUNK_LENS if L <= T)
+
+            def fwd(L):
+                with torch.no_grad():
+                    run[reader](args, L)
+
+            def fb(L):
+                torch.autograd.grad(run[reader](grad_args, L), grad_args, gy)
+            for mode, fn in (("fwd", fwd), ("fwd+bwd", fb)):
+                ms = timing.interleaved({str(L): (lambda L=L: fn(L)) for L in Ls}, device, reps)
+                ratio = {L: ms["loop"] / v for L, v in ms.items() if L != "loop"}
+                rows.append(dict(reader=reader, H=H, D=D, T=T, B=B, mode=mode, ms=ms, ratio=ratio,
+                                 best_L=int(max(ratio, key=ratio.get))))
+    return dict(reps=reps, rows=rows)
+
+
 def _tensors(obj):
+    """Every tensor in nested dicts, lists and tuples."""
     if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from _tensors(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors(v)
+        return [obj]
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return [t for v in items for t in _tensors(v)]
 
 
 def bench_gen(device, quick, model_name):
@@ -268,12 +266,12 @@ def bench_gen(device, quick, model_name):
     small = dict(vocab_size=512, n_layer=2, n_embd=64, n_head=4) if quick else {}
     torch.manual_seed(0)
     if model_name == "spen":
-        model = spen.SPEN(spen_config(**small))
+        model = spen.SPEN(spen.SPENConfig(**small))
     else:
         model = gpt.GPT(gpt.GPTConfig(**small, block_size=max(contexts) + 64))
     model = model.to(device).eval()
     cfg = model.config
-    rss_model = proc_status("VmRSS")
+    rss_model = timing.proc_status("VmRSS")
     token = torch.zeros(1, dtype=torch.long, device=device)
     rows = []
     for P in contexts:
@@ -286,36 +284,232 @@ def bench_gen(device, quick, model_name):
             state = dict(kv=[(torch.randn(1, cfg.n_head, P, D, device=device),
                               torch.randn(1, cfg.n_head, P, D, device=device)) for _ in range(cfg.n_layer)], pos=P)
         state_mib = sum(t.numel() * t.element_size() for t in _tensors(state)) / 2**20
-        reset = reset_peak(device)
+        reset = timing.reset_peak(device)
         with torch.no_grad():
             holder = [state]
 
             def one():
                 _, holder[0] = model.step(token, holder[0])
-            t = timed(one, device, reps=2 if quick else 3)
+            t = timing.timed(one, device, reps=2 if quick else 3)
         rows.append(dict(P=P, ms=t["ms"], ms_min=t["ms_min"], state_mib=state_mib,
-                         peak_mib=peak_mib(device), peak_reset=reset))
+                         peak_mib=timing.peak_mib(device), peak_reset=reset))
         del state, holder
     return dict(model=model_name, params=model.num_params(), rss_model_mib=rss_model, rows=rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections: what training costs (one block, one step, one short run)
+
+
+def bench_blocks(device, quick):
+    """One SPEN block vs one GPT block (same width), forward + backward, B * T = const tokens."""
+    C, H = (64, 4) if quick else (256, 4)
+    Ts, tokens, reps = ((64, 256), 512, 2) if quick else ((256, 1024, 4096, 8192), 8192, 3)
+    scfg = spen.SPENConfig(n_embd=C, n_head=H)
+    sb = spen.Block(scfg)
+    spen.init_weights(sb, scfg)  # a Block does not initialise itself
+    sb = sb.to(device)
+    gb = gpt.Block(gpt.GPTConfig(n_embd=C, n_head=H, block_size=max(Ts))).to(device)
+    mixers = dict(spen=lambda u: sb.pred(u, spen.shift_right(sb.ctx(u))), gpt=lambda u: gb.attn(u))
+    rows = []
+    for T in Ts:
+        B = max(1, tokens // T)
+        x = torch.randn(B, T, C, device=device, requires_grad=True)
+        row = dict(T=T, B=B)
+        for name, fn in (("spen", sb), ("gpt", gb), ("spen_mixer", mixers["spen"]), ("gpt_mixer", mixers["gpt"])):
+            t = timing.timed(lambda: fn(x).sum().backward(), device, reps, warmup=2)
+            row[name] = dict(ms=t["ms_min"], tok_s=B * T / t["ms_min"] * 1e3)
+        row["ratio_block"] = row["gpt"]["ms"] / row["spen"]["ms"]
+        row["ratio_mixer"] = row["gpt_mixer"]["ms"] / row["spen_mixer"]["ms"]
+        rows.append(row)
+    return dict(C=C, n_head=H, tokens_per_batch=tokens, rows=rows)
+
+
+def bench_ops(device, quick):
+    """Operators of one training forward + backward (batch 1) per model, width and T."""
+    kw = dict(n_layer=2, vocab_size=512) if quick else dict(n_layer=12)
+    Ts = (64, 256) if quick else (256, 1024, 4096)
+    if quick:
+        plan = [(64, Ts)]
+    elif device.type == "cuda":
+        plan = [(768, Ts)]
+    else:  # width 768 is ~10 s per step per model at T=256 on a CPU; the count does not depend on it
+        plan = [(768, Ts[:1]), (64, Ts)]
+    models = dict(spen_matmul=lambda C: spen.SPEN(spen.SPENConfig(trace_method="matmul", n_embd=C, **kw)),
+                  spen_scan=lambda C: spen.SPEN(spen.SPENConfig(trace_method="scan", n_embd=C, **kw)),
+                  gpt=lambda C: gpt.GPT(gpt.GPTConfig(n_embd=C, block_size=max(Ts), **kw)))
+    rows = []
+    for C, Ts_at_C in plan:
+        for name, build in models.items():
+            torch.manual_seed(0)
+            model = build(C).to(device)
+            for T in Ts_at_C:
+                idx = torch.randint(model.config.vocab_size, (1, T), device=device)
+                timing.train_step(model, idx)  # first call: lazy inits and cached constants
+                rows.append(dict(model=name, C=C, n_layer=kw["n_layer"], T=T,
+                                 ops=timing.count_ops(lambda: timing.train_step(model, idx))))
+            del model
+    count = {(r["model"], r["C"], r["T"]): r["ops"] for r in rows}
+    C = plan[-1][0]
+    mid, long = Ts[-2], Ts[-1]
+    checks = dict(width=C, T_mid=mid, T_long=long,
+                  spen_over_gpt_at_T_mid=count["spen_matmul", C, mid] / count["gpt", C, mid],
+                  spen_long_over_mid=count["spen_matmul", C, long] / count["spen_matmul", C, mid],
+                  scan_long_over_mid=count["spen_scan", C, long] / count["spen_scan", C, mid])
+    checks["pass"] = checks["spen_over_gpt_at_T_mid"] <= 2 and abs(checks["spen_long_over_mid"] - 1) <= 0.1
+    return dict(rows=rows, checks=checks)
+
+
+def bench_memory(device, quick):
+    """Peak memory growth per token of one SPEN training step (forward, backward, AdamW step)."""
+    kw = dict(vocab_size=512, n_layer=2, n_embd=64) if quick else {}
+    T = 64 if quick else 256
+    out = dict(T=T, fp32=True, rows=[])
+    method = "matmul"  # the accelerator path; the scan saves the same tensors (see saved_bytes)
+    torch.manual_seed(0)
+    model = spen.SPEN(spen.SPENConfig(trace_method=method, **kw)).to(device)
+    opt = lm.configure_optimizers(model, 0.1, 6e-4, (0.9, 0.95), device.type)
+    peaks = {}
+    for B in (1, 1, 4):  # the first step allocates AdamW's state: measured again after it
+        idx = torch.randint(model.config.vocab_size, (B, T), device=device)
+        timing.sync(device)
+        timing.reset_peak(device)
+        timing.train_step(model, idx, opt)
+        timing.sync(device)
+        peaks[B] = timing.peak_mib(device)
+    per_token_mib = (peaks[4] - peaks[1]) / (3 * T)
+    saved_per_token_mib = timing.saved_bytes(model, idx) / (4 * T) / 2**20
+    static_mib = sum(p.numel() for p in model.parameters()) * 4 * 4 / 2**20  # weights, grads, 2 Adam moments
+    Bp, Tp = PAPER_MICRO_BATCH
+    need_gb = (static_mib + per_token_mib * Bp * Tp) * 2**20 / 1e9
+    out["rows"].append(dict(method=method, params=model.num_params(), peak_mib_B1=peaks[1],
+                            peak_mib_B4=peaks[4], per_token_mib=per_token_mib,
+                            saved_per_token_mib=saved_per_token_mib, static_mib=static_mib,
+                            paper_micro_batch=list(PAPER_MICRO_BATCH), paper_need_gb=need_gb,
+                            gpu_memory_gb=GPU_MEMORY_GB,
+                            fits={k: need_gb <= v for k, v in GPU_MEMORY_GB.items()}))
+    return out
+
+
+def bench_compile(device, quick):
+    """torch.compile vs eager on one training forward + backward: same loss and gradients."""
+    cfg = spen.SPENConfig(trace_method="matmul", vocab_size=512, n_layer=2, n_embd=128, block_size=128)
+    B, T = 2, 64
+    torch.manual_seed(0)
+    model = spen.SPEN(cfg).to(device)
+    idx = torch.randint(cfg.vocab_size, (B, T), device=device)
+    compiled = torch.compile(model)
+    res = {}
+    for name, m in (("eager", model), ("compiled", compiled)):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = timing.train_step(m, idx)
+        timing.sync(device)
+        first_s = time.perf_counter() - t0
+        grads = [p.grad.clone() for p in model.parameters()]
+        def again():
+            model.zero_grad(set_to_none=True)
+            timing.train_step(m, idx)
+        step = timing.timed(again, device, reps=3, warmup=1)
+        res[name] = dict(loss=loss.item(), first_call_s=first_s, step_ms=step["ms"], grads=grads)
+    gerr = max((a - b).abs().max().item() / (b.abs().max().item() + 1e-12)
+               for a, b in zip(res["compiled"].pop("grads"), res["eager"].pop("grads")))
+    lerr = abs(res["compiled"]["loss"] - res["eager"]["loss"])
+    return dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, B=B, T=T, eager=res["eager"], compiled=res["compiled"],
+                loss_diff=lerr, max_grad_rel_diff=gerr, equal=lerr <= 1e-4 and gerr <= 1e-3)
+
+
+def bench_train_steps(device, quick):
+    """Training steps in the 130m preset's shape of SPEN with each reader of READERS and of GPT-2:
+    bf16 autocast, fused AdamW, eager (train_run times the compiled SPEN). The micro-batch is
+    halved until it fits. MFU counts each model's flops_per_token (the write readers' include
+    their recurrence: variants' attn_flops)."""
+    small = dict(vocab_size=512, n_layer=2, n_embd=64) if quick else {}
+    builds = {f"spen_{p}": (lambda p=p: spen.SPEN(spen.SPENConfig(predictor=p, **small))) for p in READERS}
+    builds["gpt"] = lambda: gpt.GPT(gpt.GPTConfig(**small))
+    B, T = (2, 64) if quick else PAPER_MICRO_BATCH
+    peak = runtime.peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    out = dict(T=T, dtype="torch.bfloat16", peak_flops=peak, models={})
+    for name, build in builds.items():
+        b, res = B, None
+        while res is None:
+            try:
+                res = _train_steps(build, device, b, T, peak, steps=2 if quick else 10)
+            except torch.OutOfMemoryError:
+                if b == 1:
+                    raise BenchError(f"{name}: one sequence of {T} tokens does not fit") from None
+                b //= 2
+            torch.cuda.empty_cache()  # after the except block, when the failed step's tensors are gone
+        out["models"][name] = res
+    return out
+
+
+def _train_steps(build, device, B, T, peak, steps):
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True  # as train.py sets it
+    model = build().to(device)
+    opt = lm.configure_optimizers(model, 0.1, 6e-4, (0.9, 0.95), device.type)
+    idx = torch.randint(model.config.vocab_size, (B, T), device=device)  # (B, T)
+    ac = torch.autocast(device.type, dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    timing.train_step(model, idx, opt, ac)
+    timing.sync(device)
+    first_s = time.perf_counter() - t0
+    timing.reset_peak(device)
+    t = timing.timed(lambda: timing.train_step(model, idx, opt, ac), device, reps=steps, warmup=2)
+    tok_s = B * T / t["ms"] * 1e3
+    return dict(B=B, params=model.num_params(), flops_per_token=model.flops_per_token(T), first_call_s=first_s,
+                ms=t["ms"], tok_s=tok_s, mfu=runtime.estimate_mfu(model, T, tok_s, peak),
+                peak_mib=timing.peak_mib(device))
+
+
+def bench_train_run(device, quick):
+    """train.main with the paper's preset (130m: micro-batch 32 x 1024, 16 micro-batches a step,
+    bf16, compile, fused AdamW) for TRAIN_RUN_STEPS steps on random tokens: the real loop end to end, no data
+    and no network; its ms/step, MFU and peak memory leave out the warm-up steps. The loss on
+    uniform random tokens stays near ln V (nothing to learn): a check that the run is sane."""
+    out_dir = tempfile.mkdtemp(prefix="bench_train_")
+    over = dict(max_iters=TRAIN_RUN_STEPS, eval_interval=TRAIN_RUN_STEPS, eval_iters=2, log_interval=5,
+                warmup_iters=5)
+    if quick:
+        over.update(max_iters=2, eval_interval=2, eval_iters=1, log_interval=1, warmup_iters=1, n_layer=1,
+                    n_embd=64, block_size=32, batch_size=2, grad_accum=1, compile=False)
+    cfg = train.make_config("130m", device=str(device), out_dir=out_dir, **over)
+    rng = np.random.default_rng(0)
+    V = train.model_config(cfg).vocab_size
+    train_tokens, val = (rng.integers(0, V, size=n).astype(np.uint16) for n in (8_000_000, 200_000))
+    t0 = time.perf_counter()
+    res = train.main(cfg, tokens=(train_tokens, val))
+    keep = {k: res.get(k) for k in ("val_loss", "params", "tokens", "step", "ms_per_step", "tok_s", "mfu",
+                                     "peak_mem_gib")}
+    try:  # the first and last training losses, and whether compile fell back to eager
+        with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+            losses = [r["train_loss"] for r in map(json.loads, f) if "train_loss" in r]
+        keep.update(first_loss=losses[0], last_loss=losses[-1])
+        with open(os.path.join(out_dir, "log.txt")) as f:
+            keep["compile_fell_back"] = "warning: torch.compile failed" in f.read()
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    shutil.rmtree(out_dir, ignore_errors=True)  # its numbers are in this JSON now
+    return dict(config={k: v for k, v in asdict(cfg).items() if k in over or k in ("device", "compile", "dtype")},
+                gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None, ln_V=math.log(V),
+                seconds=time.perf_counter() - t0, **keep)
+
+
+# One function per section: (device, quick) -> dict.
+RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, blocks=bench_blocks,
+           gen_spen=functools.partial(bench_gen, model_name="spen"),
+           gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=bench_memory,
+           compile=bench_compile, train=bench_train_steps, train_run=bench_train_run)
+assert tuple(RUN) == SECTIONS
 
 
 # ---------------------------------------------------------------------------------------------
 # Worker (one process) and driver
 
 
-# One function per section of this file: (device, quick, earlier results of this worker) -> dict.
-RUN_HERE = dict(
-    limits=lambda device, quick, earlier: bench_limits(device, quick),
-    ema=lambda device, quick, earlier: bench_ema(device, quick, (earlier.get("limits") or
-                                                                  bench_limits(device, True))["copy_gbs"]),
-    gen_spen=lambda device, quick, earlier: bench_gen(device, quick, "spen"),
-    gen_gpt=lambda device, quick, earlier: bench_gen(device, quick, "gpt"))
-
-
-def run_worker(cfg, table):
-    """Run cfg's sections with table[section](device, quick, earlier) and write their JSON."""
-    global WARMUP
-    WARMUP = 1 if cfg.quick else WARMUP
+def run_worker(cfg):
+    """Run cfg's sections with RUN[section](device, quick) and write their JSON."""
     device = torch.device(cfg.device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -326,7 +520,8 @@ def run_worker(cfg, table):
         if sec in CUDA_ONLY and device.type != "cuda" and not cfg.quick:
             res[sec] = dict(skipped="needs CUDA")
         else:
-            res[sec] = table[sec](device, cfg.quick, res)
+            kw = dict(copy_gbs=res["limits"]["copy_gbs"]) if sec == "ema" and "limits" in res else {}
+            res[sec] = RUN[sec](device, cfg.quick, **kw)
         res["seconds"][sec] = time.time() - t0
     with open(cfg.worker_out, "w") as f:
         json.dump(res, f)
@@ -334,19 +529,18 @@ def run_worker(cfg, table):
 
 
 def spawn(cfg, sections, allocator):
-    """Run sections (all of one file) in a fresh Python process (the worker protocol, see the
-    docstring). A failed worker's stderr, traceback included, is shown before the BenchError."""
+    """Run sections in a fresh Python process (the worker protocol, see the docstring). A failed
+    worker's stderr, traceback included, is shown before the BenchError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # no env override
     env["BENCH_ALLOCATOR"] = allocator
-    module = "plumbing.bench_train" if sections[0] in TRAIN_SECTIONS else "bench"
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "w.json")
-        cmd = [sys.executable, "-m", module, "--worker", ",".join(sections), "--worker_out", out,
+        cmd = [sys.executable, "-m", "bench", "--worker", ",".join(sections), "--worker_out", out,
                "--device", cfg.device, "--threads", str(cfg.threads)] + (["--quick"] if cfg.quick else [])
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
-            raise BenchError(f"worker {module} {'+'.join(sections)} (allocator {allocator}) failed with "
+            raise BenchError(f"worker {'+'.join(sections)} (allocator {allocator}) failed with "
                              f"status {r.returncode}; its output is above")
         with open(out) as f:
             return json.load(f)
@@ -362,112 +556,6 @@ def machine(device):
     return out
 
 
-def print_blocks(base, cells):
-    """The blocks table of one worker result; cells(get) gives print_tables' on | off | off/on
-    figures."""
-    if "blocks" in base:
-        bl = base["blocks"]
-        print(f"\nSPEN block vs GPT block, C={bl['C']}, fwd+bwd, B*T={bl['tokens_per_batch']}: tokens/s, "
-              "ratio = GPT ms / SPEN ms")
-        for i, row in enumerate(bl["rows"]):
-            print(f" T={row['T']:5d}: SPEN {row['spen']['tok_s']:9.0f}  GPT {row['gpt']['tok_s']:9.0f}  block ratio "
-                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_block'])}  mixer ratio "
-                  f"{cells(lambda r: r['blocks']['rows'][i]['ratio_mixer'])}")
-
-
-def print_train_tables(base):
-    """The tables of the training-step sections (ops to train_run) in one worker result."""
-    if "ops" in base:
-        print("\naten operators per training forward+backward, batch 1")
-        for r in base["ops"]["rows"]:
-            print(f" {r['model']:12s} C={r['C']:4d} L={r['n_layer']:2d} T={r['T']:5d}: {r['ops']:7d}")
-        c = base["ops"]["checks"]
-        print(f" SPEN(matmul) / GPT at T={c['T_mid']}: {c['spen_over_gpt_at_T_mid']:.2f}x (must be <= 2); "
-              f"SPEN(matmul) T={c['T_long']} / T={c['T_mid']}: {c['spen_long_over_mid']:.3f} (within 10% of 1); "
-              f"scan: {c['scan_long_over_mid']:.2f}; {'PASS' if c['pass'] else 'FAIL'}")
-    if "memory" in base:
-        for r in base["memory"]["rows"]:
-            fits = ", ".join(f"{k} {GPU_MEMORY_GB[k]} GB: {'fits' if v else 'does not fit'}"
-                             for k, v in r["fits_gb"].items())
-            print(f"\nSPEN training memory (fp32, method {r['method']}): peak grows {r['per_token_mib'] * 1024:.0f} KiB "
-                  f"per token (autograd saves {r['saved_per_token_mib'] * 1024:.0f} KiB), "
-                  f"{r['static_mib']:.0f} MiB weights+grads+AdamW; at {r['paper_micro_batch'][0]} x "
-                  f"{r['paper_micro_batch'][1]}: {r['paper_need_gb']:.1f} GB ({fits})")
-    if "compile" in base:
-        c = base["compile"]
-        print(f"\ntorch.compile vs eager (SPEN n_layer={c['n_layer']} n_embd={c['n_embd']}, B={c['B']} T={c['T']}): "
-              f"loss diff {c['loss_diff']:.1e}, max grad rel diff {c['max_grad_rel_diff']:.1e}, "
-              f"{'equal' if c['equal'] else 'NOT EQUAL'}; compile {c['compiled']['first_call_s']:.1f} s; step ms "
-              f"eager {c['eager']['step_ms']:.1f}, compiled {c['compiled']['step_ms']:.1f}")
-    tr = base.get("train")
-    if tr and "skipped" not in tr:
-        print(f"\ntrain steps, T={tr['T']}, {tr['dtype']}:")
-        for k, r in tr["models"].items():
-            mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a (no peak for this device)"
-            print(f" {k:15s} B={r['B']:3d}: {r['tok_s']:10.0f} tokens/s, {r['ms']:8.1f} ms/step, MFU {mfu}, "
-                  f"peak {r['peak_mib']:.0f} MiB, first call {r['first_call_s']:.1f} s")
-    run = base.get("train_run")
-    if run and "skipped" not in run:
-        mfu = f"{run['mfu']:.1%}" if run.get("mfu") is not None else "n/a"
-        ms = f"{run['ms_per_step']:.0f}" if run.get("ms_per_step") is not None else "n/a"
-        print(f"\ntrain.main, 130m preset on random tokens ({run.get('gpu') or 'cpu'}), {run['config']}: {ms} ms/step, "
-              f"MFU {mfu}, peak {run.get('peak_mem_gib') or 0:.1f} GiB, train loss {run.get('first_loss')} -> "
-              f"{run.get('last_loss')} (ln V {run['ln_V']:.3f}), compile fell back: {run.get('compile_fell_back')}, "
-              f"{run['seconds']:.0f} s")
-
-
-def print_tables(res):
-    """One table per section; with --allocator both, figures for on | off | off/on."""
-    on, off = res["runs"].get("on"), res["runs"].get("off")
-    base = on or off
-
-    def cells(get, fmt="{:9.2f}"):
-        vals = [get(r) if r else None for r in (on, off)]
-        text = " ".join(fmt.format(v) for v in vals if v is not None)
-        if None not in vals and vals[0]:
-            text += f" {vals[1] / vals[0]:6.2f}x"
-        return text
-
-    m = res["machine"]
-    print(f"\nmachine: {m.get('gpu', m['cpu'])} ({m['cores']} cores), torch {m['torch']}, device {m['device']}, "
-          f"{base['threads']} threads, allocator {'on | off | off/on' if on and off else 'on' if on else 'off'}")
-    if "limits" in base:
-        lim = base["limits"]
-        print(f"limits: copy {cells(lambda r: r['limits']['copy_gbs'])} GB/s, fp32 matmul "
-              f"{lim['matmul_fp32_tflops']:.3f} TFLOP/s, bf16 matmul {lim['matmul_bf16_tflops']:.3f} TFLOP/s")
-    if "ema" in base:
-        print("\nema.traces, ms (best of repeats), x floor = ms / bandwidth floor, err = max |fast - loop| (fp32)")
-        for i, row in enumerate(base["ema"]["rows"]):
-            print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']}: floor {row['floor_fwd_ms']:.2f} fwd / "
-                  f"{row['floor_fb_ms']:.2f} fwd+bwd; loop {row['loop_fwd']['ms_min']:.2f} / {row['loop_fb']['ms_min']:.2f}")
-            for meth in METHODS:
-                r = row[meth]
-                tf32 = f", TF32 err {max(r['max_err_tf32'].values()):.1e}" if "max_err_tf32" in r else ""
-                fwd = cells(lambda z: z["ema"]["rows"][i][meth]["fwd"]["ms_min"])
-                fb = cells(lambda z: z["ema"]["rows"][i][meth]["fb"]["ms_min"])
-                print(f"   {meth:6s} fwd {fwd} ({r['fwd']['x_floor']:.1f}x floor)  fwd+bwd {fb} "
-                      f"({r['fb']['x_floor']:.1f}x floor)  err {max(r['max_err'].values()):.1e}{tf32}")
-        sw = base["ema"]["chunk_sweep"]
-        for meth, ms in sw["ms"].items():
-            print(f" chunk sweep {meth} T={sw['T']} fwd+bwd ms: " + ", ".join(f"L={L} {v:.2f}" for L, v in ms.items()))
-        st = base["ema"]["stream"]
-        print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
-              f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
-    print_blocks(base, cells)
-    for name in ("gen_spen", "gen_gpt"):
-        if name in base:
-            gen = base[name]
-            print(f"\ngeneration {gen['model']} ({gen['params'] / 1e6:.1f}M params), batch 1: ms/token, "
-                  "state MiB, peak MiB")
-            for i, row in enumerate(gen["rows"]):
-                print(f" P={row['P']:6d}: {cells(lambda r: r[name]['rows'][i]['ms'])}  state {row['state_mib']:8.1f}  "
-                      f"peak {row['peak_mib'] or 0:8.0f}")
-    print_train_tables(base)
-    skipped = [k for k in SECTIONS if isinstance(base.get(k), dict) and "skipped" in base[k]]
-    if skipped:
-        print(f"\nskipped ({', '.join(skipped)}): need CUDA; run: python bench.py --device cuda")
-
-
 def main(cfg):
     """Run the chosen sections (each job in a fresh worker process), print tables, write JSON."""
     t0 = time.time()
@@ -478,13 +566,9 @@ def main(cfg):
     wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
     if cfg.quick and not cfg.section_list():
         wanted.remove("compile")  # compiling even a tiny model takes minutes on a small CPU
-    if cfg.quick:  # one worker per file
-        jobs = [tuple(s for s in wanted if s in SECTIONS_HERE), tuple(s for s in wanted if s in TRAIN_SECTIONS)]
-        jobs = [j for j in jobs if j]
-    else:
-        jobs = [tuple(s for s in job if s in wanted) for job in JOBS]
-        jobs = [j for j in jobs if j]
+    jobs = [tuple(wanted)] if cfg.quick else [j for j in (tuple(s for s in job if s in wanted) for job in JOBS) if j]
     settings = ("on", "off") if cfg.allocator == "both" else (cfg.allocator,)
+    load_start = os.getloadavg()  # 1, 5, 15 min: how busy the machine was (other jobs slow every section)
     by_setting = {s: dict(seconds={}) for s in settings}
     for sections in jobs:
         for s in settings:
@@ -492,27 +576,23 @@ def main(cfg):
             out = spawn(cfg, sections, s)
             by_setting[s]["seconds"].update(out.pop("seconds"))
             by_setting[s].update(out)
-    res = dict(argv=sys.argv, config=asdict(cfg), machine=machine(device), quick=cfg.quick, runs=by_setting,
-               seconds=time.time() - t0)
-    print_tables(res)
-    checkpoint.atomic_json(res, cfg.out)  # a failed write leaves no half file
+    res = dict(machine=dict(**machine(device), load_start=load_start, load_end=os.getloadavg()),
+               quick=cfg.quick, runs=by_setting, seconds=time.time() - t0)
+    bench_report.print_tables(res)
+    res = tables.save_json(res, cfg.out, "bench.py", cfg)  # a failed write leaves no half file
     secs = ", ".join(f"{k} {v:.0f}" for k, v in by_setting[settings[0]]["seconds"].items())
     print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")
     return res
 
 
-def cli_main(table, argv=None):
-    """`python bench.py ...` (and, for its sections, `python bench_train.py --worker ...`)."""
+def cli_main(argv=None):
+    """`python bench.py ...`, the driver or (with --worker) one worker."""
     cfg = cli.parse(BenchConfig, get_parser(), argv)
 
     def run():
-        if not cfg.worker:
-            return main(cfg)
-        cli.require(set(cfg.section_list()) <= set(table), "--worker {}: this file runs {}", cfg.worker,
-                    ", ".join(table))
-        return run_worker(cfg, table)
+        return run_worker(cfg) if cfg.worker else main(cfg)
     return cli.main_guard(run, prog="bench.py")
 
 
 if __name__ == "__main__":
-    cli_main(RUN_HERE)
+    cli_main()

@@ -95,7 +95,7 @@ def load(init_from, device):
 class ByteCodec:
     """The byte tokenizer (data.py: UTF-8 bytes, NUL after every document) with tiktoken's encode /
     decode: `<|endoftext|>` in a prompt is the separator, as for GPT-2; bytes that are not valid
-    UTF-8 are shown as U+FFFD (data.decode)."""
+    UTF-8 are shown as U+FFFD (corpus.decode)."""
 
     def encode(self, text, allowed_special=()):
         return list(text.replace("<|endoftext|>", chr(corpus.separator("bytes"))).encode("utf-8"))

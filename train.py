@@ -16,13 +16,13 @@ included) that contradicts it. The choices where the paper is silent (AdamW, lr 
 715 warmup steps, 524,288 tokens per step: 8B tokens in 15,259 steps) are PAPER.md's train.py
 choices.
 
-Data (batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
+Data (plumbing/batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
 checked against the model's vocabulary as a split loads, never inside forward. Training windows
 are drawn without replacement within an epoch, a pure function of (seed, step, rank): micro-batch
 m of step s on rank r reads epoch_batch(step=s * A/W + m, rank=r, world=W), so `--resume` is
 exact; the log header states the epochs the run makes.
 
-Evaluation (evaluate.py): during training, a quick estimate on eval_iters fixed random batches
+Evaluation (plumbing/evaluate.py): during training, a quick estimate on eval_iters fixed random batches
 (the curve, ckpt_best); the reported numbers come from --eval_only: each corpus of --eval_data
 over contiguous windows of its whole val split (or --eval_tokens), every token once, eval.json.
 
@@ -389,7 +389,7 @@ def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder
 
 def main(cfg, tokens=None):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
-    token arrays to use instead of reading --data / --eval_data (bench_train.py: random tokens)."""
+    token arrays to use instead of reading --data / --eval_data (bench.py's train_run: random tokens)."""
     t0, place = time.time(), setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends

@@ -228,7 +228,7 @@ def byte_data():
 
 
 def yardsticks():
-    """data.baselines of builtin bytes: unigram, bigram, trigram and zlib, bz2, lzma (nats/byte)."""
+    """corpus.baselines of builtin bytes: unigram, bigram, trigram and zlib, bz2, lzma (nats/byte)."""
     y = corpus.baselines("builtin", tokenizer="bytes", **SIZES["data"])
     return {k: y[k] for k in ("unigram", "bigram", "trigram", *ngram.COMPRESSORS)}
 

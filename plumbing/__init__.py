@@ -14,7 +14,7 @@ they share, one idea per module:
     evaluate     the splits a run reads; the paper's evaluation protocol (every token once, eval.json)
     ngram        the unigram, bigram and trigram yardsticks
     repeats      which tokens an in-context copy could predict, and the loss split on them
-    bench_train  bench.py's training sections (a worker bench.py starts as a subprocess)
+    timing       bench.py's timers and memory readings (its tables: bench_report)
 
 Importing the package imports none of them.
 """

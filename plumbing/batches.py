@@ -1,4 +1,4 @@
-"""Batches: what turns a split's token ids (data.load_split) into model inputs x, y.
+"""Batches: what turns a split's token ids (corpus.load_split) into model inputs x, y.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the 130M
 SPEN trains on FineWeb-Edu windows and reports C4 and "Wiki" perplexity; this file says which
@@ -14,7 +14,7 @@ batches it would have seen and the data position is simply the step:
                (eval_windows() lists them);
   get_batch    B random windows, with replacement (probes, quick estimates).
 check_split says, in one line, when a split is too short for the block size; the range of
-the ids (< V) is checked once per split where they enter, by data.load_split(vocab=V).
+the ids (< V) is checked once per split where they enter, by corpus.load_split(vocab=V).
 Glossary: B batch size, T block size (context), L a window's length (T, or less for the last
 evaluation window), V vocabulary, W windows per epoch, N tokens in a split.
 

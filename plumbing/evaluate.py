@@ -14,7 +14,7 @@ tokens over the whole val split, or its first --eval_tokens (batches.eval_window
 after the first predicted once, no context carried from one window to the next; the loss is the
 mean over those N - 1 targets, the perplexity its exp. During training `estimate_loss` is a
 quick, steady estimate instead: one fixed set of eval_iters random batches (seed runtime.EVAL_SEED)
-for the curve and ckpt_best. Yardsticks (unigram / bigram / trigram cross-entropy, data.baselines)
+for the curve and ckpt_best. Yardsticks (unigram / bigram / trigram cross-entropy, corpus.baselines)
 come only from caches that exist (--yardsticks auto) or when asked (--yardsticks count): no
 download, no long count unasked.
 
@@ -136,7 +136,7 @@ def evaluate_split(model, val, cfg, place):
 
 
 def count_yardsticks(cfg, name):
-    """Unigram / bigram / trigram cross-entropy of corpus `name`'s val split (data.baselines),
+    """Unigram / bigram / trigram cross-entropy of corpus `name`'s val split (corpus.baselines),
     counted on its train split. --yardsticks auto: only from a cache that exists (train and val
     built): its baselines.json, or counted here when train holds <= AUTO_YARDSTICK_TOKENS; never
     a download or a long count. count: prepare and count, whatever it takes. off: None."""

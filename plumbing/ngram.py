@@ -37,7 +37,7 @@ same bytes, not a like-for-like comparison in either direction.
 
 Run:  python data.py --dataset builtin --baselines                    the yardsticks as JSON
       python data.py --dataset builtin --tokenizer bytes --baselines  the same per byte, and zlib, bz2, lzma
-data.baselines caches them beside the tokens in <cache folder>/baselines.json; the builtin
+corpus.baselines caches them beside the tokens in <cache folder>/baselines.json; the builtin
 ones are in results/train_cpu/README.md (Yardsticks).
 """
 import bz2

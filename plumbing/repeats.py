@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from plumbing import corpus, ngram
 
-YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (data.baselines)
+YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (corpus.baselines)
 COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
 
 
@@ -127,7 +127,7 @@ def copy_split(nll, dist, bins=COPY_BINS):
 
 
 def yardstick_nll(name, w, tokenizer="gpt2"):
-    """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (data.baselines: the
+    """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (corpus.baselines: the
     same counts and weights) on windows w; each window is scored on its own (no context across)."""
     counts = ngram.ngram_counts(corpus.load_split(name, "train", tokenizer=tokenizer),
                                    corpus.vocab_size(tokenizer), order=3)

@@ -1,4 +1,4 @@
-"""Tests for batches.py: get_batch determinism and shifting, epoch coverage without
+"""Tests for plumbing/batches.py: get_batch determinism and shifting, epoch coverage without
 replacement, evaluation windows that count each token once, and the one-line errors of a split
 too short for the block size. CPU, offline, no cache (a uint16 memmap like load_split's)."""
 import os

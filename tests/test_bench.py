@@ -1,15 +1,16 @@
-"""bench.py --quick runs every section but compile end to end (bench.py's and bench_train.py's;
-the CUDA-only ones on the CPU at tiny sizes), writes its JSON where it is told, and shows the
-operator-count property. No timing asserts: the numbers depend on the machine. torch.compile is
-left to the bench (compiling even a tiny SPEN takes minutes on a 2-core CPU); its equality check
-is bench_train.py's `compile` section."""
+"""bench.py --quick runs every section but compile end to end (the CUDA-only ones, the GPU check's
+train steps of the write readers included, on the CPU at tiny sizes), writes its JSON where it
+is told, and shows the operator-count property. No timing asserts: the numbers depend on the
+machine. torch.compile is left to the bench (compiling even a tiny SPEN takes minutes on a
+2-core CPU); its equality check is bench.py's `compile` section."""
+import dataclasses
 import json
 
 import pytest
 import torch
 
 import bench
-from plumbing import cli
+from plumbing import cli, timing
 
 
 def parse(argv):
@@ -21,6 +22,7 @@ def test_quick_run_writes_json(tmp_path):
     res = bench.main(parse(["--quick", "--device", "cpu", "--threads", "1", "--out", str(out)]))
     saved = json.loads(out.read_text())
     assert saved["quick"] and set(saved["runs"]) == {"on"}  # the allocator comparison is opt-in
+    assert dataclasses.asdict(parse(saved["command"].split()[2:])) == saved["settings"]  # the command reruns it
     run = saved["runs"]["on"]
     assert run["allocator"] is True and run["limits"]["copy_gbs"] > 0
     rows = run["ema"]["rows"]
@@ -38,7 +40,16 @@ def test_quick_run_writes_json(tmp_path):
     assert ops["spen_scan", 256] > ops["spen_matmul", 256]
     assert run["ops"]["checks"]["pass"]
     assert run["memory"]["rows"][0]["paper_need_gb"] > 0
-    assert set(run["train"]["models"]) == {"spen_eager", "gpt_eager"}  # the CUDA step, run on the CPU
+    # the GPU check's train steps, run on the CPU: SPEN's paper reader and write readers beside GPT
+    models = run["train"]["models"]
+    assert list(models) == ["spen_linear", "spen_ema_kv", "spen_delta", "gpt"]
+    assert all(r["ms"] > 0 and r["tok_s"] > 0 and r["mfu"] is None for r in models.values())  # no CPU peak
+    # the write readers' recurrence costs FLOPs the linear predictor does not (variants' attn_flops)
+    assert models["spen_ema_kv"]["flops_per_token"] > models["spen_linear"]["flops_per_token"] > 0
+    assert models["spen_delta"]["flops_per_token"] > models["spen_linear"]["flops_per_token"]
+    chunk = run["chunk"]["rows"]  # every reader x pass, the loop and each L <= T timed
+    assert {(r["reader"], r["mode"]) for r in chunk} == {(a, b) for a in ("ema_kv", "delta") for b in ("fwd", "fwd+bwd")}
+    assert all(set(r["ms"]) == {"loop", "8", "16"} and str(r["best_L"]) in r["ratio"] for r in chunk)
     tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
     assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2
     assert "compile" not in run
@@ -71,11 +82,13 @@ def test_bad_flags_are_one_line_errors(argv, message, capsys):
 def test_out_inside_a_file_is_one_line_before_any_measurement(tmp_path, capsys):
     (tmp_path / "f").write_text("")
     with pytest.raises(SystemExit) as e:
-        bench.cli_main(bench.RUN_HERE, ["--quick", "--out", str(tmp_path / "f" / "bench.json")])
+        bench.cli_main(["--quick", "--out", str(tmp_path / "f" / "bench.json")])
     err = capsys.readouterr()
     assert e.value.code == 2 and "its folder" in err.err and "is a file" in err.err and "running" not in err.out
 
 
-def test_each_section_is_measured_in_one_file():
-    from plumbing import bench_train
-    assert set(bench.RUN_HERE) == set(bench.SECTIONS_HERE) and set(bench_train.RUN_HERE) == set(bench.TRAIN_SECTIONS)
+def test_interleaved_times_every_function_in_rotated_rounds():
+    calls = []
+    ms = timing.interleaved({k: (lambda k=k: calls.append(k)) for k in "abc"}, torch.device("cpu"), reps=3)
+    assert set(ms) == set("abc") and all(v >= 0 for v in ms.values())
+    assert calls == list("abc") + list("abc") + list("bca") + list("cab")  # warmup, then rotated rounds

@@ -1,4 +1,4 @@
-"""cli.py: a parser generated from a config dataclass, precedence, one-line errors for a user's
+"""plumbing/cli.py: a parser generated from a config dataclass, precedence, one-line errors for a user's
 mistakes and tracebacks for bugs, the command line that reproduces a config."""
 from dataclasses import dataclass
 

@@ -1,7 +1,7 @@
-"""Tests for plumbing/corpus.py, data.py and sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
+"""Tests for plumbing/corpus.py, data.py and plumbing/sources.py: offline GPT-2 tokenizer, the byte tokenizer, token caches
 (builtin, files:, hub sources with a fake stream), the offline-hub error, the import graph, the
 one-line errors, and the data faults (full disk and stale temp files, whose handling is in
-shards.py; --force, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
+plumbing/shards.py; --force, tiny and single-line corpora, non-UTF-8 text). The n-gram yardsticks:
 tests/test_ngram.py; the resumable build: tests/test_prepare.py; batches: tests/test_batches.py.
 CPU, offline."""
 import errno
@@ -216,7 +216,7 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- data faults
 
 class FullDisk:
-    """`open` for shards.py (it writes the cache) on a disk with `free` bytes left: writes past
+    """`open` for plumbing/shards.py (it writes the cache) on a disk with `free` bytes left: writes past
     them raise ENOSPC."""
 
     def __init__(self, free):

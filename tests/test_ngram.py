@@ -1,4 +1,4 @@
-"""Tests for ngram.py: the n-gram yardsticks against a hand computation and the plain-loop
+"""Tests for plumbing/ngram.py: the n-gram yardsticks against a hand computation and the plain-loop
 reference (values, the held-out lam, chunked counting), and their baselines.json cache behind
 `python data.py --baselines`. CPU, offline."""
 import functools

@@ -1,4 +1,4 @@
-"""Tests for the resumable cache build (plumbing/corpus.py's prepare, shards.py): a stream that fails after
+"""Tests for the resumable cache build (plumbing/corpus.py's prepare, plumbing/shards.py): a stream that fails after
 k documents resumes and ends byte-identical to an uninterrupted build (and says so), the offline /
 hub-error messages, a FineWeb-Edu-shaped parquet file through the real `datasets` streaming code,
 a build killed with SIGKILL, progress lines without a terminal, encoding processes, the build

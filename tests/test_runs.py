@@ -1,4 +1,4 @@
-"""runs.py: mean ± std over seeds; run_jobs runs every job once, in worker processes (one torch
+"""plumbing/runs.py: mean ± std over seeds; run_jobs runs every job once, in worker processes (one torch
 thread each) or in this one, and turns a failed or interrupted worker into an exception.
 Each worker is a fresh interpreter that imports torch: the tests start four."""
 import os
