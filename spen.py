@@ -28,7 +28,7 @@ The paper gives no code; where it is silent we chose, each choice written out on
     1. the predictor reads h_{t-1}, not h_t (causality)      5. sparse FFN: ReLU, exactly top k
     2. error on u_t = LN1(x_t); pre-norm, final LayerNorm    6. no biases, tied embeddings, no aux loss
     3. context mix = linear map of [e_t ; x̂_t]               7. selective decays (control, variants.py)
-    4. predictors: linear (paper), attention (variants.py)   8. vocabulary padded to Vp rows
+    4. predictors: linear (paper), others (variants.py)      8. vocabulary padded to Vp rows
 
 `SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (parameter
 counts of every variant, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import READERS as ATTENTION_READERS, SelectiveContext
+from variants import VARIANT_READERS, SelectiveContext
 
-TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': ema's reference loops inside the model
+TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
 
 
 @dataclass
@@ -57,10 +57,10 @@ class SPENConfig:
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # reader of h_{t-1} into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn'
-    reads: str = "state"  # 'state': only h_{t-1}^1..S (paper's argument holds) | 'history': every past slot
+    predictor: str = "linear"  # reader into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn' | 'ema_kv' | 'delta'
+    reads: str = "state"  # 'state': a state of fixed size (the traces h_{t-1}^1..S; ema_kv, delta: their own M) | 'history': every past slot
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
-    trace_method: str = "auto"  # how the traces run: 'auto' | 'scan' | 'matmul' (ema.py) | 'loop' (same values)
+    trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py's fast traces) | 'loop': every reference loop (traces, chunked readers), same values
     n_head: int = None  # H: heads of the attention readers; None -> max(1, C // 64)
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
@@ -110,6 +110,11 @@ class LinearPredictor(nn.Module):
     def step(self, u_t, h_prev_t, state):
         return self.forward(u_t, h_prev_t), state  # (B, C)
 
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """W_p ~ N(0, 0.02), GPT-2's default for linear maps. Returns what it set (see init_weights)."""
+        return [self.proj.weight.normal_(0.0, 0.02)]
+
     def state_floats(self, T):
         return 0  # numbers held beyond the traces
 
@@ -118,8 +123,8 @@ class LinearPredictor(nn.Module):
 
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
-READERS = {("linear", "state"): LinearPredictor, **ATTENTION_READERS}  # (predictor, reads) -> class
-PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn')
+READERS = {("linear", "state"): LinearPredictor, **VARIANT_READERS}  # (predictor, reads) -> class
+PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn', 'ema_kv', 'delta')
 READS = tuple(dict.fromkeys(r for _, r in READERS))  # ('state', 'history')
 
 
@@ -180,35 +185,44 @@ class Block(nn.Module):
 
 @torch.no_grad()
 def init_weights(module, cfg):
-    """The one initialisation of every SPEN parameter, by name (GPT-2's scheme where it applies):
+    """The one initialisation of SPEN's parameters (GPT-2's scheme where it applies). The paper's, by name:
       wte.weight (Vp, C), tied to the head     N(0, 0.02)   GPT-2; logits start near uniform
-      pred.proj / q / k / v / beta             N(0, 0.02)   GPT-2 default for linear maps
-      pred.trace_emb E_s (S, C)                N(0, 0.02)   small, like a positional embedding
       ffn.fc W_1 (F, C)                        N(0, 0.02)   GPT-2 default
       mix W_mix (C, 2C), ffn.proj W_2 (C, F)   N(0, 0.02 / sqrt(2 n_layer))   GPT-2: the two
                                                residual branches per block add 2 n_layer terms,
                                                so this keeps the stream's variance O(1) at init
-      ctx.gate W_a (C, C)                      0            selective starts as the fixed EMA
-      ctx.gate_bias b_s (S, C)                 logit(a_s)   so a_t^s = a_s at init
       ln*.weight 1, ln*.bias 0                 identity LayerNorm
-    Raises if a parameter is not listed, so a new one cannot silently keep torch's default.
+    A submodule with an `init_weights(cfg)` method (each reader, LinearPredictor's W_p included, and
+    the selective context: variants.py) sets its own parameters and returns them, called where
+    its parameters come in order, so a seed gives the same numbers whatever owns the rule.
+    Raises if a parameter is left without a rule, so a new one cannot silently keep torch's default.
     """
     residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+    done = set()  # ids of the parameters set so far (the tied head is the embedding: set once)
+
+    def visit(m, prefix):  # pre-order, as named_parameters: the same random draws in the same order
+        if m is not module and hasattr(m, "init_weights"):
+            done.update(map(id, m.init_weights(cfg)))  # a reader or context owns its rules
+            return
+        for name, p in m.named_parameters(prefix, recurse=False):
+            leaf = name.split(".")[-1]
+            if id(p) in done:
+                continue
+            if name.endswith(("mix.weight", "ffn.proj.weight")):
+                p.normal_(0.0, residual_std)
+            elif name.endswith(("wte.weight", "ffn.fc.weight")):
+                p.normal_(0.0, 0.02)
+            elif ".ln" in "." + name and leaf in ("weight", "bias"):
+                p.fill_(1.0 if leaf == "weight" else 0.0)
+            else:
+                raise ValueError(f"init_weights has no rule for parameter {name!r}; add one")
+            done.add(id(p))
+        for name, child in m.named_children():
+            visit(child, f"{prefix}.{name}" if prefix else name)
+
+    visit(module, "")
     for name, p in module.named_parameters():
-        leaf = name.split(".")[-1]
-        if name.endswith(("mix.weight", "ffn.proj.weight")):
-            p.normal_(0.0, residual_std)
-        elif name.endswith(("wte.weight", "ffn.fc.weight", "pred.proj.weight", "pred.q.weight",
-                            "pred.k.weight", "pred.v.weight", "pred.beta.weight", "pred.trace_emb")):
-            p.normal_(0.0, 0.02)
-        elif name.endswith("ctx.gate.weight"):
-            p.zero_()
-        elif name.endswith("ctx.gate_bias"):
-            a = torch.tensor(cfg.alphas, dtype=p.dtype, device=p.device)[:, None]  # (S, 1)
-            p.copy_(torch.logit(a.clamp(max=1 - 1e-6)).expand_as(p))
-        elif ".ln" in "." + name and leaf in ("weight", "bias"):
-            p.fill_(1.0 if leaf == "weight" else 0.0)
-        else:
+        if id(p) not in done:  # a submodule's init_weights left it out
             raise ValueError(f"init_weights has no rule for parameter {name!r}; add one")
 
 
@@ -303,10 +317,11 @@ class SPEN(nn.Module):
     def flops_per_token(self, T):
         """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T: 6 x the
         weights used in matmuls (tied head once, the FFN DENSE, as it runs), plus per layer 3 x the
-        attention readers' `attn_flops`. The EMA traces (a few S C elementwise FLOPs per token,
-        memory-bound) and the norms are left out."""
-        n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
-                                           if p.dim() < 2 or n.endswith(("trace_emb", "gate_bias")))
+        reader's `attn_flops` (what its forward computes beyond them). Vectors (norms) and the
+        parameters a submodule names in `no_matmul_params()` (added, not multiplied) are left out,
+        as are the EMA traces (a few S C elementwise FLOPs per token, memory-bound)."""
+        skip = {id(p) for m in self.modules() if hasattr(m, "no_matmul_params") for p in m.no_matmul_params()}
+        n_matmul = sum(p.numel() for p in self.parameters() if p.dim() >= 2 and id(p) not in skip)
         return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
 
 
@@ -324,7 +339,8 @@ def check(cfg):
     a = cfg.alphas
     require(isinstance(a, tuple) and a and all(type(x) in (int, float) and 0 < x <= 1 for x in a),
             f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
-    for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
+    predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
+    for name, choices in (("predictor", predictors), ("reads", reads), ("context", tuple(CONTEXTS)),
                           ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
         require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")

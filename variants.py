@@ -1,17 +1,19 @@
 """SPEN's variants: the attention readers of the traces, the write readers (ema_kv, delta) and
-the selective context. spen.py imports them by name; the paper's own reader (the linear
-predictor) and context (fixed-decay EMA) live in spen.py.
+the selective context. spen.py imports them by name (VARIANT_READERS, SelectiveContext); the
+paper's own reader (the linear predictor) and context (fixed-decay EMA) live in spen.py.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
 predictor ablation (a linear map and full softmax attention over the traces tie). The paper
 argues by data processing: once the EMA has mixed the tokens into the trace state, no reader of
 that state can recover what it lost. That argument holds only for a reader restricted to the
-state, so the attention readers come in two families (config field `reads`, PAPER.md choice 4):
+trace state, so the attention readers come in two families (config field `reads`, PAPER.md choice 4):
 
   reads='state'    x̂_t is a function of u_t and the S vectors h_{t-1}^1..S of the layer only:
-                   the recurrent state, S*C numbers whatever the context length. The paper's
-                   argument applies. step() keeps no state beyond the traces. (The write
-                   readers below are registered here too, with a state of their own.)
+                   the recurrent state, S*C numbers whatever the context length. For the
+                   attention readers the paper's argument applies: step() keeps no state
+                   beyond the traces. (The write readers below are registered here too, as
+                   their state has a fixed size, but it is their own M, written from every
+                   past u_j: the argument does not apply to them.)
   reads='history'  every past (position j <= t, trace s) pair is a key/value slot holding
                    h_{j-1}^s. This reader is LOSSLESS: the trace history is an invertible
                    transform of the inputs, u_t = (h_t^s - (1 - a_s) h_{t-1}^s) / a_s for any s,
@@ -38,21 +40,17 @@ against the linear predictor's S C^2 (equal up to SC at S = 3): the ablation cha
 traces are read.
 
 The write readers (ema_kv, delta) ask whether it is the decay or the write that kills recall.
-They keep the paper's fixed decays (ema_kv; delta has none) but write, instead of the EMA of the
-inputs, a state of key-value outer products M (D x D per head and decay): key k_t = W_k
-[h_{t-1}^1 ; ... ; h_{t-1}^S] (what the traces held just before t: mostly the previous token),
-value v_t = W_v u_t (the current input), query from u_t, x̂_t read from M_{t-1}, the state before
-t's own write, so u_t reaches x̂_t through the query only, as for every reader here:
+Instead of the EMA of the inputs they write a state M of key-value outer products (D x D per
+head, and per decay for ema_kv): key k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (what the traces
+held just before t: mostly the previous token), value v_t = W_v u_t, query from u_t, x̂_t read
+from M_{t-1}, before t's own write, so u_t reaches x̂_t through the query only:
   ema_kv  M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t   (RetNet-like)
   delta   M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t   (k, q unit; beta in (0, 1))
 If they bind keys to values in associative recall (recall.py) where the EMA of the inputs does
-not, the boundary lies in the write rule, not in the decay. They are registered under
-reads='state' (x̂_t depends on the past only through a state of fixed size), but that state is
-their own M, written from every past u_j, not the traces: the data-processing argument about
-the S*C traces does not apply to them, and their state is D times (ema_kv) or D/S times (delta)
-the traces'. Their loops (`ema_kv_ref`, `delta_rule_ref`) are the definition; forward runs the
-chunked forms (`ema_kv_chunked`, `delta_rule_chunked`: the same values and gradients), step the
-loop's one step; the state is float32 under autocast.
+not, the boundary lies in the write rule, not in the decay. Their state is D times (ema_kv) or
+D/S times (delta) the traces'. The loops (`ema_kv_ref`, `delta_rule_ref`) are the definition,
+forward runs the chunked forms (the same values and gradients), step the loop's one step; the
+state is float32 under autocast.
 
 SelectiveContext (context='selective', PAPER.md choice 7) is the positive control, not in the
 paper: input-dependent decays a_t^s = sigmoid(W_a u_t + b_s), which start as the fixed EMA.
@@ -62,14 +60,19 @@ Shape glossary
     L chunk length and N = ceil(T / L) chunks of the chunked linear attention and write readers,
     M the write readers' state (D x D per head, and per decay for ema_kv).
 
-Interface of every reader: forward(u (B, T, C), h_prev (B, T, S, C)) -> x̂ (B, T, C), strictly
-causal; init_state(B, device); step(u_t (B, C), h_prev_t (B, S, C), state) -> (x̂_t (B, C),
-state); state_floats(T): numbers per sequence its step state holds after T tokens (beyond the
-traces: 0 for the state readers of the traces, whose step keeps nothing; the history readers'
-cache or sums; S*C*D for ema_kv and C*D for delta, their M, whatever T); attn_flops(T):
-forward FLOPs per token beyond its weight matmuls (for the write readers those of the
-recurrence, state update and read: 5 S C D for ema_kv, 6 C D for delta; the chunked forward
-spends its in-chunk squares on top). The chunked forms run chunks of `chunk_len(D)` positions.
+Interface of every reader (a new one: a class here, a line in VARIANT_READERS): forward(u (B, T,
+C), h_prev (B, T, S, C)) -> x̂ (B, T, C), strictly causal; init_state(B, device); step(u_t (B, C),
+h_prev_t (B, S, C), state) -> (x̂_t (B, C), state); init_weights(cfg): sets its parameters and
+returns them (spen.init_weights refuses one left out); no_matmul_params() (optional): those
+added, not multiplied, left out of the 6N FLOPs; state_floats(T): numbers per sequence its step
+state holds after T tokens (beyond the traces: 0 for the state readers of the traces, whose
+step keeps nothing; the history readers' cache or sums; S*C*D for ema_kv and C*D for delta,
+their M, whatever T); attn_flops(T): forward FLOPs per token beyond its weight matmuls (for
+the write readers those of the recurrence, state update and read: 5 S C D for ema_kv, 6 C D for
+delta; the chunked forward spends its in-chunk squares on top). The chunked forms run chunks
+of `reader_chunk_len(D)` positions; the config's trace_method='loop' (spen.py's one switch for
+every reference) runs their references instead: the write readers' loops and the quadratic
+linear attention.
 
 Run: nothing to run; tests/test_variants.py checks the chunked linear attention against its
 quadratic definition, what each family can tell apart, the write readers' chunked forms against
@@ -86,7 +89,7 @@ import torch.nn.functional as F
 import ema
 
 
-def chunk_len(D):
+def reader_chunk_len(D):
     """L, positions per chunk of the chunked readers (linear attention over the history, ema_kv,
     delta) at head width D: inside a chunk each head pays an L x L square, across chunks a D x D
     state, so L ~ 2D balances the two (8 <= L <= 64). Any L >= 1 gives the same values."""
@@ -125,6 +128,16 @@ class _TraceAttention(nn.Module):
         self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
         self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """E_s, W_q, W_k, W_v ~ N(0, 0.02): GPT-2's default for linear maps; E_s small, like a positional
+        embedding. In parameters() order (E_s first), the draws a seed has always given. Returns what
+        it set (spen.init_weights checks that nothing is left out)."""
+        return [p.normal_(0.0, 0.02) for p in self.parameters()]
+
+    def no_matmul_params(self):
+        return [self.trace_emb]  # added to the slots, not multiplied: left out of the 6N FLOPs
 
     def split(self, x):
         """(..., C) -> (..., H, D)."""
@@ -209,9 +222,12 @@ class LinearAttnHistory(_HistoryAttention):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.chunk = chunk_len(cfg.n_embd // cfg.n_head)  # L: positions per chunk (any L: the same values)
+        self.chunk = reader_chunk_len(cfg.n_embd // cfg.n_head)  # L: positions per chunk (any L: the same values)
+        self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
 
     def attend(self, q, k, v, eps=1e-6):
+        if self.loop:
+            return linear_attention_ref(q, k, v, eps)
         B, H, T, D = q.shape
         S, L = k.shape[2] // T, self.chunk
         pad = (-T) % L  # zero-padded queries/slots come after every real query: never visible
@@ -409,19 +425,29 @@ class _WriteReader(nn.Module):
     The state and its arithmetic are float32 under autocast and for half-precision weights: the
     projections follow autocast, what they feed is cast up and runs with autocast off (as in
     ema.py): the slow decay sums ~50 writes and the delta rule corrects its state every token,
-    which bf16 would round visibly. forward runs the fast path (`fast`) or, with method = 'loop',
-    the reference loop (`ref`): the same values (tests/test_variants.py)."""
+    which bf16 would round visibly. forward runs (`core`) the fast path or, with the config's
+    trace_method = 'loop', the reference loop: the same values (tests/test_variants.py)."""
 
-    method = "chunked"  # 'chunked' (fast path) | 'loop' (the reference recurrence)
+    writes = True  # a state of its own (spen.check: only these take the write settings)
 
     def __init__(self, cfg, n_query):
         super().__init__()
         C, S = cfg.n_embd, len(cfg.alphas)
         self.n_head, self.n_slot, self.alphas = cfg.n_head, S, cfg.alphas
-        self.chunk = chunk_len(C // cfg.n_head)  # L: positions per chunk of the fast path (any L: the same values)
+        self.chunk = reader_chunk_len(C // cfg.n_head)  # L: positions per chunk of the fast path (any L: the same values)
+        self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
         self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """Every projection (W_q, W_k, W_v, and the delta rule's W_beta) ~ N(0, 0.02), GPT-2's default for
+        linear maps. Returns what it set (spen.init_weights checks that nothing is left out)."""
+        return [m.weight.normal_(0.0, 0.02) for m in self.children() if isinstance(m, nn.Linear)]
+
+    def extra(self, u):
+        return None  # what else a write needs from u_t (the delta rule's beta)
 
     def heads(self, x):
         """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
@@ -432,9 +458,9 @@ class _WriteReader(nn.Module):
 
     def forward(self, u, h_prev):
         q, k, v = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)  # (B, T, n C), (B, T, C), (B, T, C)
-        extra = self.extra(u)  # what else a write needs from u_t (the delta rule's beta)
+        extra = self.extra(u)
         with ema._no_autocast(u.device):
-            y = (self.ref if self.method == "loop" else self.fast)(*self.prepare(q, k, v, extra))
+            y = self.core(*self.prepare(q, k, v, extra))  # the reference loop or the fast path
         return y.transpose(1, 2).flatten(2)  # (B, H, T, D) -> (B, T, C), float32
 
     def init_state(self, batch_size, device):
@@ -463,18 +489,12 @@ class EMAKVState(_WriteReader):
     def __init__(self, cfg):
         super().__init__(cfg, n_query=len(cfg.alphas))  # W_q: C -> S*C
 
-    def extra(self, u):
-        return None
-
     def prepare(self, q, k, v, extra):
         q = self.heads(q) * (self.v.in_features // self.n_head) ** -0.5  # (B, H, S, T, D) / sqrt(D)
         return q, self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # k, v (B, H, T, D)
 
-    def ref(self, q, k, v):
-        return ema_kv_ref(q, k, v, self.alphas)
-
-    def fast(self, q, k, v):
-        return ema_kv_chunked(q, k, v, self.alphas, self.chunk)
+    def core(self, q, k, v):
+        return ema_kv_ref(q, k, v, self.alphas) if self.loop else ema_kv_chunked(q, k, v, self.alphas, self.chunk)
 
     def one_step(self, q_t, k_t, v_t, M):
         return ema_kv_step(q_t, k_t, v_t, M, self.alphas)
@@ -507,11 +527,8 @@ class DeltaRuleState(_WriteReader):
         beta = torch.sigmoid(extra.float() if extra.dtype in ema.HALF else extra).transpose(1, 2)  # (B, H, T) in (0, 1)
         return l2norm(q), l2norm(k), v, beta
 
-    def ref(self, q, k, v, beta):
-        return delta_rule_ref(q, k, v, beta)
-
-    def fast(self, q, k, v, beta):
-        return delta_rule_chunked(q, k, v, beta, self.chunk)
+    def core(self, q, k, v, beta):
+        return delta_rule_ref(q, k, v, beta) if self.loop else delta_rule_chunked(q, k, v, beta, self.chunk)
 
     def one_step(self, q_t, k_t, v_t, beta_t, M):
         return delta_rule_step(q_t, k_t, v_t, beta_t, M)
@@ -540,6 +557,16 @@ class SelectiveContext(nn.Module):
         self.gate = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # W_a
         self.gate_bias = nn.Parameter(torch.zeros(len(cfg.alphas), cfg.n_embd))  # b_s
 
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """W_a = 0 and b_s = logit(a_s): a_t^s = a_s, the fixed EMA, at init (the control starts as the
+        paper's model). Returns what it set (spen.init_weights checks that nothing is left out)."""
+        a = torch.tensor(cfg.alphas, dtype=self.gate_bias.dtype, device=self.gate_bias.device)[:, None]  # (S, 1)
+        return [self.gate.weight.zero_(), self.gate_bias.copy_(torch.logit(a.clamp(max=1 - 1e-6)).expand_as(self.gate_bias))]
+
+    def no_matmul_params(self):
+        return [self.gate_bias]  # added to W_a u_t, not multiplied: left out of the 6N FLOPs
+
     def decay(self, u):
         """u (..., C) -> a (..., S, C) in (0, 1), float32."""
         return torch.sigmoid(self.gate(u).float().unsqueeze(-2) + self.gate_bias.float())
@@ -561,6 +588,12 @@ class SelectiveContext(nn.Module):
         return torch.lerp(h, u_t.float().unsqueeze(1), self.decay(u_t))
 
 
-READERS = {("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
-           ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory,
-           ("ema_kv", "state"): EMAKVState, ("delta", "state"): DeltaRuleState}
+# (predictor, reads) -> class; spen.READERS adds the paper's ('linear', 'state'). A new reader: one line here.
+VARIANT_READERS = {
+    ("linear_attn", "state"): LinearAttnState,
+    ("softmax_attn", "state"): SoftmaxAttnState,
+    ("linear_attn", "history"): LinearAttnHistory,
+    ("softmax_attn", "history"): SoftmaxAttnHistory,
+    ("ema_kv", "state"): EMAKVState,
+    ("delta", "state"): DeltaRuleState,
+}

@@ -190,14 +190,14 @@ def test_write_reader_sees_u_t_only_through_its_query(predictor):
         assert torch.equal(pred(u, h_prev), torch.zeros(2, 10, 32))
 
 
-@pytest.mark.parametrize("method", ["chunked", "loop"])
+@pytest.mark.parametrize("trace_method", ["auto", "loop"])
 @pytest.mark.parametrize("predictor", WRITERS)
-def test_write_reader_step_equals_forward(predictor, method):
+def test_write_reader_step_equals_forward(predictor, trace_method):
     """Reader level: step() token by token (the recurrence, float32 state) == forward (T = 13
-    over chunks of 4), also under bf16 autocast, where the state stays float32."""
+    over chunks of 4, or the reference loop), also under bf16 autocast, where the state stays float32."""
     torch.manual_seed(1)
-    pred = READERS[predictor, "state"](tiny(predictor=predictor))
-    pred.chunk, pred.method = 4, method
+    pred = READERS[predictor, "state"](tiny(predictor=predictor, trace_method=trace_method))
+    pred.chunk = 4
     u, h_prev = torch.randn(3, 13, 32), torch.randn(3, 13, 3, 32)
     for autocast in (False, True):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
