@@ -57,11 +57,13 @@ class SPENConfig:
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # reader into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn' | 'ema_kv' | 'delta'
-    reads: str = "state"  # 'state': a state of fixed size (the traces h_{t-1}^1..S; ema_kv, delta: their own M) | 'history': every past slot
+    predictor: str = "linear"  # x̂_t's reader: 'linear' (paper) | 'linear_attn' | 'softmax_attn' | 'ema_kv' | 'delta'
+    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; ema_kv, delta: own M) | 'history': past slots
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
-    trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py's fast traces) | 'loop': every reference loop (traces, chunked readers), same values
-    n_head: int = None  # H: heads of the attention readers; None -> max(1, C // 64)
+    trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
+    n_head: int = None  # H: heads of the attention and write readers; None -> max(1, C // 64)
+    write_alphas: tuple = None  # write decays: ema_kv's a_s (S_w D x D states; None: alphas), delta's (a,) (None: g=1)
+    read_norm: bool = False  # write readers: RMSNorm over D of each head's read, learned gain (1 at init)
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
     def __post_init__(self):  # the sizes left to None follow the width; a JSON list of decays is a tuple
@@ -69,11 +71,12 @@ class SPENConfig:
         self.ffn_topk = max(1, round(0.06 * self.ffn_hidden)) if self.ffn_topk is None else self.ffn_topk
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
         self.alphas = tuple(self.alphas) if isinstance(self.alphas, list) else self.alphas
+        self.write_alphas = tuple(self.write_alphas) if isinstance(self.write_alphas, list) else self.write_alphas
 
 
 def shift_right(h):
     """h_t -> h_{t-1} along time, with the zero state at t = 0. (B, T, ...) -> (B, T, ...)."""
-    return F.pad(h, (0,) * (2 * (h.dim() - 2)) + (1, -1))  # pad dim 1 by one in front, drop the last
+    return F.pad(h, (0,) * (2 * (h.dim() - 2)) + (1, 0))[:, :-1]  # pad dim 1 by one in front, drop the last (T = 0 too)
 
 
 class EMAContext(nn.Module):
@@ -315,11 +318,15 @@ class SPEN(nn.Module):
         return n - self.wte.weight.numel() if non_embedding else n
 
     def flops_per_token(self, T):
-        """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T: 6 x the
-        weights used in matmuls (tied head once, the FFN DENSE, as it runs), plus per layer 3 x the
-        reader's `attn_flops` (what its forward computes beyond them). Vectors (norms) and the
-        parameters a submodule names in `no_matmul_params()` (added, not multiplied) are left out,
-        as are the EMA traces (a few S C elementwise FLOPs per token, memory-bound)."""
+        """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T:
+            6 N_matmul + 3 n_layer attn_flops(T)
+        N_matmul: the weights used in matmuls (tied head once, the FFN DENSE, as it runs; vectors
+        and what a submodule names in `no_matmul_params()`, added not multiplied, left out).
+        attn_flops: what the reader's training forward computes beyond them, per token (variants.py;
+        with L = min(chunk, T) positions per chunk, S_w write decays, D head width: ema_kv
+        2 (S_w + 1) L C + 4 S_w C D, delta 8 L C + 6 C D, their in-chunk squares included; linear
+        attention over the history 4 L S C + 2 (S + 1) C D; softmax over it 4 T S C). The EMA traces
+        (a few S C elementwise FLOPs per token, memory-bound) are left out."""
         skip = {id(p) for m in self.modules() if hasattr(m, "no_matmul_params") for p in m.no_matmul_params()}
         n_matmul = sum(p.numel() for p in self.parameters() if p.dim() >= 2 and id(p) not in skip)
         return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
@@ -347,6 +354,17 @@ def check(cfg):
     history = ", ".join(p for p, r in READERS if r == "history")
     require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs a predictor that reads the history "
             f"({history}); predictor={cfg.predictor!r} reads the state only")
+    reader, wa = READERS[cfg.predictor, cfg.reads], cfg.write_alphas
+    writers = ", ".join(p for p, r in READERS if getattr(READERS[p, r], "writes", False))
+    require(getattr(reader, "writes", False) or (wa is None and cfg.read_norm is False),
+            f"write_alphas and read_norm set a write reader's state ({writers}); "
+            f"predictor={cfg.predictor!r} writes none")
+    require(wa is None or (isinstance(wa, tuple) and wa and all(type(x) in (int, float) and 0 < x <= 1 for x in wa)),
+            f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {wa!r}")
+    most = getattr(reader, "max_write_decays", None)
+    require(wa is None or most is None or len(wa) <= most,
+            f"write_alphas: predictor={cfg.predictor!r} takes at most {most} decay, got {len(wa or ())}")
+    require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
             f"dropout must be in [0, 1), got {cfg.dropout!r}")
 
@@ -359,5 +377,5 @@ if __name__ == "__main__":
             m = SPEN(SPENConfig(predictor=predictor, reads=reads, context=context))
         print(f"predictor={predictor:12s} reads={reads:7s} context={context:9s} params {m.num_params():,} "
               f"(non-embedding {m.num_params(non_embedding=True):,}) "
-              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, "
-              f"state floats/layer at T=1024 {m.state_floats(1024):,}")
+              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, state floats per sequence "
+              f"and layer at T=1024 {m.state_floats(1024):,} (traces {len(m.config.alphas) * m.config.n_embd:,})")

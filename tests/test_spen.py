@@ -326,6 +326,54 @@ def test_bad_config_gives_clear_error(field, value):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor="ema_kv", write_alphas=(0.5, 0.0)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="delta", write_alphas=(1.5,)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="ema_kv", write_alphas=()), "write_alphas must be None or a non-empty tuple"),
+    (dict(predictor="delta", write_alphas=(0.1, 0.01)), "write_alphas: predictor='delta' takes at most 1 decay, got 2"),
+    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas and read_norm set a write reader's state"),
+    (dict(predictor="softmax_attn", reads="history", read_norm=True), "predictor='softmax_attn' writes none"),
+    (dict(predictor="delta", read_norm=1), "read_norm must be True or False"),
+    (dict(predictor="delta", n_head=5), r"n_embd \(32\) must be divisible by n_head \(5\)"),
+    (dict(predictor="ema_kv", n_head=0), "n_head must be an int >= 1")])
+def test_write_settings_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        SPEN(tiny(**kw))
+    assert "\n" not in str(e.value)
+    SPEN(tiny(predictor=kw["predictor"], reads=kw.get("reads", "state")))  # the reader itself builds
+
+
+def test_write_settings_default_to_todays_model_and_round_trip():
+    """write_alphas=None, read_norm=False rebuild a saved model unchanged; a JSON list is a tuple."""
+    for predictor in ("ema_kv", "delta"):
+        torch.manual_seed(0)
+        a = SPEN(tiny(predictor=predictor))
+        torch.manual_seed(0)
+        b = SPEN(tiny(predictor=predictor, write_alphas=None, read_norm=False))
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    cfg = tiny(predictor="ema_kv", write_alphas=[0.03, 0.001], read_norm=True)
+    assert cfg.write_alphas == (0.03, 0.001)
+    m = SPEN(cfg)
+    m2 = SPEN(SPENConfig(**asdict(cfg)))
+    m2.load_state_dict(m.state_dict())
+    idx = tokens(1, 5, 7)
+    assert torch.equal(m(idx)[0], m2(idx)[0])
+
+
+@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
+def test_empty_sequence_gives_empty_logits_as_gpt(predictor, reads, context):
+    """T = 0: SPEN returns (B, 0, V) logits and the same loss as GPT (a mean over no token), every
+    reader and both paths (fast and reference)."""
+    import gpt
+    idx = torch.zeros(2, 0, dtype=torch.long)
+    g = gpt.GPT(gpt.GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_embd=32))
+    for method in ("auto", "loop"):
+        logits, loss = make(predictor=predictor, reads=reads, context=context, trace_method=method)(idx, idx)
+        glogits, gloss = g(idx, idx)
+        assert logits.shape == glogits.shape == (2, 0, V)
+        assert loss.isnan() and gloss.isnan()  # F.cross_entropy's mean over no token, in both
+
+
 def test_meaningless_combinations_are_refused():
     with pytest.raises(ValueError, match="reads='history' needs a predictor that reads the history"):
         SPEN(tiny(predictor="linear", reads="history"))  # the model checks its config (spen.check)
