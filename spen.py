@@ -28,7 +28,7 @@ The paper gives no code; where it is silent we chose, each choice written out on
     1. the predictor reads h_{t-1}, not h_t (causality)      5. sparse FFN: ReLU, exactly top k
     2. error on u_t = LN1(x_t); pre-norm, final LayerNorm    6. no biases, tied embeddings, no aux loss
     3. context mix = linear map of [e_t ; x̂_t]               7. selective decays (control, variants.py)
-    4. predictors: linear (paper), attention (variants.py)   8. vocabulary padded to Vp rows
+    4. predictors: linear (paper), others (variants.py)      8. vocabulary padded to Vp rows
 
 `SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (parameter
 counts of every variant, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
@@ -43,9 +43,9 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import READERS as ATTENTION_READERS, SelectiveContext
+from variants import VARIANT_READERS, SelectiveContext
 
-TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': ema's reference loops inside the model
+TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
 
 
 @dataclass
@@ -57,11 +57,13 @@ class SPENConfig:
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # reader of h_{t-1} into x̂_t: 'linear' (paper) | 'linear_attn' | 'softmax_attn'
-    reads: str = "state"  # 'state': only h_{t-1}^1..S (paper's argument holds) | 'history': every past slot
+    predictor: str = "linear"  # x̂_t's reader: 'linear' (paper) | 'linear_attn' | 'softmax_attn' | 'ema_kv' | 'delta'
+    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; ema_kv, delta: own M) | 'history': past slots
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
-    trace_method: str = "auto"  # how the traces run: 'auto' | 'scan' | 'matmul' (ema.py) | 'loop' (same values)
-    n_head: int = None  # H: heads of the attention readers; None -> max(1, C // 64)
+    trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
+    n_head: int = None  # H: heads of the attention and write readers; None -> max(1, C // 64)
+    write_alphas: tuple = None  # write decays: ema_kv's a_s (S_w D x D states; None: alphas), delta's (a,) (None: g=1)
+    read_norm: bool = False  # write readers: RMSNorm over D of each head's read, learned gain (1 at init)
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
     def __post_init__(self):  # the sizes left to None follow the width; a JSON list of decays is a tuple
@@ -69,11 +71,12 @@ class SPENConfig:
         self.ffn_topk = max(1, round(0.06 * self.ffn_hidden)) if self.ffn_topk is None else self.ffn_topk
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
         self.alphas = tuple(self.alphas) if isinstance(self.alphas, list) else self.alphas
+        self.write_alphas = tuple(self.write_alphas) if isinstance(self.write_alphas, list) else self.write_alphas
 
 
 def shift_right(h):
     """h_t -> h_{t-1} along time, with the zero state at t = 0. (B, T, ...) -> (B, T, ...)."""
-    return F.pad(h, (0,) * (2 * (h.dim() - 2)) + (1, -1))  # pad dim 1 by one in front, drop the last
+    return F.pad(h, (0,) * (2 * (h.dim() - 2)) + (1, 0))[:, :-1]  # pad dim 1 by one in front, drop the last (T = 0 too)
 
 
 class EMAContext(nn.Module):
@@ -110,6 +113,11 @@ class LinearPredictor(nn.Module):
     def step(self, u_t, h_prev_t, state):
         return self.forward(u_t, h_prev_t), state  # (B, C)
 
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """W_p ~ N(0, 0.02), GPT-2's default for linear maps. Returns what it set (see init_weights)."""
+        return [self.proj.weight.normal_(0.0, 0.02)]
+
     def state_floats(self, T):
         return 0  # numbers held beyond the traces
 
@@ -118,8 +126,8 @@ class LinearPredictor(nn.Module):
 
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
-READERS = {("linear", "state"): LinearPredictor, **ATTENTION_READERS}  # (predictor, reads) -> class
-PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn')
+READERS = {("linear", "state"): LinearPredictor, **VARIANT_READERS}  # (predictor, reads) -> class
+PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn', 'ema_kv', 'delta')
 READS = tuple(dict.fromkeys(r for _, r in READERS))  # ('state', 'history')
 
 
@@ -180,35 +188,44 @@ class Block(nn.Module):
 
 @torch.no_grad()
 def init_weights(module, cfg):
-    """The one initialisation of every SPEN parameter, by name (GPT-2's scheme where it applies):
+    """The one initialisation of SPEN's parameters (GPT-2's scheme where it applies). The paper's, by name:
       wte.weight (Vp, C), tied to the head     N(0, 0.02)   GPT-2; logits start near uniform
-      pred.proj / q / k / v / beta             N(0, 0.02)   GPT-2 default for linear maps
-      pred.trace_emb E_s (S, C)                N(0, 0.02)   small, like a positional embedding
       ffn.fc W_1 (F, C)                        N(0, 0.02)   GPT-2 default
       mix W_mix (C, 2C), ffn.proj W_2 (C, F)   N(0, 0.02 / sqrt(2 n_layer))   GPT-2: the two
                                                residual branches per block add 2 n_layer terms,
                                                so this keeps the stream's variance O(1) at init
-      ctx.gate W_a (C, C)                      0            selective starts as the fixed EMA
-      ctx.gate_bias b_s (S, C)                 logit(a_s)   so a_t^s = a_s at init
       ln*.weight 1, ln*.bias 0                 identity LayerNorm
-    Raises if a parameter is not listed, so a new one cannot silently keep torch's default.
+    A submodule with an `init_weights(cfg)` method (each reader, LinearPredictor's W_p included, and
+    the selective context: variants.py) sets its own parameters and returns them, called where
+    its parameters come in order, so a seed gives the same numbers whatever owns the rule.
+    Raises if a parameter is left without a rule, so a new one cannot silently keep torch's default.
     """
     residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
+    done = set()  # ids of the parameters set so far (the tied head is the embedding: set once)
+
+    def visit(m, prefix):  # pre-order, as named_parameters: the same random draws in the same order
+        if m is not module and hasattr(m, "init_weights"):
+            done.update(map(id, m.init_weights(cfg)))  # a reader or context owns its rules
+            return
+        for name, p in m.named_parameters(prefix, recurse=False):
+            leaf = name.split(".")[-1]
+            if id(p) in done:
+                continue
+            if name.endswith(("mix.weight", "ffn.proj.weight")):
+                p.normal_(0.0, residual_std)
+            elif name.endswith(("wte.weight", "ffn.fc.weight")):
+                p.normal_(0.0, 0.02)
+            elif ".ln" in "." + name and leaf in ("weight", "bias"):
+                p.fill_(1.0 if leaf == "weight" else 0.0)
+            else:
+                raise ValueError(f"init_weights has no rule for parameter {name!r}; add one")
+            done.add(id(p))
+        for name, child in m.named_children():
+            visit(child, f"{prefix}.{name}" if prefix else name)
+
+    visit(module, "")
     for name, p in module.named_parameters():
-        leaf = name.split(".")[-1]
-        if name.endswith(("mix.weight", "ffn.proj.weight")):
-            p.normal_(0.0, residual_std)
-        elif name.endswith(("wte.weight", "ffn.fc.weight", "pred.proj.weight", "pred.q.weight",
-                            "pred.k.weight", "pred.v.weight", "pred.beta.weight", "pred.trace_emb")):
-            p.normal_(0.0, 0.02)
-        elif name.endswith("ctx.gate.weight"):
-            p.zero_()
-        elif name.endswith("ctx.gate_bias"):
-            a = torch.tensor(cfg.alphas, dtype=p.dtype, device=p.device)[:, None]  # (S, 1)
-            p.copy_(torch.logit(a.clamp(max=1 - 1e-6)).expand_as(p))
-        elif ".ln" in "." + name and leaf in ("weight", "bias"):
-            p.fill_(1.0 if leaf == "weight" else 0.0)
-        else:
+        if id(p) not in done:  # a submodule's init_weights left it out
             raise ValueError(f"init_weights has no rule for parameter {name!r}; add one")
 
 
@@ -301,12 +318,17 @@ class SPEN(nn.Module):
         return n - self.wte.weight.numel() if non_embedding else n
 
     def flops_per_token(self, T):
-        """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T: 6 x the
-        weights used in matmuls (tied head once, the FFN DENSE, as it runs), plus per layer 3 x the
-        attention readers' `attn_flops`. The EMA traces (a few S C elementwise FLOPs per token,
-        memory-bound) and the norms are left out."""
-        n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters()
-                                           if p.dim() < 2 or n.endswith(("trace_emb", "gate_bias")))
+        """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T:
+            6 N_matmul + 3 n_layer attn_flops(T)
+        N_matmul: the weights used in matmuls (tied head once, the FFN DENSE, as it runs; vectors
+        and what a submodule names in `no_matmul_params()`, added not multiplied, left out).
+        attn_flops: what the reader's training forward computes beyond them, per token (variants.py;
+        with L = min(chunk, T) positions per chunk, S_w write decays, D head width: ema_kv
+        2 (S_w + 1) L C + 4 S_w C D, delta 8 L C + 6 C D, their in-chunk squares included; linear
+        attention over the history 4 L S C + 2 (S + 1) C D; softmax over it 4 T S C). The EMA traces
+        (a few S C elementwise FLOPs per token, memory-bound) are left out."""
+        skip = {id(p) for m in self.modules() if hasattr(m, "no_matmul_params") for p in m.no_matmul_params()}
+        n_matmul = sum(p.numel() for p in self.parameters() if p.dim() >= 2 and id(p) not in skip)
         return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
 
 
@@ -324,13 +346,25 @@ def check(cfg):
     a = cfg.alphas
     require(isinstance(a, tuple) and a and all(type(x) in (int, float) and 0 < x <= 1 for x in a),
             f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
-    for name, choices in (("predictor", PREDICTORS), ("reads", READS), ("context", tuple(CONTEXTS)),
+    predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
+    for name, choices in (("predictor", predictors), ("reads", reads), ("context", tuple(CONTEXTS)),
                           ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
         require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
     history = ", ".join(p for p, r in READERS if r == "history")
     require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs a predictor that reads the history "
             f"({history}); predictor={cfg.predictor!r} reads the state only")
+    reader, wa = READERS[cfg.predictor, cfg.reads], cfg.write_alphas
+    writers = ", ".join(p for p, r in READERS if getattr(READERS[p, r], "writes", False))
+    require(getattr(reader, "writes", False) or (wa is None and cfg.read_norm is False),
+            f"write_alphas and read_norm set a write reader's state ({writers}); "
+            f"predictor={cfg.predictor!r} writes none")
+    require(wa is None or (isinstance(wa, tuple) and wa and all(type(x) in (int, float) and 0 < x <= 1 for x in wa)),
+            f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {wa!r}")
+    most = getattr(reader, "max_write_decays", None)
+    require(wa is None or most is None or len(wa) <= most,
+            f"write_alphas: predictor={cfg.predictor!r} takes at most {most} decay, got {len(wa or ())}")
+    require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
             f"dropout must be in [0, 1), got {cfg.dropout!r}")
 
@@ -343,5 +377,5 @@ if __name__ == "__main__":
             m = SPEN(SPENConfig(predictor=predictor, reads=reads, context=context))
         print(f"predictor={predictor:12s} reads={reads:7s} context={context:9s} params {m.num_params():,} "
               f"(non-embedding {m.num_params(non_embedding=True):,}) "
-              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, "
-              f"state floats/layer at T=1024 {m.state_floats(1024):,}")
+              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, state floats per sequence "
+              f"and layer at T=1024 {m.state_floats(1024):,} (traces {len(m.config.alphas) * m.config.n_embd:,})")

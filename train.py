@@ -84,7 +84,8 @@ import spen
 from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
-MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "dropout", "tokenizer")
+MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
+                "dropout", "tokenizer")
 
 
 @dataclass
@@ -117,6 +118,10 @@ class TrainConfig:
                                 "scan elsewhere)", choices=TRACE_METHODS, group="model")
     n_layer: int = cli.arg(12, "number of blocks", group="model")
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model")
+    n_head: int = cli.arg(None, "H, heads of GPT and of SPEN's attention/write readers; None: C // 64", group="model")
+    write_alphas: tuple[float, ...] = cli.arg(None, "SPEN write decays: ema_kv's a_s, a D x D state each (None: the "
+                                              "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model")
+    read_norm: bool = cli.arg(False, "SPEN write readers: RMSNorm of each head's read, gain 1 at init", group="model")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
     max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization")
     lr_decay_iters: int = cli.arg(0, "step where the cosine reaches --min_lr; 0: --max_iters", group="optimization")
@@ -202,14 +207,15 @@ def make_config(preset="130m", **overrides):
 
 def model_config(cfg):
     """The model's config from a TrainConfig, checked (spen.check, gpt.check: a ValueError line)."""
-    shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, block_size=cfg.block_size, dropout=cfg.dropout,
-                 vocab_size=corpus.vocab_size(cfg.tokenizer))
+    shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=cfg.block_size,
+                 dropout=cfg.dropout, vocab_size=corpus.vocab_size(cfg.tokenizer))
     if cfg.model == "gpt":
         config = GPTConfig(**shape)
         gpt.check(config)
         return config
     config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,
-                        trace_method=cfg.trace_method)
+                        trace_method=cfg.trace_method, read_norm=cfg.read_norm,  # typed decays are strings (cli.py)
+                        write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))
     spen.check(config)
     return config
 
@@ -324,6 +330,8 @@ def provenance(cfg, place, nparams, yardsticks):
         commit = ""
     dev = runtime.device_name(place.device)
     name = eval_names(cfg)[0]
+    with torch.device("meta"):  # the model's sizes from its config alone (no memory, no time)
+        sized, T = checkpoint.MODELS[cfg.model][1](model_config(cfg)), cfg.block_size
     squeezed = ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma on the val bytes
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
                f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
@@ -333,7 +341,9 @@ def provenance(cfg, place, nparams, yardsticks):
             f"numpy {np.__version__} | {platform.platform()}",
             f"device: {place.device} ({dev}) x {place.world} process(es), {torch.get_num_threads()} CPU threads, "
             f"dtype {place.dtype}" + (f" | note: {runtime.hidden_gpu()}" if runtime.hidden_gpu() else ""),
-            f"params: {nparams:,} | yardsticks on {name} val: {counted}",
+            f"params: {nparams:,} | recurrent state {sized.state_floats(T):,} floats per sequence and layer at T = {T} "
+            f"(traces {len(getattr(sized.config, 'alphas', ())) * cfg.n_embd:,}) | train FLOPs/token "
+            f"{sized.flops_per_token(T):.4g} | yardsticks on {name} val: {counted}",
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
 

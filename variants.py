@@ -1,80 +1,73 @@
 """SPEN's variants: the attention readers of the traces, the write readers (ema_kv, delta) and
-the selective context. spen.py imports them by name; the paper's own reader (the linear
-predictor) and context (fixed-decay EMA) live in spen.py.
+the selective context. spen.py imports them by name (VARIANT_READERS, SelectiveContext); the
+paper's own reader (the linear predictor) and context (fixed-decay EMA) live in spen.py.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
 predictor ablation (a linear map and full softmax attention over the traces tie). The paper
 argues by data processing: once the EMA has mixed the tokens into the trace state, no reader of
 that state can recover what it lost. That argument holds only for a reader restricted to the
-state, so the attention readers come in two families (config field `reads`, PAPER.md choice 4):
+trace state, so the attention readers come in two families (config field `reads`, PAPER.md choice 4):
 
   reads='state'    x̂_t is a function of u_t and the S vectors h_{t-1}^1..S of the layer only:
-                   the recurrent state, S*C numbers whatever the context length. The paper's
-                   argument applies. step() keeps no state beyond the traces. (The write
-                   readers below are registered here too, with a state of their own.)
+                   the recurrent state, S*C numbers whatever the context length. For the
+                   attention readers the paper's argument applies. (The write readers are
+                   registered here too, as their state has a fixed size, but it is their own
+                   M, written from every past u_j: the argument does not apply to them.)
   reads='history'  every past (position j <= t, trace s) pair is a key/value slot holding
-                   h_{j-1}^s. This reader is LOSSLESS: the trace history is an invertible
-                   transform of the inputs, u_t = (h_t^s - (1 - a_s) h_{t-1}^s) / a_s for any s,
-                   so nothing is lost before the reader sees it and the data-processing
-                   argument does not apply. softmax_attn's step() keeps a cache of every slot
-                   (2*T*S*C numbers per layer, like a KV cache); linear_attn's step() keeps the
-                   running sums of its linear attention (H*D*D + H*D per layer: bounded, but
-                   D/S times the trace state).
+                   h_{j-1}^s. LOSSLESS: the trace history is an invertible transform of the
+                   inputs, u_t = (h_t^s - (1 - a_s) h_{t-1}^s) / a_s for any s, so the argument
+                   does not apply. softmax_attn's step() keeps a cache of every slot (like a KV
+                   cache); linear_attn's step() keeps the running sums of its linear attention.
 
 Readers here (config `predictor` x `reads`; spen.READERS adds ('linear', 'state'), the paper's;
 parameters per block, and state_floats: what step() holds per layer beyond the S*C traces):
-  linear_attn   state    linear attention over the S slots of h_{t-1}      (3C^2 + SC)   0
-  softmax_attn  state    softmax attention over the S slots of h_{t-1}     (3C^2 + SC)   0
-  linear_attn   history  causal linear attention over all T*S past slots   (3C^2 + SC)   C*D + C
-  softmax_attn  history  causal softmax attention over all T*S past slots  (3C^2 + SC)   2*T*S*C
-  ema_kv        state    fixed-decay EMA of key-value outer products       (2S+1) C^2    S*C*D
-  delta         state    the delta rule (DeltaNet), no decay               (S+2) C^2+HC  C*D
+  linear_attn   state    linear attention over the S slots of h_{t-1}      (3C^2 + SC)       0
+  softmax_attn  state    softmax attention over the S slots of h_{t-1}     (3C^2 + SC)       0
+  linear_attn   history  causal linear attention over all T*S past slots   (3C^2 + SC)       C*D + C
+  softmax_attn  history  causal softmax attention over all T*S past slots  (3C^2 + SC)       2*T*S*C
+  ema_kv        state    fixed-decay EMA of key-value outer products       (S_w+S+1) C^2     S_w*C*D
+  delta         state    the delta rule (DeltaNet), no or a fixed decay    (S+2) C^2 + HC    C*D
 
 A slot holds z = h_{j-1}^s + E_s (E_s a learned timescale embedding); keys k = W_k z and values
-v = W_v z come from trace states only, the query q_t = W_q u_t from the current input
-(content-based: the strongest reader). Values never hold u_t, so x̂_t cannot copy it. No output
-projection: W_mix follows linearly. So every attention reader has 3C^2 + SC parameters per block
-against the linear predictor's S C^2 (equal up to SC at S = 3): the ablation changes only how the
-traces are read.
+v = W_v z come from trace states only, the query q_t = W_q u_t from the current input (content-
+based: the strongest reader); values never hold u_t, so x̂_t cannot copy it. No output
+projection (W_mix follows linearly): 3C^2 + SC parameters per block against the linear
+predictor's S C^2, so the ablation changes only how the traces are read.
 
 The write readers (ema_kv, delta) ask whether it is the decay or the write that kills recall.
-They keep the paper's fixed decays (ema_kv; delta has none) but write, instead of the EMA of the
-inputs, a state of key-value outer products M (D x D per head and decay): key k_t = W_k
-[h_{t-1}^1 ; ... ; h_{t-1}^S] (what the traces held just before t: mostly the previous token),
-value v_t = W_v u_t (the current input), query from u_t, x̂_t read from M_{t-1}, the state before
-t's own write, so u_t reaches x̂_t through the query only, as for every reader here:
+Instead of the EMA of the inputs they write a state M of key-value outer products (D x D per
+head, and per write decay for ema_kv): key k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (what the
+traces held just before t: mostly the previous token), value v_t = W_v u_t, query from u_t, x̂_t
+read from M_{t-1}, before t's own write, so u_t reaches x̂_t through the query only:
   ema_kv  M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t   (RetNet-like)
-  delta   M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t   (k, q unit; beta in (0, 1))
+  delta   M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t   (k, q unit; beta in (0, 1))
 If they bind keys to values in associative recall (recall.py) where the EMA of the inputs does
-not, the boundary lies in the write rule, not in the decay. They are registered under
-reads='state' (x̂_t depends on the past only through a state of fixed size), but that state is
-their own M, written from every past u_j, not the traces: the data-processing argument about
-the S*C traces does not apply to them, and their state is D times (ema_kv) or D/S times (delta)
-the traces'. Their loops (`ema_kv_ref`, `delta_rule_ref`) are the definition; forward runs the
-chunked forms (`ema_kv_chunked`, `delta_rule_chunked`: the same values and gradients), step the
-loop's one step; the state is float32 under autocast.
+not, the boundary lies in the write rule, not in the decay. The ingredients the field adds are
+config fields (PAPER.md, variants.py choices 8-10): write_alphas, the decays a_s of ema_kv's S_w
+states (default the trace decays) or delta's one decay g = 1 - a (default none, g = 1);
+read_norm, an RMSNorm of each head's read. The loops (`ema_kv_ref`, `delta_rule_ref`) are the
+definition, forward runs the chunked forms (the same values and gradients), step the loop's
+one step; the state is float32 under autocast.
 
 SelectiveContext (context='selective', PAPER.md choice 7) is the positive control, not in the
 paper: input-dependent decays a_t^s = sigmoid(W_a u_t + b_s), which start as the fixed EMA.
 
 Shape glossary
-    B batch, T time, C width, S traces, H heads, D = C / H head width,
+    B batch, T time, C width, S traces, H heads, D = C / H head width, S_w write decays,
     L chunk length and N = ceil(T / L) chunks of the chunked linear attention and write readers,
     M the write readers' state (D x D per head, and per decay for ema_kv).
 
-Interface of every reader: forward(u (B, T, C), h_prev (B, T, S, C)) -> x̂ (B, T, C), strictly
-causal; init_state(B, device); step(u_t (B, C), h_prev_t (B, S, C), state) -> (x̂_t (B, C),
-state); state_floats(T): numbers per sequence its step state holds after T tokens (beyond the
-traces: 0 for the state readers of the traces, whose step keeps nothing; the history readers'
-cache or sums; S*C*D for ema_kv and C*D for delta, their M, whatever T); attn_flops(T):
-forward FLOPs per token beyond its weight matmuls (for the write readers those of the
-recurrence, state update and read: 5 S C D for ema_kv, 6 C D for delta; the chunked forward
-spends its in-chunk squares on top). The chunked forms run chunks of `chunk_len(D)` positions.
+Every reader (a new one: a class here, a line in VARIANT_READERS) has forward(u (B, T, C), h_prev
+(B, T, S, C)) -> x̂ (B, T, C), strictly causal; init_state(B, device); step(u_t (B, C), h_prev_t
+(B, S, C), state) -> (x̂_t, state); init_weights(cfg), which sets its parameters and returns them
+(spen.init_weights refuses one left out); optionally no_matmul_params(), those left out of the
+6N FLOPs; state_floats(T) (table above); attn_flops(T), forward FLOPs per token beyond its
+weight matmuls as training runs it (chunks of `reader_chunk_len(D)`, in-chunk squares included).
+trace_method='loop' (spen.py's one switch for every reference) runs the write readers' loops and
+the quadratic linear attention instead of their chunked forms.
 
-Run: nothing to run; tests/test_variants.py checks the chunked linear attention against its
-quadratic definition, what each family can tell apart, the write readers' chunked forms against
-their loops and what they store, and the selective context;
-tests/test_spen.py checks causality and step == forward for every variant inside SPEN.
+Run: nothing to run; tests/test_variants.py checks each reader against its definition (values and
+gradients), what each family tells apart, what the write readers store; tests/test_spen.py, SPEN.
 """
 
 import math
@@ -86,7 +79,7 @@ import torch.nn.functional as F
 import ema
 
 
-def chunk_len(D):
+def reader_chunk_len(D):
     """L, positions per chunk of the chunked readers (linear attention over the history, ema_kv,
     delta) at head width D: inside a chunk each head pays an L x L square, across chunks a D x D
     state, so L ~ 2D balances the two (8 <= L <= 64). Any L >= 1 gives the same values."""
@@ -108,7 +101,7 @@ def linear_attention_ref(q, k, v, eps=1e-6):
     y_t = sum_{j<=t,s} (phi(q_t).phi(k_js)) v_js / sum_{j<=t,s} phi(q_t).phi(k_js).
     q (B, H, T, D), k, v (B, H, T*S, D) -> y (B, H, T, D). Memory O(T^2 S)."""
     T = q.shape[2]
-    w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // T, q.device)  # (B, H, T, T*S)
+    w = (elu1(q) @ elu1(k).transpose(-1, -2)) * slot_mask(T, k.shape[2] // max(T, 1), q.device)  # (B, H, T, T*S)
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
 
 
@@ -125,6 +118,15 @@ class _TraceAttention(nn.Module):
         self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
         self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """E_s, W_q, W_k, W_v ~ N(0, 0.02), GPT-2's default (E_s small, like a positional embedding), in
+        parameters() order: the draws a seed has always given. Returns them (spen.init_weights)."""
+        return [p.normal_(0.0, 0.02) for p in self.parameters()]
+
+    def no_matmul_params(self):
+        return [self.trace_emb]  # added to the slots, not multiplied: left out of the 6N FLOPs
 
     def split(self, x):
         """(..., C) -> (..., H, D)."""
@@ -209,19 +211,22 @@ class LinearAttnHistory(_HistoryAttention):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.chunk = chunk_len(cfg.n_embd // cfg.n_head)  # L: positions per chunk (any L: the same values)
+        self.chunk = reader_chunk_len(cfg.n_embd // cfg.n_head)  # L: positions per chunk (any L: the same values)
+        self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
 
     def attend(self, q, k, v, eps=1e-6):
+        if self.loop:
+            return linear_attention_ref(q, k, v, eps)
         B, H, T, D = q.shape
-        S, L = k.shape[2] // T, self.chunk
+        S, L = self.n_slot, self.chunk
         pad = (-T) % L  # zero-padded queries/slots come after every real query: never visible
         fq = elu1(F.pad(q, (0, 0, 0, pad))).view(B, H, -1, L, D)  # (B, H, N, L, D)
         fk = elu1(F.pad(k, (0, 0, 0, pad * S))).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
         v = F.pad(v, (0, 0, 0, pad * S)).view(B, H, -1, L * S, D)  # (B, H, N, L*S, D)
         w = (fq @ fk.transpose(-1, -2)) * slot_mask(L, S, q.device)  # (B, H, N, L, L*S) in-chunk
         kv = fk.transpose(-1, -2) @ v  # (B, H, N, D, D) each chunk's sum phi(k) v^T
-        kv = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, -1))  # shift by one chunk: earlier chunks only
-        ks = F.pad(fk.sum(3).cumsum(2), (0, 0, 1, -1))  # (B, H, N, D) sum phi(k), earlier chunks
+        kv = F.pad(kv.cumsum(2), (0, 0, 0, 0, 1, 0))[:, :, :-1]  # shift by one chunk: earlier chunks only
+        ks = F.pad(fk.sum(3).cumsum(2), (0, 0, 1, 0))[:, :, :-1]  # (B, H, N, D) sum phi(k), earlier chunks
         num = w @ v + fq @ kv  # (B, H, N, L, D)
         den = w.sum(-1) + (fq * ks.unsqueeze(3)).sum(-1)  # (B, H, N, L)
         return (num / (den.unsqueeze(-1) + eps)).view(B, H, -1, D)[:, :, :T]  # (B, H, T, D)
@@ -255,7 +260,7 @@ class SoftmaxAttnHistory(_HistoryAttention):
 
     def attend(self, q, k, v):
         T = q.shape[2]
-        mask = slot_mask(T, k.shape[2] // T, q.device)  # (T, T*S)
+        mask = slot_mask(T, k.shape[2] // max(T, 1), q.device)  # (T, T*S)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
 
     def init_state(self, batch_size, device):
@@ -278,9 +283,8 @@ class SoftmaxAttnHistory(_HistoryAttention):
 
 
 # ------------------------------------------------------------------------------------------
-# Readers that WRITE: a state of key-value outer products of their own, keys from the traces.
-# "Is it the decay or the write that kills recall?" (module docstring). Layouts: q (B, H, S, T, D)
-# for ema_kv (one query per decay), (B, H, T, D) for delta; k, v (B, H, T, D); beta (B, H, T).
+# Readers that WRITE a state of key-value outer products of their own (module docstring). Layouts:
+# q (B, H, S_w, T, D) for ema_kv (a query per decay), (B, H, T, D) for delta; k, v (B, H, T, D); beta (B, H, T).
 
 
 def ema_kv_step(q_t, k_t, v_t, M, alphas):
@@ -307,14 +311,15 @@ def ema_kv_ref(q, k, v, alphas):
     return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
 
 
-def _decay_tables(alphas, L, dtype, device):
-    """The chunked EMA's constant tables, computed in float64: for position i (and write j) of a
+def _decay_tables(alphas, L, dtype, device, weight=True):
+    """The chunked forms' constant tables, computed in float64: for position i (and write j) of a
     chunk of L, W[s, i, j] = a_s r_s^(i-1-j) for j < i (else 0), r_s = 1 - a_s, the weight of
     write j in the state read at i; start[s, i] = r_s^i, how much of the chunk's start state is
     left at i; end[s, j] = a_s r_s^(L-1-j), the weight of write j in the chunk's end state; and
-    r_s^L. No division anywhere: a = 1 (0^0 = 1) and long chunks (r^L underflows to 0) are safe."""
+    r_s^L (weight=False: without the factors a_s). No division: a = 1 (0^0 = 1) and long chunks are safe."""
     a = torch.tensor(alphas, dtype=torch.float64)[:, None, None]  # (S, 1, 1)
     r, i = 1 - a, torch.arange(L, dtype=torch.float64)
+    a = a if weight else torch.ones_like(a)
     e = i[:, None] - 1 - i[None, :]  # (L, L) exponent i - 1 - j
     W = torch.where(e >= 0, a * r ** e.clamp(min=0), torch.zeros(()))  # (S, L, L), strictly causal
     start, end = r[:, :, 0] ** i, a[:, :, 0] * r[:, :, 0] ** (L - 1 - i)  # (S, L) each
@@ -340,59 +345,63 @@ def ema_kv_chunked(q, k, v, alphas, chunk=64):
         y = scores.sum(2) @ v_n + ((q_n * start[..., None]) @ M).sum(2)  # in-chunk + earlier chunks
         M = rL[..., None] * M + (k_n.unsqueeze(2) * end[..., None]).transpose(-1, -2) @ v_n.unsqueeze(2)
         out.append(y)  # (B, H, L, D)
-    return torch.cat(out, 2)[:, :, :T]  # (B, H, T, D)
+    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
 
 
-def delta_rule_step(q_t, k_t, v_t, beta_t, M):
-    """One token of the delta rule: read the state, then correct what it holds at k_t towards v_t.
-        y_t = M_{t-1} q_t                                        read the state BEFORE t's write
-        M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T         the write (no decay)
+def delta_rule_step(q_t, k_t, v_t, beta_t, M, a=0.0):
+    """One token of the delta rule with a fixed decay g = 1 - a (gated DeltaNet, Yang et al. 2025, with
+    a constant gate; a = 0: DeltaNet): read the state, decay it, correct what it holds at k_t to v_t.
+        y_t = M_{t-1} q_t                                         read the state BEFORE t's write
+        M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T      the write
     q_t, k_t, v_t (B, H, D) (q, k unit vectors), beta_t (B, H) in (0, 1), M (B, H, D, D) (value
     index first: M k is the value stored at key k) -> y_t (B, H, D), M_t."""
     y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
-    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - M k_t: what the state gets wrong
+    M = (1 - a) * M
+    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - g M k_t: what the state gets wrong
     return y, M + (beta_t[..., None] * err).unsqueeze(-1) * k_t.unsqueeze(-2)
 
 
-def delta_rule_ref(q, k, v, beta):
+def delta_rule_ref(q, k, v, beta, a=0.0):
     """Reference: the plain loop over time of `delta_rule_step`, from M_{-1} = 0 (the definition).
     q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
     B, H, T, D = q.shape
     M = q.new_zeros(B, H, D, D)
     out = []
     for q_t, k_t, v_t, b_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):
-        y_t, M = delta_rule_step(q_t, k_t, v_t, b_t, M)
+        y_t, M = delta_rule_step(q_t, k_t, v_t, b_t, M, a)
         out.append(y_t)
     return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
 
 
-def delta_rule_chunked(q, k, v, beta, chunk=64):
-    """Fast path of `delta_rule_ref` (the same values): the chunked WY form of DeltaNet (Yang et
-    al. 2024), in chunks of L = min(chunk, T), with P = M^T (D x D, key index first). Within a
-    chunk that starts from state P_0 the state after position i is P_0 + sum_{j<=i} k_j w_j^T,
-    with writes w_i = beta_i (v_i - P_{i-1}^T k_i); stacked as rows, the writes solve the unit
-    lower-triangular system
-        (I + tril_{-1}(diag(beta) K K^T)) Wr = diag(beta) (V - K P_0),
-    and then Y = Q P_0 + tril_{-1}(Q K^T) Wr (the state before each position's write) and
-    P_end = P_0 + K^T Wr. One triangular solve and N = ceil(T / L) Python steps.
+def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
+    """Fast path of `delta_rule_ref` (the same values): the chunked WY form of (gated) DeltaNet
+    (Yang et al. 2024, 2025), in chunks of L = min(chunk, T), with P = M^T (D x D, key index
+    first) and g = 1 - a. Within a chunk that starts from state P_0, with local time i = 0..L-1,
+    the state after position i is g^(i+1) P_0 + sum_{j<=i} g^(i-j) k_j w_j^T, with writes
+    w_i = beta_i (v_i - g P_{i-1}^T k_i); stacked as rows, they solve the unit lower-triangular
+        (I + tril_{-1}(diag(beta) (K K^T * G))) Wr = diag(beta) (V - diag(g^(i+1)) K P_0),
+    G_ij = g^(i-j); then Y = diag(g^i) Q P_0 + tril_{-1}(Q K^T * G / g) Wr (the state before each
+    write) and P_end = g^L P_0 + (diag(g^(L-1-j)) K)^T Wr. Every factor is a power g^n <= 1 of
+    local time, never g^-n: fast decays and long chunks lose nothing. N = ceil(T / L) Python steps.
     q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
     B, H, T, D = q.shape
     L = max(1, min(chunk, T))
     pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (q, k, v))  # (B, H, N, L, D)
     beta = F.pad(beta, (0, pad)).unflatten(2, (-1, L))[..., None]  # (B, H, N, L, 1)
-    below = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)  # j < i
-    eye = torch.eye(L, dtype=q.dtype, device=q.device)
+    read, start, end, gL = (x[0] for x in _decay_tables((a,), L, q.dtype, q.device, weight=False))
+    write = (1 - a) * read  # (L, L) g^(i-j) for j < i, else 0
+    start, end, eye = start[:, None], end[:, None], torch.eye(L, dtype=q.dtype, device=q.device)  # (L, 1)
     P = q.new_zeros(B, H, D, D)  # the state before the chunk, P = M^T
     out = []
     for q_n, k_n, v_n, b_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):  # (B, H, L, .)
-        A = eye + ((b_n * k_n) @ k_n.transpose(-1, -2)) * below  # (B, H, L, L) unit lower triangular
-        UW = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * k_n], -1), upper=False,
-                                           unitriangular=True)  # A^-1 diag(beta) [V, K]: (B, H, L, 2D)
+        A = eye + ((b_n * k_n) @ k_n.transpose(-1, -2)) * write  # (B, H, L, L) unit lower triangular
+        UW = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * (1 - a) * start * k_n], -1),
+                                           upper=False, unitriangular=True)  # (B, H, L, 2D)
         w = UW[..., :D] - UW[..., D:] @ P  # (B, H, L, D) the writes w_i
-        out.append(q_n @ P + ((q_n @ k_n.transpose(-1, -2)) * below) @ w)  # (B, H, L, D)
-        P = P + k_n.transpose(-1, -2) @ w
-    return torch.cat(out, 2)[:, :, :T]  # (B, H, T, D)
+        out.append((start * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * read) @ w)  # (B, H, L, D)
+        P = gL * P + (end * k_n).transpose(-1, -2) @ w
+    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
 
 
 def l2norm(x, eps=1e-6):
@@ -404,41 +413,57 @@ def l2norm(x, eps=1e-6):
 
 class _WriteReader(nn.Module):
     """Parameters shared by the two write readers: k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C,
-    the trace state just before t), v_t = W_v u_t (C -> C, written after t's read) and the query
-    projection W_q of u_t (n_query * C outputs). No biases.
-    The state and its arithmetic are float32 under autocast and for half-precision weights: the
-    projections follow autocast, what they feed is cast up and runs with autocast off (as in
-    ema.py): the slow decay sums ~50 writes and the delta rule corrects its state every token,
-    which bf16 would round visibly. forward runs the fast path (`fast`) or, with method = 'loop',
-    the reference loop (`ref`): the same values (tests/test_variants.py)."""
+    the trace state just before t: mostly the previous token, what the short convolution before
+    the keys gives the field's models (Mamba, GatedDeltaNet), so none is added), v_t = W_v u_t
+    (C -> C, written after t's read) and the query projection W_q of u_t (n_query * C outputs).
+    No biases. With read_norm, each head's read y leaves as RMSNorm(y) g (gain g (D,) shared by the
+    heads, 1 at init), GatedDeltaNet's output norm. The state and its arithmetic are float32
+    under autocast and for half-precision weights (the projections follow autocast; what they
+    feed runs with autocast off, as in ema.py): the slow decay sums ~50 writes and the delta
+    rule corrects its state every token, which bf16 would round visibly."""
 
-    method = "chunked"  # 'chunked' (fast path) | 'loop' (the reference recurrence)
+    writes = True  # a state of its own (spen.check: only these take write_alphas and read_norm)
 
     def __init__(self, cfg, n_query):
         super().__init__()
-        C, S = cfg.n_embd, len(cfg.alphas)
-        self.n_head, self.n_slot, self.alphas = cfg.n_head, S, cfg.alphas
-        self.chunk = chunk_len(C // cfg.n_head)  # L: positions per chunk of the fast path (any L: the same values)
+        C, S, D = cfg.n_embd, len(cfg.alphas), cfg.n_embd // cfg.n_head
+        self.n_head = cfg.n_head
+        self.chunk = reader_chunk_len(D)  # L: positions per chunk of the fast path (any L: the same values)
+        self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
+        self.gain = nn.Parameter(torch.ones(D)) if cfg.read_norm else None  # g, the read norm's gain
         self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
 
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """W_q, W_k, W_v (and delta's W_beta) ~ N(0, 0.02), GPT-2's default; the gain g = 1. Returns them."""
+        gain = [self.gain.fill_(1.0)] if self.gain is not None else []
+        return gain + [m.weight.normal_(0.0, 0.02) for m in self.children()]
+
+    def extra(self, u):
+        return None  # what else a write needs from u_t (the delta rule's beta)
+
     def heads(self, x):
         """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
-        B, T, nC = x.shape
-        C = self.v.in_features
+        (B, T, nC), C = x.shape, self.v.in_features
         x = x.float() if x.dtype in ema.HALF else x
         return x.view(B, T, nC // C, self.n_head, C // self.n_head).permute(0, 3, 2, 1, 4)
 
+    def read_out(self, y):
+        """y (..., D) -> RMSNorm(y) g with read_norm, else y."""
+        return y if self.gain is None else F.rms_norm(y, self.gain.shape, self.gain.to(y.dtype), eps=1e-6)
+
     def forward(self, u, h_prev):
         q, k, v = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)  # (B, T, n C), (B, T, C), (B, T, C)
-        extra = self.extra(u)  # what else a write needs from u_t (the delta rule's beta)
+        extra = self.extra(u)
         with ema._no_autocast(u.device):
-            y = (self.ref if self.method == "loop" else self.fast)(*self.prepare(q, k, v, extra))
+            y = self.read_out(self.core(*self.prepare(q, k, v, extra)))  # `core`: the fast path or, with
+            # trace_method='loop', the reference loop (the same values)
         return y.transpose(1, 2).flatten(2)  # (B, H, T, D) -> (B, T, C), float32
 
     def init_state(self, batch_size, device):
-        return dict(M=torch.zeros(batch_size, *self.state_shape(), device=device))  # float32
+        return dict(M=torch.zeros(batch_size, *self.state_shape, device=device))  # float32
 
     def step(self, u_t, h_prev_t, state):
         """The recurrence, one token: read M_{t-1}, then write (`one_step`)."""
@@ -448,56 +473,55 @@ class _WriteReader(nn.Module):
             args = [x.select(-2 if x.dim() > 3 else -1, 0) for x in self.prepare(q, k, v, extra)]  # drop T
             M = state["M"].to(args[0].dtype)  # float32 (float64 for a float64 model)
             y, M = self.one_step(*args, M)  # (B, H, D)
-        return y.flatten(1), dict(M=M)  # (B, C)
+        return self.read_out(y).flatten(1), dict(M=M)  # (B, C)
 
     def state_floats(self, T):
-        return math.prod(self.state_shape())
+        return math.prod(self.state_shape)
 
 
 class EMAKVState(_WriteReader):
-    """('ema_kv', 'state'): linear attention with the paper's fixed decays (as RetNet, with one
-    query per decay), a state of S (D x D) matrices per head of key-value outer products:
+    """('ema_kv', 'state'): linear attention with fixed decays (as RetNet, with one query per decay),
+    a state of S_w (D x D) matrices per head of key-value outer products:
         M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t,
-    q^s_t = W_q^s u_t / sqrt(D). `ema_kv_ref` is the definition, `ema_kv_chunked` the fast path."""
+    q^s_t = W_q^s u_t / sqrt(D); the decays a_s are cfg.write_alphas (S_w of them), by default the
+    paper's trace decays. `ema_kv_ref` is the definition, `ema_kv_chunked` the fast path."""
 
     def __init__(self, cfg):
-        super().__init__(cfg, n_query=len(cfg.alphas))  # W_q: C -> S*C
-
-    def extra(self, u):
-        return None
+        super().__init__(cfg, n_query=len(cfg.write_alphas or cfg.alphas))  # W_q: C -> S_w*C
+        self.alphas = cfg.write_alphas or cfg.alphas  # the S_w write decays
+        D = cfg.n_embd // cfg.n_head
+        self.state_shape = cfg.n_head, len(self.alphas), D, D  # H, S_w, D, D: S_w*C*D floats
 
     def prepare(self, q, k, v, extra):
-        q = self.heads(q) * (self.v.in_features // self.n_head) ** -0.5  # (B, H, S, T, D) / sqrt(D)
+        q = self.heads(q) * (self.v.in_features // self.n_head) ** -0.5  # (B, H, S_w, T, D) / sqrt(D)
         return q, self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # k, v (B, H, T, D)
 
-    def ref(self, q, k, v):
-        return ema_kv_ref(q, k, v, self.alphas)
-
-    def fast(self, q, k, v):
-        return ema_kv_chunked(q, k, v, self.alphas, self.chunk)
+    def core(self, q, k, v):
+        return ema_kv_ref(q, k, v, self.alphas) if self.loop else ema_kv_chunked(q, k, v, self.alphas, self.chunk)
 
     def one_step(self, q_t, k_t, v_t, M):
         return ema_kv_step(q_t, k_t, v_t, M, self.alphas)
 
-    def state_shape(self):
-        C = self.v.in_features
-        return self.n_head, self.n_slot, C // self.n_head, C // self.n_head  # H, S, D, D: S*C*D floats
-
-    def attn_flops(self, T):
-        C, D = self.v.in_features, self.v.in_features // self.n_head
-        return 5 * self.n_slot * C * D  # per (s, head): read 2 D^2, decay D^2, rank-1 write 2 D^2
+    def attn_flops(self, T):  # chunked: in-chunk q^s.k per decay and their sum times v; per decay, read and carry M
+        C, D, L, Sw = self.v.in_features, self.v.in_features // self.n_head, min(self.chunk, T), len(self.alphas)
+        return 2 * (Sw + 1) * L * C + 4 * Sw * C * D
 
 
 class DeltaRuleState(_WriteReader):
-    """('delta', 'state'): the delta rule (DeltaNet: Schlag et al. 2021, Yang et al. 2024), no decay,
-    one D x D matrix per head:
-        M_t = M_{t-1} + beta_t (v_t - M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
+    """('delta', 'state'): the delta rule (DeltaNet: Schlag et al. 2021, Yang et al. 2024), one D x D
+    matrix per head, with no decay (g = 1) or the fixed decay g = 1 - a of write_alphas = (a,):
+        M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
     k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
     C -> H). `delta_rule_ref` is the definition, `delta_rule_chunked` the fast path."""
+
+    max_write_decays = 1  # spen.check: a single state, one decay
 
     def __init__(self, cfg):
         super().__init__(cfg, n_query=1)  # W_q: C -> C
         self.beta = nn.Linear(cfg.n_embd, cfg.n_head, bias=False)  # W_beta: the write strength per head
+        self.a = cfg.write_alphas[0] if cfg.write_alphas else 0.0  # a = 1 - g; 0: no decay (DeltaNet)
+        D = cfg.n_embd // cfg.n_head
+        self.state_shape = cfg.n_head, D, D  # H, D, D: C*D floats
 
     def extra(self, u):
         return self.beta(u)  # (B, T, H) logits
@@ -507,22 +531,16 @@ class DeltaRuleState(_WriteReader):
         beta = torch.sigmoid(extra.float() if extra.dtype in ema.HALF else extra).transpose(1, 2)  # (B, H, T) in (0, 1)
         return l2norm(q), l2norm(k), v, beta
 
-    def ref(self, q, k, v, beta):
-        return delta_rule_ref(q, k, v, beta)
-
-    def fast(self, q, k, v, beta):
-        return delta_rule_chunked(q, k, v, beta, self.chunk)
+    def core(self, q, k, v, beta):
+        a, L = self.a, self.chunk
+        return delta_rule_ref(q, k, v, beta, a) if self.loop else delta_rule_chunked(q, k, v, beta, a, L)
 
     def one_step(self, q_t, k_t, v_t, beta_t, M):
-        return delta_rule_step(q_t, k_t, v_t, beta_t, M)
+        return delta_rule_step(q_t, k_t, v_t, beta_t, M, self.a)
 
-    def state_shape(self):
-        D = self.v.in_features // self.n_head
-        return self.n_head, D, D  # C*D floats
-
-    def attn_flops(self, T):
-        C, D = self.v.in_features, self.v.in_features // self.n_head
-        return 6 * C * D  # per head: read M q 2 D^2, M k 2 D^2, rank-1 write 2 D^2
+    def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times W; P: 3 products
+        C, D, L = self.v.in_features, self.v.in_features // self.n_head, min(self.chunk, T)
+        return 8 * L * C + 6 * C * D
 
 
 # ------------------------------------------------------------------------------------------
@@ -539,6 +557,15 @@ class SelectiveContext(nn.Module):
         self.alphas, self.trace_method = cfg.alphas, cfg.trace_method
         self.gate = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)  # W_a
         self.gate_bias = nn.Parameter(torch.zeros(len(cfg.alphas), cfg.n_embd))  # b_s
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """W_a = 0, b_s = logit(a_s): a_t^s = a_s, the paper's fixed EMA at init. Returns them (spen.init_weights)."""
+        a = torch.tensor(cfg.alphas, dtype=self.gate_bias.dtype, device=self.gate_bias.device)[:, None]  # (S, 1)
+        return [self.gate.weight.zero_(), self.gate_bias.copy_(torch.logit(a.clamp(max=1 - 1e-6)))]  # (S, 1) -> (S, C)
+
+    def no_matmul_params(self):
+        return [self.gate_bias]  # added to W_a u_t, not multiplied: left out of the 6N FLOPs
 
     def decay(self, u):
         """u (..., C) -> a (..., S, C) in (0, 1), float32."""
@@ -561,6 +588,12 @@ class SelectiveContext(nn.Module):
         return torch.lerp(h, u_t.float().unsqueeze(1), self.decay(u_t))
 
 
-READERS = {("linear_attn", "state"): LinearAttnState, ("softmax_attn", "state"): SoftmaxAttnState,
-           ("linear_attn", "history"): LinearAttnHistory, ("softmax_attn", "history"): SoftmaxAttnHistory,
-           ("ema_kv", "state"): EMAKVState, ("delta", "state"): DeltaRuleState}
+# (predictor, reads) -> class; spen.READERS adds the paper's ('linear', 'state'). A new reader: one line here.
+VARIANT_READERS = {
+    ("linear_attn", "state"): LinearAttnState,
+    ("softmax_attn", "state"): SoftmaxAttnState,
+    ("linear_attn", "history"): LinearAttnHistory,
+    ("softmax_attn", "history"): SoftmaxAttnHistory,
+    ("ema_kv", "state"): EMAKVState,
+    ("delta", "state"): DeltaRuleState,
+}

@@ -125,21 +125,40 @@ def test_trace_methods_agree(context):
     assert torch.allclose(out["scan"], out["auto"], atol=1e-5) and torch.allclose(out["matmul"], out["auto"], atol=1e-4)
 
 
-@pytest.mark.parametrize("context", ["ema", "selective"])
-def test_reference_loop_equals_default_path_values_and_gradients(context):
-    """trace_method='loop' runs ema's reference loops inside the model: the same logits, loss and
-    gradient of every parameter as the default fast path (T = 40 spans several chunks)."""
+@pytest.mark.parametrize("predictor,reads,context", [("linear", "state", "ema"), ("linear", "state", "selective"),
+                                                     ("linear_attn", "history", "ema"), ("ema_kv", "state", "ema"),
+                                                     ("delta", "state", "ema")])
+def test_reference_loop_equals_default_path_values_and_gradients(predictor, reads, context):
+    """trace_method='loop' runs every reference inside the model (ema's trace loops, the chunked
+    readers' loops or quadratic form): the same logits, loss and gradient of every parameter as
+    the default fast path (T = 40 spans several chunks of traces and readers)."""
     idx = tokens(2, 41, 11)
     runs = {}
     for method in ("auto", "loop"):
-        model = make(trace_method=method, context=context)  # same seed: same weights
+        model = make(trace_method=method, predictor=predictor, reads=reads, context=context)  # same seed: same weights
         logits, loss = model(idx[:, :-1], idx[:, 1:])
         runs[method] = logits, loss, torch.autograd.grad(loss, list(model.parameters()))
     (lf, lossf, gf), (lr, lossr, gr) = runs["auto"], runs["loop"]
     assert torch.allclose(lf, lr, atol=1e-5, rtol=0) and torch.allclose(lossf, lossr, atol=1e-6)
-    assert len(gf) == len(gr) == len(list(make(context=context).parameters()))
+    assert len(gf) == len(gr) == len(list(model.parameters()))
     for a, b in zip(gf, gr):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_loop_switch_reaches_every_chunked_reader(monkeypatch):
+    """The one switch: trace_method='loop' runs the readers' references, never their fast paths."""
+    import variants
+    calls = []
+    for name in ("ema_kv_chunked", "delta_rule_chunked", "ema_kv_ref", "delta_rule_ref", "linear_attention_ref"):
+        real = getattr(variants, name)
+        monkeypatch.setattr(variants, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    for predictor, reads in (("ema_kv", "state"), ("delta", "state"), ("linear_attn", "history")):
+        for method in ("auto", "loop"):
+            calls.clear()
+            make(trace_method=method, predictor=predictor, reads=reads)(tokens(1, 9, 1))
+            ref = {c for c in calls if c.endswith("_ref")}
+            assert ref if method == "loop" else not ref, (predictor, method, calls)
+            assert not (method == "loop" and {c for c in calls if c.endswith("_chunked")}), calls
 
 
 def test_parameters_are_initialised_once(monkeypatch):
@@ -148,6 +167,59 @@ def test_parameters_are_initialised_once(monkeypatch):
     monkeypatch.setattr(spen, "init_weights", lambda module, cfg: calls.append(type(module).__name__) or real(module, cfg))
     SPEN(tiny(n_layer=3))
     assert calls == ["SPEN"]  # once, for the whole model; Blocks do not initialise themselves
+
+
+class ToyReader(torch.nn.Module):
+    """A reader written outside spen.py: x̂_t = W h_{t-1}^1 + b, with b added (not a matmul weight)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.w = torch.nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.b = torch.nn.Parameter(torch.zeros(1, cfg.n_embd))
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        return [self.w.weight.normal_(0.0, 0.02), self.b.fill_(0.5)]
+
+    def no_matmul_params(self):
+        return [self.b]
+
+    def forward(self, u, h_prev):
+        return self.w(h_prev[..., 0, :]) + self.b[0]  # (..., C)
+
+    def init_state(self, batch_size, device):
+        return None
+
+    def step(self, u_t, h_prev_t, state):
+        return self.forward(u_t, h_prev_t), state
+
+    def state_floats(self, T):
+        return 0
+
+    def attn_flops(self, T):
+        return 7
+
+
+def test_a_new_reader_is_one_class_and_one_registry_line(monkeypatch):
+    """Registered in the registry alone (spen.py untouched), a reader builds, initialises itself,
+    runs forward and step alike and counts its FLOPs; an init_weights that leaves a parameter out
+    is refused by name."""
+    monkeypatch.setitem(spen.READERS, ("toy", "state"), ToyReader)
+    model = make(predictor="toy")
+    assert all(torch.equal(b.pred.b, torch.full((1, 32), 0.5)) for b in model.blocks)
+    assert 0.01 < model.blocks[0].pred.w.weight.std() < 0.03
+    idx = tokens(2, 7, 1)
+    with torch.no_grad():
+        ref, state, out = model(idx)[0], model.init_state(2), []
+        for token in idx.unbind(1):
+            logits, state = model.step(token, state)
+            out.append(logits)
+    assert torch.allclose(torch.stack(out, 1), ref, atol=1e-5, rtol=0)
+    vectors = sum(p.numel() for p in model.parameters() if p.dim() < 2)
+    assert model.flops_per_token(32) == 6 * (model.num_params() - vectors - 2 * 32) + 3 * 2 * 7
+    monkeypatch.setattr(ToyReader, "init_weights", lambda self, cfg: [self.w.weight])
+    with pytest.raises(ValueError, match=r"no rule for parameter 'blocks\.0\.pred\.b'"):
+        make(predictor="toy")
 
 
 HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
@@ -252,6 +324,54 @@ def test_bad_config_gives_clear_error(field, value):
     with pytest.raises(ValueError, match=field) as e:
         spen.check(tiny(**{field: value}))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor="ema_kv", write_alphas=(0.5, 0.0)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="delta", write_alphas=(1.5,)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="ema_kv", write_alphas=()), "write_alphas must be None or a non-empty tuple"),
+    (dict(predictor="delta", write_alphas=(0.1, 0.01)), "write_alphas: predictor='delta' takes at most 1 decay, got 2"),
+    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas and read_norm set a write reader's state"),
+    (dict(predictor="softmax_attn", reads="history", read_norm=True), "predictor='softmax_attn' writes none"),
+    (dict(predictor="delta", read_norm=1), "read_norm must be True or False"),
+    (dict(predictor="delta", n_head=5), r"n_embd \(32\) must be divisible by n_head \(5\)"),
+    (dict(predictor="ema_kv", n_head=0), "n_head must be an int >= 1")])
+def test_write_settings_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        SPEN(tiny(**kw))
+    assert "\n" not in str(e.value)
+    SPEN(tiny(predictor=kw["predictor"], reads=kw.get("reads", "state")))  # the reader itself builds
+
+
+def test_write_settings_default_to_todays_model_and_round_trip():
+    """write_alphas=None, read_norm=False rebuild a saved model unchanged; a JSON list is a tuple."""
+    for predictor in ("ema_kv", "delta"):
+        torch.manual_seed(0)
+        a = SPEN(tiny(predictor=predictor))
+        torch.manual_seed(0)
+        b = SPEN(tiny(predictor=predictor, write_alphas=None, read_norm=False))
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    cfg = tiny(predictor="ema_kv", write_alphas=[0.03, 0.001], read_norm=True)
+    assert cfg.write_alphas == (0.03, 0.001)
+    m = SPEN(cfg)
+    m2 = SPEN(SPENConfig(**asdict(cfg)))
+    m2.load_state_dict(m.state_dict())
+    idx = tokens(1, 5, 7)
+    assert torch.equal(m(idx)[0], m2(idx)[0])
+
+
+@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
+def test_empty_sequence_gives_empty_logits_as_gpt(predictor, reads, context):
+    """T = 0: SPEN returns (B, 0, V) logits and the same loss as GPT (a mean over no token), every
+    reader and both paths (fast and reference)."""
+    import gpt
+    idx = torch.zeros(2, 0, dtype=torch.long)
+    g = gpt.GPT(gpt.GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_embd=32))
+    for method in ("auto", "loop"):
+        logits, loss = make(predictor=predictor, reads=reads, context=context, trace_method=method)(idx, idx)
+        glogits, gloss = g(idx, idx)
+        assert logits.shape == glogits.shape == (2, 0, V)
+        assert loss.isnan() and gloss.isnan()  # F.cross_entropy's mean over no token, in both
 
 
 def test_meaningless_combinations_are_refused():

@@ -140,29 +140,56 @@ def write_inputs(predictor, B, H, T, D, S=3, seed=0, dtype=torch.float64):
     return [torch.randn(s, generator=g, dtype=dtype, requires_grad=True) for s in shapes]
 
 
-def write_core(predictor, inputs, chunk=None, alphas=(0.5, 0.1, 0.02)):
-    """The loop (chunk None) or the chunked fast path on the leaves; delta normalises q, k and
-    squashes beta as DeltaRuleState does."""
+def write_core(predictor, inputs, chunk=None, alphas=(0.5, 0.1, 0.02), a=0.0):
+    """The loop (chunk None) or the chunked fast path on the leaves; delta (decay a) normalises q, k
+    and squashes beta as DeltaRuleState does."""
     if predictor == "ema_kv":
         return ema_kv_ref(*inputs, alphas) if chunk is None else ema_kv_chunked(*inputs, alphas, chunk)
     q, k, v, b = inputs
     args = l2norm(q), l2norm(k), v, torch.sigmoid(b)
-    return delta_rule_ref(*args) if chunk is None else delta_rule_chunked(*args, chunk)
+    return delta_rule_ref(*args, a) if chunk is None else delta_rule_chunked(*args, a, chunk=chunk)
 
 
 @pytest.mark.parametrize("T,chunk", [(1, 4), (7, 4), (12, 4), (17, 4), (17, 64)])
-@pytest.mark.parametrize("predictor", WRITERS)
-def test_write_reader_fast_path_equals_reference(predictor, T, chunk):
+@pytest.mark.parametrize("predictor,a", [("ema_kv", 0.0), ("delta", 0.0), ("delta", 0.3), ("delta", 1.0)])
+def test_write_reader_fast_path_equals_reference(predictor, a, T, chunk):
     """The chunked forms compute the loops' values and gradients (of every input), float64; T runs
-    below one chunk, across whole chunks and into a partial last chunk."""
+    below one chunk, across whole chunks and into a partial last chunk; delta without and with a
+    fixed decay (a = 1: the state keeps the last write only)."""
     inputs = write_inputs(predictor, 2, 2, T, 4, seed=T)
-    fast, ref = write_core(predictor, inputs, chunk), write_core(predictor, inputs)
+    fast, ref = write_core(predictor, inputs, chunk, a=a), write_core(predictor, inputs, a=a)
     assert fast.shape == ref.shape == (2, 2, T, 4)
     assert torch.allclose(fast, ref, atol=1e-10, rtol=0)
     w = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1), dtype=ref.dtype)
     grads = [torch.autograd.grad((y * w).sum(), inputs, materialize_grads=True) for y in (fast, ref)]  # T = 1: k, v unread
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_decayed_delta_rule_is_the_plain_rule_rescaled():
+    """An independent formula: with M_t = g^(t+1) N_t the gated rule is the plain delta rule on N
+    with values g^-(t+1) v_t, read as y_t = g^t (N_{t-1} q_t); float64, T short enough for g^-T."""
+    q, k, v, b = write_inputs("delta", 2, 2, 12, 4, seed=5)
+    a = 0.2
+    g = (1 - a) ** torch.arange(12, dtype=torch.float64)[:, None]  # (T, 1) g^t
+    args = l2norm(q), l2norm(k), torch.sigmoid(b)
+    with torch.no_grad():
+        plain = delta_rule_ref(args[0], args[1], v / (g * (1 - a)), args[2]) * g
+        assert torch.allclose(delta_rule_ref(args[0], args[1], v, args[2], a), plain, atol=1e-12, rtol=0)
+        assert torch.allclose(delta_rule_chunked(args[0], args[1], v, args[2], a, chunk=5), plain, atol=1e-12, rtol=0)
+        assert not torch.allclose(delta_rule_ref(args[0], args[1], v, args[2]), plain, atol=1e-2)
+
+
+@pytest.mark.parametrize("a", [0.0, 0.5, 0.9])
+def test_decayed_delta_rule_chunk_64_keeps_float32_precision(a):
+    """Local time inside each chunk: every factor is a power g^n <= 1, so a fast decay over a chunk of
+    64 (0.5^63 ~ 1e-19) computed in float32 is as close to the float64 loop as the float32 loop is."""
+    q, k, v, b = (x.detach() for x in write_inputs("delta", 1, 2, 160, 16, seed=6))
+    args = l2norm(q), l2norm(k), v, torch.sigmoid(b)
+    exact = delta_rule_ref(*args, a)
+    fast = delta_rule_chunked(*(x.float() for x in args), a, chunk=64).double()
+    loop = delta_rule_ref(*(x.float() for x in args), a).double()
+    assert (fast - exact).abs().max() < 2 * (loop - exact).abs().max() + 1e-6 < 1e-5
 
 
 @pytest.mark.parametrize("predictor", WRITERS)
@@ -190,14 +217,14 @@ def test_write_reader_sees_u_t_only_through_its_query(predictor):
         assert torch.equal(pred(u, h_prev), torch.zeros(2, 10, 32))
 
 
-@pytest.mark.parametrize("method", ["chunked", "loop"])
+@pytest.mark.parametrize("trace_method", ["auto", "loop"])
 @pytest.mark.parametrize("predictor", WRITERS)
-def test_write_reader_step_equals_forward(predictor, method):
+def test_write_reader_step_equals_forward(predictor, trace_method):
     """Reader level: step() token by token (the recurrence, float32 state) == forward (T = 13
-    over chunks of 4), also under bf16 autocast, where the state stays float32."""
+    over chunks of 4, or the reference loop), also under bf16 autocast, where the state stays float32."""
     torch.manual_seed(1)
-    pred = READERS[predictor, "state"](tiny(predictor=predictor))
-    pred.chunk, pred.method = 4, method
+    pred = READERS[predictor, "state"](tiny(predictor=predictor, trace_method=trace_method))
+    pred.chunk = 4
     u, h_prev = torch.randn(3, 13, 32), torch.randn(3, 13, 3, 32)
     for autocast in (False, True):
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -266,23 +293,60 @@ def test_ema_kv_with_decay_one_keeps_only_the_last_write(chunk):
 
 
 def test_write_readers_state_floats_flops_and_params_by_hand():
-    """C = 32, H = 4 (D = 8), S = 3. ema_kv: S*H (D x D) matrices = S*C*D = 768 floats; delta:
-    H (D x D) = C*D = 256; whatever T, and what init_state and step hold. FLOPs per token of the
-    recurrence (a multiply-add is 2): ema_kv per (s, head) read 2 D^2 + decay D^2 + write 2 D^2
-    -> 5 S C D = 3840; delta per head M q, M k, rank-1 write 2 D^2 each -> 6 C D = 1536.
-    Parameters: ema_kv W_q (S C x C), W_k (C x S C), W_v (C x C) = 7 C^2; delta W_q, W_v (C x C),
-    W_k (C x S C), W_beta (H x C) = 5 C^2 + H C."""
-    cfg = tiny()
-    for cls, floats, flops, params in [(EMAKVState, 3 * 4 * 8 * 8, 3840, 7 * 32 * 32),
-                                       (DeltaRuleState, 4 * 8 * 8, 1536, 5 * 32 * 32 + 4 * 32)]:
-        pred = cls(cfg)
-        assert pred.state_floats(1) == pred.state_floats(1000) == floats, cls
-        assert pred.attn_flops(64) == flops and sum(p.numel() for p in pred.parameters()) == params, cls
+    """C = 32, H = 4 (D = 8), S = 3, chunk L = reader_chunk_len(8) = 16 (L = T below it). ema_kv:
+    S_w*H (D x D) matrices = S_w*C*D floats (S_w = S = 3 by default: 768; write_alphas of 2 decays:
+    512); delta: H (D x D) = C*D = 256; whatever T, and what init_state and step hold. FLOPs per
+    token of the chunked forward (a multiply-add is 2): ema_kv 2 (S_w + 1) L C + 4 S_w C D =
+    4096 + 3072 at T = 64; delta 8 L C + 6 C D = 4096 + 1536. Parameters: ema_kv W_q (S_w C x C),
+    W_k (C x S C), W_v (C x C) = (S_w + S + 1) C^2; delta W_q, W_v (C x C), W_k (C x S C), W_beta
+    (H x C) = 5 C^2 + H C; read_norm adds the gain, D."""
+    for kw, floats, flops, params in [
+            (dict(predictor="ema_kv"), 3 * 4 * 8 * 8, (7168, 2 * 4 * 4 * 32 + 3072), 7 * 32 * 32),
+            (dict(predictor="ema_kv", write_alphas=(0.03, 0.001), read_norm=True), 2 * 4 * 8 * 8,
+             (2 * 3 * 16 * 32 + 2048, 2 * 3 * 4 * 32 + 2048), 6 * 32 * 32 + 8),
+            (dict(predictor="delta"), 4 * 8 * 8, (5632, 8 * 4 * 32 + 1536), 5 * 32 * 32 + 4 * 32),
+            (dict(predictor="delta", write_alphas=(0.01,), read_norm=True), 4 * 8 * 8, (5632, 8 * 4 * 32 + 1536),
+             5 * 32 * 32 + 4 * 32 + 8)]:
+        pred = READERS[kw["predictor"], "state"](tiny(**kw))
+        assert pred.state_floats(1) == pred.state_floats(1000) == floats, kw
+        assert (pred.attn_flops(64), pred.attn_flops(4)) == flops, kw
+        assert sum(p.numel() for p in pred.parameters()) == params, kw
         state = pred.init_state(2, None)
         for _ in range(3):
             _, state = pred.step(torch.randn(2, 32), torch.randn(2, 3, 32), state)
-        assert sum(t.numel() for t in state.values()) == 2 * floats, cls
-    assert {n for n, _ in DeltaRuleState(cfg).named_parameters()} == {"q.weight", "k.weight", "v.weight", "beta.weight"}
+        assert sum(t.numel() for t in state.values()) == 2 * floats, kw
+    names = {n for n, _ in DeltaRuleState(tiny()).named_parameters()}
+    assert names == {"q.weight", "k.weight", "v.weight", "beta.weight"}
+
+
+@pytest.mark.parametrize("kw", [dict(predictor="ema_kv", write_alphas=(0.03, 0.001)),
+                                dict(predictor="delta", write_alphas=(0.2,)),
+                                dict(predictor="ema_kv", read_norm=True), dict(predictor="delta", read_norm=True)])
+def test_write_ingredients_step_equals_forward_and_change_the_read(kw):
+    """Each ingredient: step() == forward (chunks of 4, T = 13), and the read is not the default
+    reader's on the same weights; with read_norm each head's read has RMS 1 at init (gain 1)."""
+    torch.manual_seed(2)
+    pred = READERS[kw["predictor"], "state"](tiny(**kw))
+    pred.init_weights(tiny(**kw))
+    for m in pred.children():  # reads well above the norm's eps
+        torch.nn.init.normal_(m.weight, std=0.3)
+    pred.chunk = 4
+    pred.double()  # float64: the norm magnifies rounding where a read is small
+    u, h_prev = torch.randn(2, 13, 32, dtype=torch.float64), torch.randn(2, 13, 3, 32, dtype=torch.float64)
+    with torch.no_grad():
+        ref, state, out = pred(u, h_prev), pred.init_state(2, None), []
+        for t in range(13):
+            x_t, state = pred.step(u[:, t], h_prev[:, t], state)
+            out.append(x_t)
+    assert torch.allclose(torch.stack(out, 1), ref, atol=1e-10, rtol=0)
+    if kw.get("read_norm"):
+        rms = ref[:, 1:].unflatten(-1, (4, 8)).pow(2).mean(-1).sqrt()  # (B, T-1, H); t = 0 reads the empty state
+        assert torch.allclose(rms, torch.ones_like(rms), atol=1e-3)
+    if kw["predictor"] == "delta" or kw.get("read_norm"):  # the default reader on the same weights reads otherwise
+        plain = READERS[kw["predictor"], "state"](tiny(predictor=kw["predictor"])).double()
+        plain.load_state_dict(pred.state_dict(), strict=False)  # all but the read norm's gain
+        with torch.no_grad():
+            assert not torch.allclose(plain(u, h_prev), ref, atol=1e-4)
 
 
 @pytest.mark.parametrize("trace_method", ["scan", "matmul", "loop"])
