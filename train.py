@@ -12,9 +12,9 @@ Settings: one `TrainConfig`, every field a flag, validated in __post_init__; pre
 of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the offline `builtin`
 corpus), 'cpu_bytes' (the same corpus as UTF-8 bytes). Precedence: default < --preset < typed
 flags; --resume takes the checkpoint's settings and refuses a typed model-shape flag (tokenizer
-included) that contradicts it. The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5,
-715 warmup steps, 524,288 tokens per step: 8B tokens in 15,259 steps) are PAPER.md's train.py
-choices.
+included) that contradicts it (in a folder without run.json the flags name the model: any of them).
+The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5, 715 warmup steps, 524,288 tokens
+per step: 8B tokens in 15,259 steps) are PAPER.md's train.py choices.
 
 Data (batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
 checked against the model's vocabulary as a split loads, never inside forward. Training windows

@@ -114,20 +114,21 @@ def disk_full(path, e, kept):
 
 
 @contextmanager
-def refused_if_full(path, kept="the lines written before are kept"):
-    """Inside: an OSError of a full or read-only disk (disk_error) while writing path becomes one
-    CheckpointError line saying what is kept; any other error propagates as it was raised."""
+def refused_if_full(path):
+    """Inside, appending lines to path: an OSError of a full or read-only disk (disk_error) becomes
+    one CheckpointError line; any other error propagates as it was raised."""
     try:
         yield
     except OSError as e:
         if disk_error(e):
-            raise disk_full(path, e, kept) from None
+            raise disk_full(path, e, "the lines written before are kept") from None
         raise
 
 
 def close_appended(f):
-    """Close f; a disk error here is that of a write already refused (the files are line-buffered:
-    each line goes to the disk as it is written), so only the error, reported, is left to drop."""
+    """Close f, opened by RunFolder.open_appending. A disk error here is that of a write already
+    refused (each line leaves the line buffer as it is written; the close retries only what a failed
+    write kept there), so it is dropped: its one line is on its way."""
     try:
         f.close()
     except OSError as e:
@@ -331,8 +332,8 @@ class RunFolder:
         return os.path.join(self.out_dir, name)
 
     def open_appending(self, name):
-        """The run file `name` opened to append lines (line-buffered: each goes to the disk whole as
-        it is written), closed with the stack."""
+        """The run file `name` opened to append lines, line-buffered (each is written out whole as
+        it comes), closed with the stack (close_appended)."""
         f = open(self.path(name), "a", buffering=1)
         self.stack.callback(close_appended, f)
         return f
