@@ -161,3 +161,11 @@ def test_the_state_line_splits_the_number_it_prints(predictor, reads):
     m = re.search(r"([\d,]+) numbers per sequence \((\d+) x \(?(\d+) x (\d+)(?: \+ ([\d,]+)\))?:", line)
     total, L, S, C, own = (int((g or "0").replace(",", "")) for g in m.groups())
     assert total == sizes[0] == L * (S * C + own) and (own > 0) == (predictor != "linear"), line
+
+
+def test_a_checkpoint_is_read_once(ckpts, monkeypatch):
+    """The tokenizer lookup and the model share one torch.load of the checkpoint."""
+    loads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loads.append(str(f)) or real_load(f, *a, **k))
+    run(ckpts["spen"], "--start", "IDS:50256", "--max_new_tokens", 2, "--num_samples", 1)
+    assert loads == [ckpts["spen"]]
