@@ -14,7 +14,8 @@ Run:  python data.py --dataset builtin                       tokenize (once) and
       python data.py --dataset files:~/corpus                your own text, offline
       python data.py --dataset fineweb-edu --max_tokens 100000000 --num_proc 16  (online)
 The builtin yardsticks are in results/train_cpu/README.md (Yardsticks). Hub unreachable and
-no cache, a full disk, a non-UTF-8 file, a split the dataset lacks: one line (a cli.UserError)
+no cache, a full disk, a non-UTF-8 file, a split the dataset lacks, another process building the
+same cache (refused without touching its work), tiktoken not installed: one line (a cli.UserError)
 naming the dataset or file and what to do, exit status 1; any other error keeps its traceback.
 """
 import dataclasses

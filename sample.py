@@ -8,8 +8,10 @@ This script shows both: the text, the speed, and the numbers each model's state 
 How each model generates (both through their own `generate`, whose arguments lm.check_sampling
 and lm.check_tokens check):
     SPEN  the prompt, then every new token, goes through step(); the state is L x S x C trace
-          numbers per sequence, constant for the state readers (reads='state'). Of the history
-          readers, softmax_attn adds a cache that grows like GPT's, linear_attn fixed-size sums.
+          numbers per sequence plus what the reader holds beyond them (variants.py, state_floats):
+          nothing for the readers of h_{t-1}, the paper's included; the write readers (ema_kv,
+          delta) their memory M, of fixed size; of the history readers, linear_attn fixed-size
+          sums, softmax_attn a cache that grows like GPT's.
     GPT   the prompt is prefilled into a KV cache, then one step() per token; the cache holds
           2 x L x C numbers per token seen (re-read from the last block_size tokens when full).
 The state's size is measured by replaying the last sample through step() after the timing.
@@ -108,7 +110,7 @@ def tokenizer_of(init_from):
     """The tokenizer a model reads: a train.py checkpoint records it (older ones: gpt2)."""
     if init_from in GPT2_NAMES:
         return "gpt2"
-    return checkpoint.load(init_from)["train"].get("tokenizer", "gpt2")
+    return checkpoint.load(init_from, keep=True)["train"].get("tokenizer", "gpt2")  # load_model reads no more
 
 
 def prompt_ids(start, enc):
@@ -164,9 +166,12 @@ def describe_state(model, sizes):
     """One line: how many numbers the state holds over the generated tokens (sizes)."""
     what = "GPT KV cache" if isinstance(model, GPT) else "SPEN state"
     if min(sizes) == max(sizes):
-        cfg = model.config
-        split = (f" ({cfg.n_layer} x {len(cfg.alphas)} x {cfg.n_embd}: layers x traces x width)"
-                 if not isinstance(model, GPT) and cfg.reads == "state" else "")
+        split = ""
+        if not isinstance(model, GPT):  # per layer: S x C traces, and what a reader holds beyond them
+            L, S, C = model.config.n_layer, len(model.config.alphas), model.config.n_embd
+            own = model.state_floats(len(sizes)) - S * C  # ema_kv, delta: their M; linear_attn history: its sums
+            split = (f" ({L} x ({S} x {C} + {own:,}): layers x (traces x width + the reader's own state))" if own
+                     else f" ({L} x {S} x {C}: layers x traces x width)")
         return f"{what}: {sizes[0]:,} numbers per sequence{split}, constant over {len(sizes)} generated tokens"
     per = (sizes[-1] - sizes[0]) / (len(sizes) - 1)
     return (f"{what}: grows from {sizes[0]:,} to {sizes[-1]:,} numbers per sequence over {len(sizes)} "

@@ -12,9 +12,9 @@ Settings: one `TrainConfig`, every field a flag, validated in __post_init__; pre
 of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the offline `builtin`
 corpus), 'cpu_bytes' (the same corpus as UTF-8 bytes). Precedence: default < --preset < typed
 flags; --resume takes the checkpoint's settings and refuses a typed model-shape flag (tokenizer
-included) that contradicts it. The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5,
-715 warmup steps, 524,288 tokens per step: 8B tokens in 15,259 steps) are PAPER.md's train.py
-choices.
+included) that contradicts it (in a folder without run.json the flags name the model: any of them).
+The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5, 715 warmup steps, 524,288 tokens
+per step: 8B tokens in 15,259 steps) are PAPER.md's train.py choices.
 
 Data (plumbing/batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
 checked against the model's vocabulary as a split loads, never inside forward. Training windows
@@ -32,21 +32,11 @@ first runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache b
 group starts; the other ranks wait for its files (evaluate.wait_for_caches).
 
 Faults: inputs are checked before anything is written; a user's mistake is one line
-(cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; the run folder is locked;
-a non-finite loss stops before its update; Ctrl-C saves ckpt_last and exits 130; a failed
-checkpoint write leaves the previous one (a full or read-only disk: one line; else a traceback).
+(cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss stops
+before its update; Ctrl-C saves ckpt_last and exits 130. What a crash, kill -9 or full disk leaves
+and how --resume goes on from it (the run folder's lock, run.json, atomic writes): plumbing/checkpoint.py.
 metrics.jsonl record s: the loss of step s's batches and, at evals, val_loss after s updates
 (record 0: the initial val_loss).
-
-Killed (kill -9, a preempted node): a step's record is written and fsynced BEFORE any checkpoint
-that claims the step (RunFolder.save syncs metrics.jsonl first); --resume keeps the records up to
-ckpt_last's step and recomputes the rest bit-identically (resume is exact). So after any kill every
-step the checkpoint claims has its record, and none comes twice. Chosen over a checkpoint that
-carries its records: each write stays one atomic act (a line appended, a file renamed) and resume
-only truncates. A write killed halfway leaves NAME.tmp<pid>, removed by the next start once it
-holds the lock; run.json (written at a fresh start) names the model the folder trains, and
---resume refuses, in one line, a ckpt_last.pt of another kind or shape. A SIGKILL loop checks it
-all (tests/test_kill.py; results/train_cpu/kill_loop.py: 20 kills).
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
@@ -288,10 +278,10 @@ def load_model(cfg):
         return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0, tokenizer="gpt2",
                                     block_size=min(cfg.block_size, model.config.block_size))
     if cfg.resume or cfg.init_from != "scratch":
-        path = os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
-        ckpt = checkpoint.load(path)
-        if cfg.resume:
-            checkpoint.check_run(cfg.out_dir, ckpt, path)  # the folder's own run, not another model's
+        path = start_path(cfg)
+        ckpt = checkpoint.load(path)  # parse_args' read, if it made one (keep=True)
+        if cfg.resume:  # the folder's own run (run.json's; without one, the model cfg asks for)
+            checkpoint.check_run(cfg.out_dir, ckpt, path, checkpoint.identity(cfg.model, asdict(model_config(cfg))))
         model = checkpoint.build(ckpt, path)
         saved = {k: ckpt["train"][k] for k in MODEL_FIELDS if k in ckpt["train"]}
         if ckpt["kind"] == "gpt":  # a learned position table: no context beyond its rows
@@ -300,14 +290,19 @@ def load_model(cfg):
     return build_model(cfg), None, cfg
 
 
+def start_path(cfg):
+    """The checkpoint a run starts from: --resume's out_dir/ckpt_last.pt, or --init_from's file."""
+    return os.path.join(cfg.out_dir, "ckpt_last.pt") if cfg.resume else cfg.init_from
+
+
 def merge_checkpoint_settings(typed):
     """--resume / --init_from on the command line: the checkpoint's settings under the flags
     typed; a typed model-shape flag that contradicts the checkpoint is refused."""
     base = make_config(typed.get("preset") or "130m", **{k: v for k, v in typed.items() if k != "preset"})
     if not (base.resume or (base.init_from not in ("scratch", "gpt2"))):
         return base
-    path = os.path.join(base.out_dir, "ckpt_last.pt") if base.resume else base.init_from
-    saved = checkpoint.load(path)["train"]
+    path = start_path(base)
+    saved = checkpoint.load(path, keep=True)["train"]  # kept: the run reads its weights from this read
     clash = [f"--{k} {typed[k]} (checkpoint: {saved.get(k)})" for k in MODEL_FIELDS
              if k in typed and k in saved and typed[k] != saved[k]]
     cli.require(not clash, "{} differs from the checkpoint {}; drop the flag, or start a new run in another "
@@ -315,6 +310,8 @@ def merge_checkpoint_settings(typed):
     if not base.resume and not base.eval_only:  # fine-tuning from a checkpoint: only its model
         return replace(base, **{k: saved[k] for k in MODEL_FIELDS if k in saved and k not in typed})
     keep = {"out_dir", "init_from", "resume", "eval_only"}
+    if base.resume and not os.path.exists(os.path.join(base.out_dir, "run.json")):
+        keep |= set(MODEL_FIELDS)  # no record of the folder's model: the flags name it (load_model checks)
     merged = {k: v for k, v in saved.items() if k in {f.name for f in fields(TrainConfig)} and k not in keep}
     merged.update({k: v for k, v in typed.items() if k != "preset"})
     merged.update({k: getattr(base, k) for k in keep})

@@ -13,19 +13,26 @@ with torch.load(weights_only=True):
     train       asdict(TrainConfig)     step     optimizer steps done = the data position
     optimizer, best_val, val_loss, rng (torch, cuda, numpy, python states)
 
-Guarantees (each tested in tests/test_train.py; a SIGKILL loop in tests/test_kill.py)
+Guarantees (each tested in tests/test_train.py; a SIGKILL loop in tests/test_kill.py and
+results/train_cpu/kill_loop.py, 20 kills)
     - a write goes to PATH.tmp<pid>, is fsynced, and is renamed over PATH only when complete; a
       failed write removes the temp file and leaves the previous PATH as it was; a full or
       read-only disk (ENOSPC, EDQUOT, EROFS; torch's "file write failed") is one CheckpointError
-      line, any other error propagates as raised, with its traceback;
-    - `RunFolder.save` makes metrics.jsonl durable (flush + fsync) before it writes a checkpoint,
-      so every step a checkpoint claims has its record, whenever the process is killed (killed
-      between the two, ckpt_best can be one evaluation ahead of ckpt_last: the resumed run
-      rewrites it identically); a fresh start removes the old checkpoints before the records;
+      line, any other error propagates as raised, with its traceback. The same holds for the
+      lines appended to log.txt and metrics.jsonl: refused, one line, and the lines before kept;
+    - killed (kill -9, a preempted node) at any moment, a run resumes exactly: a step's record is
+      written and fsynced BEFORE any checkpoint that claims the step (`RunFolder.save` makes
+      metrics.jsonl durable first), and --resume keeps the records up to ckpt_last's step and
+      recomputes the rest bit-identically (`kept_metrics`). So every step a checkpoint claims has
+      its record and none comes twice (killed between the two, ckpt_best can be one evaluation
+      ahead of ckpt_last: the resumed run rewrites it identically). Chosen over a checkpoint that
+      carries its records: each write stays one atomic act (a line appended, a file renamed) and
+      resume only truncates. A fresh start removes the old checkpoints before the records;
     - a killed write leaves NAME.tmp<pid> (NAME one of RUN_FILES); the next RunFolder in that
       folder removes every one once it holds the lock (no other writer is alive then);
-    - run.json names the model the folder trains (kind and config); `check_run` refuses, in one
-      line, a checkpoint of another model there;
+    - run.json (written at a fresh start) names the model the folder trains (kind and config);
+      `check_run` refuses, in one line, a checkpoint of another model there, and in a folder
+      without run.json (made before it existed) one of another model than the flags ask for;
     - a missing, corrupt, foreign or mismatched file is one CheckpointError line;
     - an --out_dir that is a file, lies inside a file or cannot be written is one line
       (runs.check_out_dir, the check every command shares), before anything is written;
@@ -45,6 +52,7 @@ import json
 import os
 import random
 import re
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -92,11 +100,40 @@ def atomic_write(path, write):
         except OSError:
             pass  # never created, or the disk refuses even that: the next RunFolder removes it
         if disk_error(e):
-            raise CheckpointError(f"could not write {path} ({_one_line(e)}); the previous file, if any, is "
-                                  f"unchanged: free disk space (or make the disk writable), then run the same "
-                                  f"command again (train.py: with --resume; a grid keeps its finished runs)") from None
+            raise disk_full(path, e, "the previous file, if any, is unchanged") from None
         raise
     sync_folder(os.path.dirname(path) or ".")
+
+
+def disk_full(path, e, kept):
+    """The one-line CheckpointError for a full or read-only disk (disk_error(e)) met writing path;
+    kept says what of path is still as it was."""
+    return CheckpointError(f"could not write {path} ({_one_line(e)}); {kept}: free disk space (or make the "
+                           f"disk writable), then run the same command again (train.py: with --resume; a grid "
+                           f"keeps its finished runs)")
+
+
+@contextmanager
+def refused_if_full(path):
+    """Inside, appending lines to path: an OSError of a full or read-only disk (disk_error) becomes
+    one CheckpointError line; any other error propagates as it was raised."""
+    try:
+        yield
+    except OSError as e:
+        if disk_error(e):
+            raise disk_full(path, e, "the lines written before are kept") from None
+        raise
+
+
+def close_appended(f):
+    """Close f, opened by RunFolder.open_appending. A disk error here is that of a write already
+    refused (each line leaves the line buffer as it is written; the close retries only what a failed
+    write kept there), so it is dropped: its one line is on its way."""
+    try:
+        f.close()
+    except OSError as e:
+        if not disk_error(e):
+            raise
 
 
 def durable(f):
@@ -147,10 +184,19 @@ def remove_stale_temps(out_dir):
     return removed
 
 
-def load(path):
-    """torch.load a train.py checkpoint (tensors and plain types only), validated."""
+_kept = {}  # {file stamp: checkpoint} held by load(keep=True) for the next load of that file
+
+
+def load(path, keep=False):
+    """torch.load a train.py checkpoint (tensors and plain types only), validated. keep: hold it
+    for the next load of this file, if unchanged (train.py reads a checkpoint's settings, then the
+    run its weights and optimizer: one read of a file that can be gigabytes)."""
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path} not found; train first or pass the right path")
+    st = os.stat(path)
+    stamp = (os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns)  # a rewrite is a new file
+    if stamp in _kept:
+        return _kept.pop(stamp)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
@@ -160,6 +206,9 @@ def load(path):
     if missing or ckpt.get("kind") not in MODELS:
         raise CheckpointError(f"checkpoint {path} is not a train.py checkpoint of this version "
                               f"(missing {missing or 'a known model kind'}); train a new one")
+    _kept.clear()
+    if keep:
+        _kept[stamp] = ckpt
     return ckpt
 
 
@@ -186,27 +235,36 @@ def identity(kind, config):
     return {"kind": kind, "config": json.loads(json.dumps(config))}
 
 
-def check_run(out_dir, ckpt, path):
-    """Refuse, in one line, a checkpoint whose model is not the one out_dir/run.json says the folder
-    trains (a folder from before run.json existed has none: nothing to compare)."""
+RESUME_MAY_CHANGE = ("block_size", "trace_method")  # the windows a run reads; how its traces run (same numbers)
+
+
+def check_run(out_dir, ckpt, path, asked):
+    """Refuse, in one line, a checkpoint whose model is not the one out_dir trains: the model its
+    run.json names, or in a folder without one (made before run.json existed) the model the flags
+    ask for, asked = identity(kind, config), but for the settings a resume may change."""
+    run_json = os.path.join(out_dir, "run.json")
     try:
-        with open(os.path.join(out_dir, "run.json")) as f:
+        with open(run_json) as f:
             run = json.load(f)
+        whose, source, advice = "this folder's run", f"says {run_json}", "--resume it in a folder of its own"
     except FileNotFoundError:
-        return
+        run = dict(asked, config={k: v for k, v in asked["config"].items() if k not in RESUME_MAY_CHANGE})
+        whose, source = "the flags ask for", f"{out_dir} has no run.json: the flags name its model"
+        advice = "give --resume the flags it was trained with (its log.txt's config line)"
     except ValueError:
-        raise CheckpointError(f"{os.path.join(out_dir, 'run.json')} is corrupt; delete it if {path} is "
-                              f"this folder's run, then run again") from None
+        run = None
+    if not (isinstance(run, dict) and isinstance(run.get("kind"), str) and isinstance(run.get("config"), dict)):
+        raise CheckpointError(f"{run_json} is corrupt (not the kind and config of a model); delete it if {path} "
+                              f"is this folder's run, then run again with that run's flags") from None
     got = identity(ckpt["kind"], ckpt["config"])
     if got["kind"] != run["kind"]:
-        differs = [f"model {got['kind']} (this folder's run: {run['kind']})"]
+        differs = [f"model {got['kind']} ({whose}: {run['kind']})"]
     else:
-        differs = [f"{k} {got['config'].get(k)} (this folder's run: {v})" for k, v in run["config"].items()
+        differs = [f"{k} {got['config'].get(k)} ({whose}: {v})" for k, v in run["config"].items()
                    if got["config"].get(k) != v]
     if differs:
-        raise CheckpointError(f"{path} is not this folder's run: {', '.join(differs)} (says "
-                              f"{os.path.join(out_dir, 'run.json')}); to continue that run, --resume it in a "
-                              f"folder of its own; to fine-tune from it, start a new --out_dir with --init_from {path}")
+        raise CheckpointError(f"{path} is not this folder's run: {', '.join(differs)} ({source}); to continue that "
+                              f"run, {advice}; to fine-tune from it, start a new --out_dir with --init_from {path}")
 
 
 def rng_state():
@@ -265,7 +323,7 @@ class RunFolder:
             runs.make_out_dir(out_dir)
             stack.enter_context(RunLock(out_dir))
             removed = remove_stale_temps(out_dir)  # the lock is ours: no live process writes them
-            self.logf = stack.enter_context(open(self.path("log.txt"), "a", buffering=1))
+            self.logf = self.open_appending("log.txt")
             if removed:
                 self.log(f"removed {len(removed)} temporary file(s) a killed run left ({sum(b for _, b in removed):,} "
                          f"bytes): {', '.join(n for n, _ in removed)}")
@@ -273,10 +331,18 @@ class RunFolder:
     def path(self, name):
         return os.path.join(self.out_dir, name)
 
+    def open_appending(self, name):
+        """The run file `name` opened to append lines, line-buffered (each is written out whole as
+        it comes), closed with the stack (close_appended)."""
+        f = open(self.path(name), "a", buffering=1)
+        self.stack.callback(close_appended, f)
+        return f
+
     def log(self, msg):
         if self.master:
             print(msg, flush=True)
-            self.logf.write(msg + "\n")
+            with refused_if_full(self.path("log.txt")):
+                self.logf.write(msg + "\n")
 
     def claim(self, kind, config, fresh):
         """run.json: the model this folder trains; written at a fresh start (a new run), or on resume
@@ -295,17 +361,19 @@ class RunFolder:
             if old:
                 self.log(f"a fresh start (no --resume): removed the previous run's {' and '.join(old)}")
             rewrite_metrics(self.path("metrics.jsonl"), keep_upto)
-            self.metrics = self.stack.enter_context(open(self.path("metrics.jsonl"), "a", buffering=1))
+            self.metrics = self.open_appending("metrics.jsonl")
 
     def record(self, rec):
         if self.master:
-            self.metrics.write(json.dumps(rec) + "\n")
+            with refused_if_full(self.path("metrics.jsonl")):
+                self.metrics.write(json.dumps(rec) + "\n")
 
     def save(self, name, obj):
         """Write checkpoint `name` atomically, after making every record written so far durable."""
         if self.master:
             if self.metrics is not None:
-                durable(self.metrics)
+                with refused_if_full(self.path("metrics.jsonl")):
+                    durable(self.metrics)
             atomic_save(obj, self.path(name))
 
 

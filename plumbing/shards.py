@@ -12,7 +12,8 @@ Layout of a build in progress, beside its cache folder <key>/:
   <key>.partial/manifest.json     identity (what the build makes: cache key, tokenizer, streams,
                                   val rule, format) and state (the stream reached, the documents
                                   read in it, per split its tokens, documents and largest id)
-  <key>.partial/lock              a POSIX lock the building process holds: one build at a time
+  <key>.partial/lock              a POSIX lock the building process holds: one build at a time; a
+                                  second is refused in one line and touches nothing (building)
   <file>.tmp<pid>                 a write in progress; a dead pid's are removed (remove_temps)
 
 Encoding (_encoded): documents are read here; `encode` (a picklable function: a list of
@@ -33,11 +34,14 @@ and after SIGKILL, encoding processes, the lock, progress lines) and tests/test_
 disk, stale temp files).
 """
 import collections
+import contextlib
+import errno
 import glob
 import itertools
 import json
 import os
 import re
+import shutil
 import sys
 import time
 
@@ -91,10 +95,17 @@ def remove_temps(folder, stale=True):
 
 
 def write_failed(folder, e):
-    """The one-line CacheWriteError for OSError `e` while writing the cache of `folder`."""
-    return CacheWriteError(
-        f"cannot write the token cache in {folder} ({e.strerror or e}); free disk space there or "
-        "point --cache_dir (or $EMA_DATA_DIR) at another disk. The previous cache, if any, is unchanged.")
+    """The one-line CacheWriteError for OSError `e` while writing the cache of `folder`, with
+    the advice for its cause: a full disk, a read-only or forbidden folder, or what else it says."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = "free disk space there or point --cache_dir (or $EMA_DATA_DIR) at another disk"
+    elif e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        advice = "make it writable or point --cache_dir (or $EMA_DATA_DIR) at a folder you can write"
+    else:  # e.g. a file of the build removed under it: say which, the same command resumes
+        advice = "see to it, then run the same command again"
+    where = f": {e.filename}" if e.filename else ""
+    return CacheWriteError(f"cannot write the token cache in {folder} ({e.strerror or e}{where}); {advice}. "
+                           "The previous cache, if any, is unchanged.")
 
 
 def json_tmp(path, obj):
@@ -227,20 +238,47 @@ def _read_manifest(partial, identity):
     return state
 
 
-def _lock(partial):
-    """An exclusive lock on the partial build, released when this process ends, however.
+@contextlib.contextmanager
+def building(folder):
+    """Hold the build lock of `folder` -> its partial folder (<folder>.partial). A second build
+    is refused in one line and touches nothing: the partial folder is the running build's.
 
-    A POSIX record lock (lockf), not flock: it belongs to this process, so the encoding
-    processes it forks do not inherit it and cannot hold it after a kill -9 of this one."""
+    The lock is a POSIX record lock (lockf) on <partial>/lock, not flock: it belongs to this
+    process, so the encoding processes it forks do not inherit it and cannot hold it after a
+    kill -9 of this one; the kernel drops it when the process ends, however. The holder removes
+    the partial folder (lock file included) when its build is done: a process that opened the
+    removed file locks the new one instead (the inode check). Left with nothing but its lock
+    file (no build was needed, or none got as far as writing), the folder is removed on exit."""
     import fcntl
-    f = open(os.path.join(partial, "lock"), "a")
+    partial = folder + ".partial"
+    while True:
+        path = os.path.join(partial, "lock")
+        try:
+            os.makedirs(partial, exist_ok=True)
+            f = open(path, "a")
+        except FileNotFoundError:
+            continue  # removed between the two calls by a build that just finished
+        except OSError as e:
+            raise write_failed(folder, e) from e
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
+                                          "to finish, or stop it") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()  # a finished build removed the file we locked: lock the one there now
     try:
-        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        remove_temps(partial, stale=True)
+        yield partial
+    finally:
+        if os.path.isdir(partial) and os.listdir(partial) == ["lock"]:
+            shutil.rmtree(partial, ignore_errors=True)
         f.close()
-        raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
-                                      "to finish, or stop it") from None
-    return f
 
 
 def build(name, files, folder, plan, num_proc, shard_tokens, progress):
@@ -254,50 +292,45 @@ def build(name, files, folder, plan, num_proc, shard_tokens, progress):
     resumed build truncates the files to that state and skips the documents already read (it
     reads them again, it does not encode them), so it ends byte-identical to one that never
     stopped. Caps: caps[split] max tokens (None: all); a full 'val' overflows into 'train';
-    a stream ends when its stop_split is full or its documents run out."""
+    a stream ends when its stop_split is full or its documents run out. The caller holds
+    building(folder)."""
     partial = folder + ".partial"
-    os.makedirs(partial, exist_ok=True)
-    lock = _lock(partial)
+    splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
+    fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
+                                                           for s in splits})
+    state = _read_manifest(partial, plan["identity"])
+    done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
+    if done:
+        print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
+              file=sys.stderr, flush=True)
+    else:
+        state = fresh
+    bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
+    out = {}
     try:
-        remove_temps(partial, stale=True)
-        splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
-        fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
-                                                               for s in splits})
-        state = _read_manifest(partial, plan["identity"])
-        done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
-        if done:
-            print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
-                  file=sys.stderr, flush=True)
-        else:
-            state = fresh
-        bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
-        out = {}
-        try:
-            for s in splits:
-                with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
-                    pass
-                os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
-                out[s] = open(bins[s], "ab")
-        except OSError as e:
-            for f in out.values():
-                f.close()
-            raise write_failed(folder, e) from e
-        try:
-            _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
-            for f in out.values():
-                try:
-                    f.close()  # buffered bytes are written here: a full disk can fail now
-                except OSError as e:
-                    raise write_failed(folder, e) from e
-        finally:
-            for f in out.values():
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        return state["splits"], state["rule"]
+        for s in splits:
+            with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
+                pass
+            os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
+            out[s] = open(bins[s], "ab")
+    except OSError as e:
+        for f in out.values():
+            f.close()
+        raise write_failed(folder, e) from e
+    try:
+        _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
+        for f in out.values():
+            try:
+                f.close()  # buffered bytes are written here: a full disk can fail now
+            except OSError as e:
+                raise write_failed(folder, e) from e
     finally:
-        lock.close()
+        for f in out.values():
+            try:
+                f.close()
+            except OSError:
+                pass
+    return state["splits"], state["rule"]
 
 
 def _checkpoint(folder, partial, plan, state, out):

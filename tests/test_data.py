@@ -284,6 +284,35 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     assert len(corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
 
 
+def test_a_failed_cache_write_names_its_cause():
+    """Only a full disk is told to free space; a read-only folder, or a file removed under the
+    build, is named for what it is."""
+    msgs = [str(shards.write_failed("/c/k", OSError(code, os.strerror(code), path))) for code, path in
+            ((errno.ENOSPC, None), (errno.EROFS, "/c/k"), (errno.ENOENT, "/c/k.partial/train.bin"))]
+    assert ["free disk space" in m for m in msgs] == [True, False, False]
+    assert "make it writable" in msgs[1] and "No such file or directory: /c/k.partial/train.bin" in msgs[2]
+    assert all("\n" not in m and m.startswith("cannot write the token cache in /c/k") for m in msgs)
+
+
+def test_a_missing_tokenizer_package_is_one_line(tmp_path, monkeypatch, capsys):
+    """Without tiktoken the GPT-2 tokenizer says how to install it (the byte tokenizer needs none)."""
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # `import tiktoken` raises ImportError
+    corpus.get_tokenizer.cache_clear()
+    try:
+        with pytest.raises(cli.UserError, match=r"tiktoken .*pip install -r requirements.txt"):
+            corpus.get_tokenizer()
+        cache = tmp_path / "c"
+        with pytest.raises(SystemExit) as exc:
+            _cli(["--max_tokens", "100", "--cache_dir", str(cache), "--num_proc", "1", "--progress", "0"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 1 and err.count("\n") == 1 and "pip install -r requirements.txt" in err, err
+        assert os.listdir(cache) == []  # nothing left behind
+        assert corpus.read_meta(corpus.prepare("builtin", max_tokens=100, cache_dir=str(cache), tokenizer="bytes",
+                                               progress=0))["tiktoken"] is None
+    finally:
+        corpus.get_tokenizer.cache_clear()
+
+
 def test_stale_temp_files_are_removed(tmp_path):
     folder = corpus.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -4,6 +4,7 @@ hub-error messages, a FineWeb-Edu-shaped parquet file through the real `datasets
 a build killed with SIGKILL, progress lines without a terminal, encoding processes, the build
 lock. CPU, offline."""
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -208,6 +209,41 @@ def test_one_build_at_a_time(tmp_path):
         other.wait()
         other.stdout.close()
     assert len(corpus.load_split("builtin", "train", max_tokens=500, cache_dir=str(tmp_path), progress=0)) == 500
+
+
+def test_a_refused_second_build_leaves_the_first_alone(tmp_path, monkeypatch, capsys):
+    """Two builds of one cache a moment apart (two processes): the second is refused in one line
+    and touches nothing of the first, which finishes; its cache loads."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    src, cache = tmp_path / "corpus.txt", str(tmp_path / "cache")
+    src.write_text("".join(f"line {i} of a tiny corpus\n\n" for i in range(400)))
+    name = f"files:{src}"
+    partial = corpus.cache_folder(name, cache_dir=cache) + ".partial"
+    ctx = multiprocessing.get_context("fork")
+    started, go = ctx.Event(), ctx.Event()
+    real = corpus._encode_batch
+
+    def paused(batch, tokenizer):  # the first build waits in its first batch until the second has tried
+        started.set()
+        go.wait(60)
+        return real(batch, tokenizer)
+    monkeypatch.setattr(corpus, "_encode_batch", paused)
+    first = ctx.Process(target=corpus.prepare, args=(name,), kwargs=dict(cache_dir=cache, num_proc=1, progress=0))
+    first.start()
+    monkeypatch.setattr(corpus, "_encode_batch", real)
+    try:
+        assert started.wait(60), "the first build did not start"
+        before = sorted(os.listdir(partial))
+        with pytest.raises(SystemExit) as exc:
+            _cli(["--dataset", name, "--cache_dir", cache, "--num_proc", "1", "--progress", "0"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 1 and err.count("\n") == 1 and "another process is building" in err, err
+        assert sorted(os.listdir(partial)) == before  # the running build's files, all there
+    finally:
+        go.set()
+        first.join(60)
+    assert first.exitcode == 0 and not os.path.exists(partial)
+    assert len(corpus.load_split(name, "train", cache_dir=cache, progress=0)) > 0
 
 
 def test_vocab_is_checked_where_data_enters(tmp_path):

@@ -7,6 +7,7 @@ once with train.main; sample.py runs in-process through sample.cli_main(argv).
 Run: python -m pytest tests/test_sample.py
 """
 import os
+import re
 
 import pytest
 import torch
@@ -146,3 +147,25 @@ def test_gpt2_offline_is_one_line(monkeypatch, capsys):
         assert "--init_from gpt2" in err and "HF_HUB_OFFLINE=1 is set" in err
     else:
         pytest.skip("GPT-2 is in the local Hugging Face cache: it loads offline")
+
+
+@pytest.mark.parametrize("predictor, reads", [("ema_kv", "state"), ("delta", "state"), ("linear_attn", "history"),
+                                              ("linear", "state")])
+def test_the_state_line_splits_the_number_it_prints(predictor, reads):
+    """The write readers and linear_attn's history sums hold a state of their own beyond the traces:
+    the split printed adds it, so it multiplies out to the number printed and measured."""
+    torch.manual_seed(0)
+    model = SPEN(SPENConfig(n_layer=2, n_embd=32, predictor=predictor, reads=reads)).eval()
+    sizes = sample.state_sizes(model, torch.tensor([50256, 464, 2163]))
+    line = sample.describe_state(model, sizes)
+    m = re.search(r"([\d,]+) numbers per sequence \((\d+) x \(?(\d+) x (\d+)(?: \+ ([\d,]+)\))?:", line)
+    total, L, S, C, own = (int((g or "0").replace(",", "")) for g in m.groups())
+    assert total == sizes[0] == L * (S * C + own) and (own > 0) == (predictor != "linear"), line
+
+
+def test_a_checkpoint_is_read_once(ckpts, monkeypatch):
+    """The tokenizer lookup and the model share one torch.load of the checkpoint."""
+    loads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loads.append(str(f)) or real_load(f, *a, **k))
+    run(ckpts["spen"], "--start", "IDS:50256", "--max_new_tokens", 2, "--num_samples", 1)
+    assert loads == [ckpts["spen"]]

@@ -87,7 +87,7 @@ def test_cli_smoke_writes_outputs_and_eval_only_agrees(tmp_path):
     assert saved["yardsticks"]["bigram"] < saved["yardsticks"]["unigram"]
 
 
-def test_resume_is_exact_and_tolerates_a_partial_metrics_line(tmp_path):
+def test_resume_is_exact_and_tolerates_a_partial_metrics_line(tmp_path, monkeypatch):
     # Dropout on, so the restored RNG state matters too; the cosine spans 6 steps in both runs.
     common = ["--dropout", 0.1, "--eval_interval", 3, "--lr_decay_iters", 6]
     straight = run(tmp_path / "a", *common, "--max_iters", 6)
@@ -101,8 +101,12 @@ def test_resume_is_exact_and_tolerates_a_partial_metrics_line(tmp_path):
     assert resumed["val_loss"] == straight["val_loss"] and resumed["tokens"] == straight["tokens"]
     sa, sb = weights(tmp_path / "a" / "ckpt_last.pt"), weights(tmp_path / "b" / "ckpt_last.pt")
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    # resuming a finished run with the same --max_iters does nothing and keeps its numbers
+    # resuming a finished run with the same --max_iters does nothing and keeps its numbers; it reads
+    # its checkpoint once (parse_args takes the settings, the run the weights, from one torch.load)
+    loads, real_load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: loads.append(str(f)) or real_load(f, *a, **k))
     again = run(tmp_path / "b", *common, "--max_iters", 6, "--resume")
+    assert loads == [str(tmp_path / "b" / "ckpt_last.pt")]
     assert again["val_loss"] == straight["val_loss"] and len(records(tmp_path / "b")) == len(records(tmp_path / "a"))
 
 
@@ -176,6 +180,52 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     after = weights(tmp_path / "ckpt_last.pt")  # the previous checkpoint, intact and loadable
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")["step"] == 4
+
+
+class FullAfter:
+    """A run file opened to append whose disk fills after `room` lines: the next write stores half
+    its line and fails with ENOSPC, and so does the close that retries the rest (as a real disk)."""
+
+    def __init__(self, f, room):
+        self.f, self.room, self.full = f, room, False
+
+    def write(self, text):
+        if self.room == 0:
+            self.f.write(text[:len(text) // 2])
+            self.full = True
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= 1
+        return self.f.write(text)
+
+    def close(self):
+        self.f.close()
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+@pytest.mark.parametrize("name, room", [("metrics.jsonl", 3), ("log.txt", 8)])
+def test_a_full_disk_while_appending_is_one_line_and_resume_goes_on(tmp_path, monkeypatch, capsys, name, room):
+    """metrics.jsonl fills at step 3's record, log.txt at step 2's log line (after 5 header lines,
+    the training line, step 0's evaluation and step 1): one line, what was written stays, and
+    --resume (from ckpt_last at step 2, or at step 0) ends with every record once."""
+    def filling(path, mode="r", *args, **kwargs):  # checkpoint's open: the appends to `name` fill the disk
+        f = open(path, mode, *args, **kwargs)
+        return FullAfter(f, room) if str(path).endswith(name) and mode == "a" else f
+    monkeypatch.setattr(checkpoint, "open", filling, raising=False)
+    with pytest.raises(SystemExit) as exc:
+        train.cli_main(TINY + ["--out_dir", str(tmp_path), "--max_iters", "4", "--eval_interval", "2"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"could not write {tmp_path / name} ([Errno 28] No space left on device)" in err and "--resume" in err, err
+    monkeypatch.undo()
+    written = (tmp_path / name).read_text()
+    assert written.count("\n") == room and not written.endswith("\n")  # every line before, and half a line
+    assert run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")["step"] == 4
+    assert [r["step"] for r in records(tmp_path)] == [0, 1, 2, 3, 4]
+    assert (tmp_path / name).read_text().startswith(written.rsplit("\n", 1)[0] + "\n")  # nothing written is lost
 
 
 def test_a_second_run_in_the_same_folder_is_refused(tmp_path):
@@ -257,15 +307,26 @@ def test_resume_refuses_another_runs_checkpoint_in_one_line(tmp_path, capsys):
             train.cli_main(TINY + ["--out_dir", str(out), "--resume", "--max_iters", "4", *flags])
         err = capsys.readouterr().err
         assert exc.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-        assert "start a new --out_dir with --init_from" in err and str(out / "ckpt_last.pt") in err, err
+        assert str(out / "ckpt_last.pt") in err, err
         return err
-    assert "model gpt (this folder's run: spen)" in refused(spen_run)
+    err = refused(spen_run)
+    assert "model gpt (this folder's run: spen)" in err and "start a new --out_dir with --init_from" in err
     assert all((spen_run / name).read_bytes() == data for name, data in kept.items())  # nothing rewritten
     ident = json.loads((gpt_run / "run.json").read_text())
     (gpt_run / "run.json").write_text(json.dumps(dict(ident, config=dict(ident["config"], n_embd=64))))
     assert "n_embd 32 (this folder's run: 64)" in refused(gpt_run)  # the same kind, another shape
-    os.remove(gpt_run / "run.json")  # a folder from before run.json: resumes, and is named from then on
-    assert run(gpt_run, "--max_iters", 2, "--resume")["step"] == 2
+    for corrupt in ("[1, 2]", "{}", '{"kind": "gpt", "config": [1]}', json.dumps(ident)[:30]):
+        (gpt_run / "run.json").write_text(corrupt)
+        assert f"{gpt_run / 'run.json'} is corrupt" in refused(gpt_run, "--model", "gpt")
+    # a folder from before run.json: the flags name its model (TINY's preset asks for SPEN)...
+    os.remove(gpt_run / "run.json")
+    err = refused(gpt_run)
+    assert "model gpt (the flags ask for: spen)" in err and "start a new --out_dir with --init_from" in err
+    with pytest.raises(checkpoint.CheckpointError, match=r"n_embd 32 \(the flags ask for: 64\)"):  # in-process
+        train.main(train.make_config("cpu", model="gpt", n_layer=1, n_embd=64, out_dir=str(gpt_run), resume=True))
+    assert not (gpt_run / "run.json").exists()  # a refusal writes nothing
+    # ...and a resume with the run's own flags goes on, and names the folder from then on
+    assert run(gpt_run, "--model", "gpt", "--max_iters", 2, "--resume")["step"] == 2
     assert json.loads((gpt_run / "run.json").read_text()) == ident
 
 
