@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON = {"ema", "spen", "variants", "gpt", "lm", "grammar", "spcn"}
 # The plumbing package: imported by commands, imports no command.
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
-            "plumbing.ngram", "plumbing.repeats", "plumbing.runs", "plumbing.runtime", "plumbing.shards", "plumbing.tables",
+            "plumbing.ngram", "plumbing.repeats", "plumbing.runs", "plumbing.runtime", "plumbing.shards", "plumbing.tables", "plumbing.grid",
             "plumbing.sources"}
 # Entry points with a command line; a command may import anything but another command's worker.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train",
