@@ -18,6 +18,8 @@ Families (the models live in spen.py, variants.py and gpt.py)
     linear_attn_history     SPEN: bounded linear attention over every past trace slot     S C + C D + C
     swa                     GPT with sliding-window attention, w in --windows (w <= T)    2 (w - 1) C
     gpt, softmax_history    the unbounded references at the test length T            2 T C, S C + 2 T S C
+Shape glossary: T tokens per sequence, N key-value pairs, C width, S decays (traces), D head width
+(C / D heads), w attention window.
 Decays are spread by ema.spread_decays: geometric from the paper's fastest (0.5) to its slowest
 (0.02), so S = 3 is the paper's own set and a larger S fills the same range more densely.
 
