@@ -14,6 +14,7 @@ picklable).
     with grid.Grid(cfg.out_dir, jobs, cli.command_line("x.py", cfg), flags, needs) as g:
         grid.refuse_emptier(report_path, count, new_count, "variants")   # before anything trains
         results = g.run(fn, cfg.workers, progress)   # every job's saved dict, in job order
+        g.save(name, result)                          # or save runs trained some other way
     with grid.Grid(..., lock=False) as g: g.saved   # a report: read what is saved, train nothing
 
 Guarantees (tests/test_runs_grid.py; a Ctrl-C and kill -9 of a real grid: results/frontier/kill_grid.py)
@@ -172,23 +173,26 @@ class Grid:
                 + (f" (also differ: {also})" if also else "") + ": a saved run is never replaced by one of other "
                 f"settings; to keep both, use another --out_dir; to train it anew, delete it")
 
-    def run(self, fn, workers, progress):
-        """Train every job not saved, `workers` at a time (runs.run_jobs), each on one torch thread
-        (in a worker or here: the numbers do not depend on where a run trained); save each as it
-        finishes and print progress(result, done, to_do, seconds). -> every job's saved dict, in
-        job order."""
+    def save(self, name, result):
+        """Save one finished run as NAME.json, its config beside its numbers -> the dict saved."""
+        self.saved[name] = r = dict(result, config=self.keys[name])
+        os.makedirs(os.path.dirname(self.path(name)), exist_ok=True)
+        checkpoint.atomic_json(r, self.path(name))
+        return r
+
+    def run(self, fn, workers, progress, threads=1):
+        """Train every job not saved, `workers` at a time (runs.run_jobs: each worker on one torch
+        thread; this process on `threads` while it trains, None: as it is), save each as it
+        finishes and print progress(result, done, to_do, seconds) -> every job's saved dict, in
+        job order. One thread here too: a run's numbers do not depend on where it trained."""
         import torch  # here: importing this file does not import torch
         todo = [j for j in self.jobs if j.name not in self.saved]
         name_of = {id(j.job): j.name for j in todo}  # run_jobs yields the very object it was given
-        t0, threads = time.time(), torch.get_num_threads()
-        torch.set_num_threads(1)
+        t0, before = time.time(), torch.get_num_threads()
+        torch.set_num_threads(threads or before)
         try:
             for done, (job, r) in enumerate(runs.run_jobs(fn, [j.job for j in todo], workers), 1):
-                name = name_of[id(job)]
-                self.saved[name] = r = dict(r, config=self.keys[name])
-                os.makedirs(os.path.dirname(self.path(name)), exist_ok=True)
-                checkpoint.atomic_json(r, self.path(name))
-                print(progress(r, done, len(todo), time.time() - t0), flush=True)
+                print(progress(self.save(name_of[id(job)], r), done, len(todo), time.time() - t0), flush=True)
         finally:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(before)
         return [self.saved[j.name] for j in self.jobs]
