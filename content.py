@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, runs, runtime
+from plumbing import batches, checkpoint, cli, corpus, runs, runtime, tables
 import ema
 
 MAX_LAG = 64
@@ -195,7 +195,7 @@ def plot(res, probe_json, path):
     ax1.set_ylabel(f"accuracy decoding token x_(t-k) (top {res['top_k']} tokens)")
     ax1.set_ylim(0, 1.02)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
     return note
 
@@ -206,7 +206,7 @@ def main(cfg):
     res = probe(cfg, find_runs(cfg.runs))  # every input is read and checked before the first write
     runs.make_out_dir(cfg.out_dir)
     res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
-    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "content.json"))
+    res = tables.save_json(res, os.path.join(cfg.out_dir, "content.json"), "content.py", cfg)
     rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]),
             *((n, r["best"]) for n, r in res["models"].items())]
     print("content probe, accuracy at lag k = 0 / 1 / 8 / 64: " +

@@ -18,6 +18,8 @@ Families (the models live in spen.py, variants.py and gpt.py)
     linear_attn_history     SPEN: bounded linear attention over every past trace slot     S C + C D + C
     swa                     GPT with sliding-window attention, w in --windows (w <= T)    2 (w - 1) C
     gpt, softmax_history    the unbounded references at the test length T            2 T C, S C + 2 T S C
+Shape glossary: T tokens per sequence, N key-value pairs, C width, S decays (traces), D head width
+(C / D heads), w attention window.
 Decays are spread by ema.spread_decays: geometric from the paper's fastest (0.5) to its slowest
 (0.02), so S = 3 is the paper's own set and a larger S fills the same range more densely.
 
@@ -32,26 +34,26 @@ Settings (recall.py's generator and recipe; BUDGETS sets the steps, --steps over
     near    recall.py's default task and budget: T = 24, N in 2, 4, 8, 8 keys, 64 values, 1,500
             steps (so the point linear_C64_S3 is recall.py's `linear` run)
     press   a task that presses the bounded states: T = 64, N in 2, 4, 8, 16, 16 keys, 64 values,
-            1,000 steps (the curriculum 300, the final decay 100) to fit the grid in hours. N = 2
-            is there for the curriculum, as in recall.py: starting at N = 4, GPT stayed at 1/N
-            for 3,000 steps at lr 1e-3 (results/frontier/README.md)
+            1,000 steps (the curriculum 300 on N = 2, as in recall.py; the final decay 100); why
+            this budget and this curriculum: results/frontier/README.md
 Each point reports, per pair count N, the test accuracy per query and the binding score
 (acc - 1/N) / (1 - 1/N), mean and spread over --seeds.
 
 Run
     python frontier.py                                # the grid: every family, both settings, 2 seeds
-    python frontier.py --quick                        # a handful of points in a few minutes
+    python frontier.py --quick                        # a handful of points (QUICK_POINTS) in minutes
     python frontier.py --out_dir results/frontier     # refresh the committed reference
     python frontier.py --out_dir results/frontier --report   # the table and figure of the runs saved so far
 Two single-threaded runs train at a time (--workers). Every finished run is saved at once as
-OUT/runs/SETTING/POINT_sSEED.json with its whole config beside its numbers; a rerun with the
-same config reuses it, so a killed grid continues where it stopped. Then frontier.json,
-frontier.md and frontier.png. The reference grid, its figure, the argument beside it and the
+OUT/runs/SETTING/POINT_sSEED.json with its whole config beside its numbers (plumbing/grid.py: a
+rerun with the same config reuses it, so a killed or interrupted grid continues where it stopped;
+a run saved under other settings is never replaced: the command stops in one line, naming the
+setting; one grid per folder). Then frontier.json, frontier.md and frontier.png; a report never
+replaces one with more points. The reference grid, its figure, the argument beside it and the
 time it took are in results/frontier/README.md.
 """
 
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -60,14 +62,12 @@ import torch
 
 import ema
 import recall
-from gpt import GPT, GPTConfig
-from plumbing import checkpoint, cli, runs
-from spen import SPEN, SPENConfig
+from plumbing import cli, grid, runs, tables
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
             "press": dict(block_size=64, pairs=(2, 4, 8, 16), n_keys=16, n_values=64)}
 BUDGETS = {"near": dict(steps=1500, curriculum=500, decay=150),  # recall.py's own: its runs are this grid's points
-           "press": dict(steps=1000, curriculum=300, decay=100)}  # fewer steps at 2.7x the tokens per step
+           "press": dict(steps=1000, curriculum=300, decay=100)}
 SPEN_FAMILIES = {  # family -> SPENConfig overrides
     "linear": dict(predictor="linear"), "softmax_state": dict(predictor="softmax_attn"),
     "selective": dict(predictor="linear", context="selective"), "ema_kv": dict(predictor="ema_kv"),
@@ -76,9 +76,9 @@ SPEN_FAMILIES = {  # family -> SPENConfig overrides
 FAMILIES = tuple(SPEN_FAMILIES) + ("swa", "gpt")
 ADDITIVE = ("linear", "softmax_state", "selective")  # the EMA of the inputs: a write h += a (x - h)
 HEADED = ("ema_kv", "delta", "linear_attn_history")  # a state per head of width D
-QUICK = [("linear", dict(S=3, C=64)), ("softmax_state", dict(S=12, C=64)), ("ema_kv", dict(D=32)),
-         ("delta", dict(D=32)), ("swa", dict(w=8)), ("gpt", {})]
-QUICK_BUDGET = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, curriculum=150, decay=50)
+QUICK_POINTS = [("linear", dict(S=3, C=64)), ("softmax_state", dict(S=12, C=64)), ("ema_kv", dict(D=32)),
+                ("delta", dict(D=32)), ("swa", dict(w=8)), ("gpt", {})]  # the grid of --quick
+QUICK = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, curriculum=150, decay=50)  # --quick
 
 
 @dataclass
@@ -99,7 +99,7 @@ class FrontierConfig:
     steps: int = cli.arg(None, "optimizer steps per run; None: the setting's budget (BUDGETS)", group="recipe")
     curriculum: int = cli.arg(None, "first steps on the smallest pair count; None: the setting's", group="recipe")
     decay: int = cli.arg(None, "final steps of linear lr decay; None: the setting's", group="recipe")
-    quick: bool = cli.arg(False, "a handful of points: " + ", ".join(f for f, _ in QUICK) + "; the near task, "
+    quick: bool = cli.arg(False, "a handful of points: " + ", ".join(f for f, _ in QUICK_POINTS) + "; the near task, "
                           "1 seed, 400 steps (minutes, not hours)", group="grid")
     report: bool = cli.arg(False, "train nothing: the table and figure of the runs saved so far (a grid still "
                            "running, or a killed one)", group="grid")
@@ -141,7 +141,7 @@ def budget_of(cfg, setting):
 def points(cfg, setting):
     """[(family, knobs)] of the grid for one setting, knobs a dict of S, C, D, w as they apply."""
     if cfg.quick:
-        return [(f, k) for f, k in QUICK if f in cfg.families]
+        return [(f, k) for f, k in QUICK_POINTS if f in cfg.families]
     T, out = SETTINGS[setting]["block_size"], []
     for family in cfg.families:
         if family in ("linear", "softmax_state"):
@@ -163,13 +163,13 @@ def label(family, knobs):
 
 
 def build_model(cfg, setting, family, knobs):
-    """The point's model: 2 layers (recall.py's depth), vocabulary K + M + 1."""
-    task = SETTINGS[setting]
-    V, T, C = task["n_keys"] + task["n_values"] + 1, task["block_size"], knobs.get("C", cfg.width)
+    """The point's model (recall.build_model on the point's task: 2 layers, 2 heads unless a head
+    width D sets C / D of them, vocabulary K + M + 1)."""
+    rcfg = recall_config(cfg, setting, knobs)
     if family in ("swa", "gpt"):
-        return GPT(GPTConfig(block_size=T, vocab_size=V, n_layer=2, n_head=2, n_embd=C, window=knobs.get("w")))
-    return SPEN(SPENConfig(vocab_size=V, block_size=T, n_layer=2, n_embd=C, n_head=C // knobs.get("D", C // 2),
-                           alphas=ema.spread_decays(knobs.get("S", 3)), **SPEN_FAMILIES[family]))
+        return recall.build_model(rcfg, "gpt", dict(window=knobs.get("w")))
+    return recall.build_model(rcfg, "spen", dict(n_head=rcfg.n_embd // knobs.get("D", rcfg.n_embd // 2),
+                                                 alphas=ema.spread_decays(knobs.get("S", 3)), **SPEN_FAMILIES[family]))
 
 
 def state_bytes(model, T):
@@ -194,50 +194,28 @@ def run_point(job):
                 state_floats=model.state_floats(rcfg.block_size), state_bytes=state_bytes(model, rcfg.block_size))
 
 
+SAVED = ("setting", "point", "seed", "test", "state_bytes", "params", "seconds")  # what summarize reads
+
+
 def run_key(cfg, setting, family, knobs):
     """Everything a run's numbers depend on: a saved run is reused only under the same key."""
-    rcfg = dataclasses.asdict(recall_config(cfg, setting, knobs))
-    return json.loads(json.dumps(dict(recall={k: v for k, v in rcfg.items() if k not in ("out_dir", "variants",
-                                                                                         "seeds", "workers")},
-                                      family=family, knobs=knobs,
-                                      model=dataclasses.asdict(build_model(cfg, setting, family, knobs).config))))
+    return dict(recall=recall.run_settings(recall_config(cfg, setting, knobs)), family=family, knobs=knobs,
+                model=dataclasses.asdict(build_model(cfg, setting, family, knobs).config))
 
 
-def run_grid(cfg):
-    """Every (setting, point, seed) of the grid, seed-major so a partial grid has whole seeds;
-    each finished run saved at once, a saved run with the same key reused (a killed grid
-    continues). One progress line per run with an ETA."""
-    results, todo = [], []
-    for seed in range(cfg.seeds):
-        for setting in cfg.settings:
-            for family, knobs in points(cfg, setting):
-                path = os.path.join(cfg.out_dir, "runs", setting, f"{label(family, knobs)}_s{seed}.json")
-                key = run_key(cfg, setting, family, knobs)
-                saved = None
-                if os.path.exists(path):
-                    with open(path) as f:
-                        saved = json.load(f)
-                if saved and saved["config"] == key:
-                    results.append(saved)
-                else:
-                    todo.append(((cfg, setting, family, knobs, seed), path, key))
-    print(f"frontier: {len(results) + len(todo)} runs, {len(results)} already saved, {len(todo)} to train "
-          f"({cfg.workers} at a time)" + (": --report trains none of them" if cfg.report else ""), flush=True)
-    if cfg.report:
-        return results
-    t0, where = time.time(), {(job[1], label(*job[2:4]), job[4]): (path, key) for job, path, key in todo}
-    for done, (job, r) in enumerate(runs.run_jobs(run_point, [job for job, _, _ in todo], cfg.workers), 1):
-        path, key = where[job[1], label(*job[2:4]), job[4]]
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        r = dict(r, config=key)
-        checkpoint.atomic_json(r, path)
-        results.append(r)
-        el = time.time() - t0
-        accs = " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
-        print(f"[{done}/{len(todo)}] {r['setting']:5s} {r['point']:<26s} seed {r['seed']} acc {accs} | "
-              f"{r['state_bytes']:,} B | {r['seconds']:.0f} s | ETA {el / done * (len(todo) - done) / 60:.0f} min",
-              flush=True)
-    return results
+def jobs(cfg):
+    """Every (setting, point, seed) of the grid as a grid.Job, seed-major so a partial grid has
+    whole seeds."""
+    return [grid.Job(f"{setting}/{label(family, knobs)}_s{seed}", run_key(cfg, setting, family, knobs),
+                     (cfg, setting, family, knobs, seed))
+            for seed in range(cfg.seeds) for setting in cfg.settings for family, knobs in points(cfg, setting)]
+
+
+def progress(r, done, todo, seconds):
+    """The line printed as each run finishes."""
+    accs = " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
+    return (f"[{done}/{todo}] {r['setting']:5s} {r['point']:<26s} seed {r['seed']} acc {accs} | "
+            f"{r['state_bytes']:,} B | {r['seconds']:.0f} s | ETA {seconds / done * (todo - done) / 60:.0f} min")
 
 
 ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8}  # unit roundoff of the state's dtype
@@ -264,9 +242,10 @@ def capacity_table(cfg):
 
 
 def summarize(cfg, results, seconds):
-    """frontier.json: per setting and point, mean and std over seeds of accuracy and binding at
-    every pair count, the state bytes, the family and knobs, and every run's config."""
-    out = dict(command=cli.command_line("frontier.py", cfg), settings=dataclasses.asdict(cfg), tasks=SETTINGS,
+    """frontier.json after its command and settings (tables.save_json): per setting and point, mean
+    and std over seeds of accuracy and binding at every pair count, the state bytes, the family
+    and knobs."""
+    out = dict(tasks=SETTINGS,
                budgets={s: budget_of(cfg, s) for s in cfg.settings}, capacity=capacity_table(cfg),
                seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={})
     for setting in cfg.settings:
@@ -309,20 +288,23 @@ def write_md(res, path):
         pairs = list(res["tasks"][setting]["pairs"])
         task, b = res["tasks"][setting], res["budgets"][setting]
         lines += [f"## {setting}: T = {task['block_size']}, {task['n_keys']} keys, {task['n_values']} values; "
-                  f"{b['steps']} steps (curriculum {b['curriculum']}, final decay {b['decay']})", "",
-                  "| point | family | state bytes / layer | seeds | " + " | ".join(f"acc N={N}" for N in pairs) + " | "
-                  + " | ".join(f"binding N={N}" for N in pairs) + " |", "|---" * (4 + 2 * len(pairs)) + "|"]
-        for name, p in sorted(pts.items(), key=lambda kv: (FAMILIES.index(kv[1]["family"]), kv[1]["state_bytes"])):
-            lines.append(f"| {name} | {p['family']} | {p['state_bytes']:,} | {p['seeds']} | "
-                         + " | ".join(f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs) + " | "
-                         + " | ".join(f"{p['binding'][str(N)]:+.3f}" for N in pairs) + " |")
+                  f"{b['steps']} steps (curriculum {b['curriculum']}, final decay {b['decay']})", ""]
+        lines += tables.md_table(
+            ["point", "family", "state bytes / layer", "seeds"] + [f"acc N={N}" for N in pairs]
+            + [f"binding N={N}" for N in pairs],
+            ([name, p["family"], f"{p['state_bytes']:,}", p["seeds"]]
+             + [f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs]
+             + [f"{p['binding'][str(N)]:+.3f}" for N in pairs]
+             for name, p in sorted(pts.items(), key=lambda kv: (FAMILIES.index(kv[1]["family"]),
+                                                                kv[1]["state_bytes"]))))
         N = str(pairs[-1])
         lines += ["", f"Per family at N = {N}: the best point, and the fewest bytes that answer >= {RECALLS} "
-                  "(the curve's knee; '-' = none in the grid).", "",
-                  f"| family | best accuracy (at bytes) | fewest bytes with accuracy >= {RECALLS} |", "|---|---|---|"]
-        for family, best, knee in family_summary(pts, N):
-            lines.append(f"| {family} | {best['acc'][N]:.3f} ({best['state_bytes']:,}) | "
-                         + (f"{knee['state_bytes']:,} ({knee['acc'][N]:.3f})" if knee else "-") + " |")
+                  "(the curve's knee; '-' = none in the grid).", ""]
+        lines += tables.md_table(
+            ["family", "best accuracy (at bytes)", f"fewest bytes with accuracy >= {RECALLS}"],
+            ([family, f"{best['acc'][N]:.3f} ({best['state_bytes']:,})",
+              f"{knee['state_bytes']:,} ({knee['acc'][N]:.3f})" if knee else "-"]
+             for family, best, knee in family_summary(pts, N)))
         lines.append("")
     sets = list(res["points"])
     lines += ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",
@@ -330,15 +312,15 @@ def write_md(res, path):
               "map: its condition number (float64; above ~1e16 only a lower bound), its numerical rank (singular "
               "values above the dtype's unit roundoff times the largest), and the linear memory capacity, in past "
               "inputs recoverable (sum of R^2) with every step rounded in that dtype; exact arithmetic gives "
-              "min(S, T) for both.", "",
-              "| S | " + " | ".join(f"{s} (T = {res['tasks'][s]['block_size']}): cond V | rank fp32 | rank bf16 | "
-                                    "capacity fp32 | capacity bf16" for s in sets) + " |",
-              "|---" * (1 + 5 * len(sets)) + "|"]
-    for S, row in res["capacity"].items():
-        lines.append(f"| {S} | " + " | ".join(f"{row[s]['cond']:.1e} | {row[s]['rank_fp32']} | {row[s]['rank_bf16']} | "
-                                              f"{row[s]['fp32']:.2f} | {row[s]['bf16']:.2f}" for s in sets) + " |")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+              "min(S, T) for both.", ""]
+    lines += tables.md_table(
+        ["S"] + [
+            col for s in sets for col in (f"{s} (T = {res['tasks'][s]['block_size']}): cond V", "rank fp32",
+                                          "rank bf16", "capacity fp32", "capacity bf16")],
+        ([S] + [cell for s in sets for cell in (f"{row[s]['cond']:.1e}", row[s]["rank_fp32"], row[s]["rank_bf16"],
+                                               f"{row[s]['fp32']:.2f}", f"{row[s]['bf16']:.2f}")]
+         for S, row in res["capacity"].items()))
+    tables.save_text("\n".join(lines) + "\n", path)
 
 
 STYLE = {"linear": ("C0", "o"), "softmax_state": ("C1", "s"), "selective": ("C2", "^"), "ema_kv": ("C3", "D"),
@@ -373,28 +355,38 @@ def plot(res, path):
         ax.set_title(f"{setting}: T = {task['block_size']}, N = {N} pairs, {task['n_keys']} keys")
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
 
 
+def count_points(res):
+    """The points a frontier.json holds, over its settings."""
+    return sum(len(pts) for pts in res["points"].values())
+
+
 def main(cfg):
-    """Train (or reuse) every point of the grid, then write frontier.json, .md and .png."""
-    runs.make_out_dir(cfg.out_dir)  # one line before anything trains
+    """Train (or reuse) every point of the grid, then write frontier.json, .md and .png;
+    --report trains nothing and reports the runs saved so far."""
     if cfg.quick:
-        print(f"frontier --quick: {len(QUICK)} points, the near task, 1 seed, {budget_of(cfg, 'near')['steps']} "
+        print(f"frontier --quick: {len(QUICK_POINTS)} points, the near task, 1 seed, {budget_of(cfg, 'near')['steps']} "
               f"steps: it trades the grid, the press task and the seeds for minutes (the map: python frontier.py)",
               flush=True)
-    t0, threads = time.time(), torch.get_num_threads()
-    torch.set_num_threads(1)  # small models: one thread per run is fastest and leaves a core per worker
-    try:
-        results = run_grid(cfg)
-    finally:
-        torch.set_num_threads(threads)
-    res = summarize(cfg, results, time.time() - t0)
-    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "frontier.json"))
-    write_md(res, os.path.join(cfg.out_dir, "frontier.md"))
-    plot(res, os.path.join(cfg.out_dir, "frontier.png"))
-    print(open(os.path.join(cfg.out_dir, "frontier.md")).read())
+    t0, out = time.time(), lambda name: os.path.join(cfg.out_dir, name)
+    with grid.Grid(cfg.out_dir, jobs(cfg), cli.command_line("frontier.py", cfg), vars(cfg), SAVED,
+                   lock=not cfg.report) as cache:
+        if cfg.report and not cache.saved:
+            raise grid.GridError(f"--report: no saved run of this grid in {cache.folder} (a typo in --out_dir?); "
+                                 f"train them with the same command without --report")
+        names = {j.name.rsplit("_s", 1)[0] for j in cache.jobs if j.name in cache.saved or not cfg.report}
+        grid.refuse_emptier(out("frontier.json"), count_points, len(names), "points")
+        print(f"frontier: {len(cache.jobs)} runs, {len(cache.saved)} already saved, "
+              f"{len(cache.jobs) - len(cache.saved)} to train ({cfg.workers} at a time)"
+              + (": --report trains none of them" if cfg.report else ""), flush=True)
+        results = list(cache.saved.values()) if cfg.report else cache.run(run_point, cfg.workers, progress)
+        res = tables.save_json(summarize(cfg, results, time.time() - t0), out("frontier.json"), "frontier.py", cfg)
+        write_md(res, out("frontier.md"))
+        plot(res, out("frontier.png"))
+    print(open(out("frontier.md")).read())
     return res
 
 
@@ -404,8 +396,8 @@ def get_parser():
 
 
 def parse(argv=None):
-    """The FrontierConfig of a command line; --quick sets QUICK_BUDGET's values under the flags typed."""
-    return cli.parse(FrontierConfig, get_parser(), argv, presets={"quick": QUICK_BUDGET})
+    """The FrontierConfig of a command line; --quick sets QUICK's values under the flags typed."""
+    return cli.parse(FrontierConfig, get_parser(), argv, presets={"quick": QUICK})
 
 
 if __name__ == "__main__":

@@ -38,22 +38,21 @@ reference, results/probe/results.md holds its numbers. `python probe.py fit` onl
 SPCN on Grammar A (no labels) and saves out/spcn/spcn.pt for `--load_spcn` (`--epochs 0`: the
 untrained network).
 `python probe.py --quick` (QUICK: one seed, half the sentences, half the L-BFGS iterations,
-4 tagger epochs; about a minute on 2 cores) -> out/probe_quick/, ending in a verdict line: do the
-traces lift within-A role accuracy by >= 0.3 over the instantaneous code (the full run: 0.527 ->
-0.998)? Every committed number comes from the full run.
+4 tagger epochs) -> out/probe_quick/, ending in a verdict line: do the traces lift within-A role
+accuracy by >= 0.3 over the instantaneous code (the full run's numbers: results/probe/results.md)?
+Every committed number comes from the full run.
 """
 
 import dataclasses
-import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from plumbing import cli, runs
+from plumbing import cli, runs, tables
 import grammar
 import spcn
 
@@ -109,7 +108,7 @@ class ProbeConfig(SPCNFlags):
     seeds: int = cli.arg(3, "number of seeds", group="evaluation")
     threads: int = cli.arg(1, "torch CPU threads (1: the per-word SPCN steps are small matmuls)",
                            group="system")
-    quick: bool = cli.arg(False, "the quick mode, about a minute on 2 cores: " + ", ".join(
+    quick: bool = cli.arg(False, "the quick mode: " + ", ".join(
         f"{k}={v}" for k, v in QUICK.items() if k != "quick") + " unless given; ends with a verdict line",
         group="quick mode")
 
@@ -395,7 +394,7 @@ def fit(cfg):
 # --- outputs --------------------------------------------------------------------------------------
 
 
-def summarise(per_seed, seconds):
+def summarize(per_seed, seconds):
     """Per-seed score dicts -> the results.json dictionary (means, with stds beside)."""
     def agg(name, key):
         return runs.mean_std([r[name][key] for r in per_seed])
@@ -439,52 +438,46 @@ def summarise(per_seed, seconds):
     return res
 
 
-def write_markdown(res, path, cfg):
+def write_markdown(res, path):
     s, p = res["std"], PAPER
     cell = lambda g, k: f"{res[g][k]:.3f} ± {s[g][k]:.3f}"
-    row = lambda label, g, keys, paper_spcn="-", paper_bigru="-": (
-        f"| {label} | " + " | ".join(cell(g, k) for k in keys) + f" | {paper_spcn} | {paper_bigru} |")
+    row = lambda label, g, keys, paper_spcn="-", paper_bigru="-": [label, *(cell(g, k) for k in keys), paper_spcn,
+                                                                   paper_bigru]
     four = ("spcn", "untrained", "gru", "bigru")
     rv = res["roles"]["rc_verb"], s["roles"]["rc_verb"]
     pe = res["prediction_error"]
     lines = [
         f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
         f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",
-        f"Command: `{cli.command_line('probe.py', cfg)}`", "",
+        f"Command: `{res['command']}`", "",
         "SPCN columns: linear probes on activity + EMA traces, fit on A-train roles (the SPCN itself "
-        "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", "",
-        "| quantity | " + " | ".join(WHO.values()) + " | paper SPCN | paper BiGRU |",
-        "|---|---|---|---|---|---|---|",
+        "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", ""]
+    rows = [
         row("within A", "within", ("traces", "untrained", "gru", "bigru"), f"{p['within_traces']:.3f}"),
-        f"| within A, instantaneous activity only | {cell('within', 'instantaneous')} | - | - | - | "
-        f"{p['within_instantaneous']:.3f} | - |",
-        "| within A, relative to the BiGRU | " + " | ".join(
-            f"{res['within'][k] / res['within']['bigru']:.1%}" for k in ("traces", "untrained", "gru", "bigru"))
-        + f" | {p['spcn_over_bigru']:.0%} | - |",
+        ["within A, instantaneous activity only", cell("within", "instantaneous"), "-", "-", "-",
+         f"{p['within_instantaneous']:.3f}", "-"],
+        ["within A, relative to the BiGRU", *(f"{res['within'][k] / res['within']['bigru']:.1%}"
+                                              for k in ("traces", "untrained", "gru", "bigru")),
+         f"{p['spcn_over_bigru']:.0%}", "-"],
         row("transfer A -> B, overall", "transfer", four, f"{p['transfer_spcn']:.3f}"),
         row("deep-embedded roles, transfer", "deep_embedded", four, f"{p['deep_embedded']:.2f}"),
         row("deep-embedded roles, within A", "deep_embedded_within", four),
         row("structural roles, transfer", "structural_transfer", four),
         row("content roles, transfer", "content_transfer", four, "-", "better than SPCN"),
-        "| rc_verb, transfer | " + " | ".join(
-            f"{rv[0]['transfer_' + w]:.3f} ± {rv[1]['transfer_' + w]:.3f}" for w in four)
-        + f" | {p['rc_verb_transfer_spcn']:.3f} | {p['rc_verb_transfer_bigru']:.3f} |"]
-    for c, desc in RC_VERB_CONTEXTS.items():
-        lines.append(row(f"rc_verb, transfer, {desc}", "rc_verb_transfer_by_context",
-                         [f"{w}_after_{c}" for w in four]))
-    lines += [
-        "| prediction error per unit, A-test / B-test | " + " | ".join(
-            f"{pe[w]['within']:.4f} / {pe[w]['transfer']:.4f}" for w in ("spcn", "untrained")) + " | - | - | - | - |",
-        f"| parameters | - | - | {res['params']['gru']:,} | {res['params']['bigru']:,} | - | - |",
-        "", "## Per role (mean over seeds)", "",
-        "| role | kind | " + " | ".join(f"within {v}" for v in WHO.values()) + " | "
-        + " | ".join(f"transfer {v}" for v in WHO.values()) + " |",
-        "|---|---|" + "---|" * 8]
-    for r, d in res["roles"].items():
-        lines.append(f"| {r} | {d['kind']} | " + " | ".join(
-            f"{d[f'{sp}_{w}']:.3f}" for sp in ("within", "transfer") for w in four) + " |")
-    with open(path, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+        ["rc_verb, transfer", *(f"{rv[0]['transfer_' + w]:.3f} ± {rv[1]['transfer_' + w]:.3f}" for w in four),
+         f"{p['rc_verb_transfer_spcn']:.3f}", f"{p['rc_verb_transfer_bigru']:.3f}"]]
+    rows += [row(f"rc_verb, transfer, {desc}", "rc_verb_transfer_by_context", [f"{w}_after_{c}" for w in four])
+             for c, desc in RC_VERB_CONTEXTS.items()]
+    rows += [["prediction error per unit, A-test / B-test",
+              *(f"{pe[w]['within']:.4f} / {pe[w]['transfer']:.4f}" for w in ("spcn", "untrained")), "-", "-", "-", "-"],
+             ["parameters", "-", "-", f"{res['params']['gru']:,}", f"{res['params']['bigru']:,}", "-", "-"]]
+    lines += tables.md_table(["quantity", *WHO.values(), "paper SPCN", "paper BiGRU"], rows)
+    lines += ["", "## Per role (mean over seeds)", ""]
+    lines += tables.md_table(
+        ["role", "kind", *(f"within {v}" for v in WHO.values()), *(f"transfer {v}" for v in WHO.values())],
+        ([r, d["kind"], *(d[f"{sp}_{w}"] for sp in ("within", "transfer") for w in four)]
+         for r, d in res["roles"].items()))
+    tables.save_text("\n".join(lines) + "\n", path)
 
 
 def plot_roles(res, path):
@@ -513,7 +506,7 @@ def plot_roles(res, path):
         lab.set_color("tab:red" if res["roles"][r]["kind"] == "content" else "black")
     fig.suptitle("Role accuracy per role (red labels: content roles)")
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=110)
+    tables.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -532,11 +525,9 @@ def main(cfg):
     t0 = time.time()
     log = lambda msg: print(f"[{time.time() - t0:6.1f} s] {msg}", flush=True)
     per_seed = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
-    res = summarise(per_seed, time.time() - t0)
-    res["args"] = asdict(cfg)
-    with open(os.path.join(cfg.out_dir, "results.json"), "w") as fh:
-        json.dump(res, fh, indent=1)
-    write_markdown(res, os.path.join(cfg.out_dir, "results.md"), cfg)
+    res = tables.save_json(summarize(per_seed, time.time() - t0), os.path.join(cfg.out_dir, "results.json"),
+                           "probe.py", cfg)
+    write_markdown(res, os.path.join(cfg.out_dir, "results.md"))
     plot_roles(res, os.path.join(cfg.out_dir, "roles.png"))
     w, t, rv = res["within"], res["transfer"], res["roles"]["rc_verb"]
     log(f"wrote {cfg.out_dir}/results.json, results.md, roles.png | within: instantaneous "
@@ -556,7 +547,8 @@ def verdict(res):
     lift = w["traces"] - w["instantaneous"]
     return (f"verdict: within A, instantaneous {w['instantaneous']:.3f} -> traces {w['traces']:.3f} (untrained "
             f"{w['untrained']:.3f}): lift {lift:+.3f} " + (f">= {LIFT}: the traces carry the structure, as in the "
-            f"full run (0.527 -> 0.998)" if lift >= LIFT else f"< {LIFT}: NOT the full run's result")), lift >= LIFT
+            f"full run (results/probe/results.md)" if lift >= LIFT else f"< {LIFT}: NOT the full run's result")), \
+        lift >= LIFT
 
 
 def parse(argv=None):

@@ -48,15 +48,8 @@ The task (our choices, each stated because it decides what "recall" means):
 
 The recipe (one for every variant: the same data, steps, batch, optimizer and lr, so the table
 is fair): AdamW at a constant lr (optional warmup and final linear decay), no weight decay by
-default, clip 1.0. GPT learns this task in two phases: first it scores 1/N (it attends to the
-values of the sequence but not to the one whose key matches), then, after enough updates, it
-binds keys to values and jumps towards 1.0 (an induction-style circuit: a previous-token head
-writes each key into its value's position, then a content match). How long the plateau lasts
-grows with the span the queries fall in and with the number of key ids (results/recall/recall.md,
-Notes). Short sequences of the smallest N leave it first, and the circuit they teach
-then serves every N and, being a content match, every distance: hence the curriculum (smallest N,
-no gap) and the queries right after the pairs or the gap (Zoology's generator also puts most
-queries close to the pairs). Every run is evaluated on the validation sequences every
+default, clip 1.0, the curriculum above; why this recipe (GPT's 1/N plateau and what ends it) is
+in results/recall/README.md. Every run is evaluated on the validation sequences every
 --eval_every steps; the "plateau exit" of a variant at N pairs is the first evaluation whose
 accuracy is above (1/N + 1) / 2, halfway from the plateau to perfect recall.
 
@@ -75,20 +68,20 @@ Run (the measured times and numbers are in results/recall/recall.md and results/
     python recall.py --gap 40 --block_size 64    # far queries, behind 40 distractor values
     python recall.py --variants gpt --query_span 0 --curriculum 0 --steps 3000
                                            # GPT without the curriculum, queries anywhere: the plateau
-    python recall.py --quick               # both kinds of reader in about 3 minutes on 2 cores (QUICK)
+    python recall.py --quick               # both kinds of reader in minutes (the QUICK preset)
 The quick mode trades the full run's breadth for time (QUICK: 4 of the 7 variants, 800 steps
 instead of 1,500, 128 test sequences per N, one seed) and prints a verdict read at the largest
 N (8): gpt and softmax_history answer >= 0.9 of the queries, every state reader's binding is
 <= 0.1. It writes under out/recall_quick; every committed number comes from the full run.
 Two single-threaded runs train at a time (--workers). Writes under --out_dir (default
-out/recall); each finished run is saved at once as runs/VARIANT_sSEED.json, and a rerun with the
-same settings reuses it (an interrupted table continues). The reference numbers are in
-results/recall/.
+out/recall); each finished run is saved at once as runs/VARIANT_sSEED.json beside its whole
+config (plumbing/grid.py: reused only under the same config, never replaced by a run of other
+settings, one command per folder; Ctrl-C saves what finished and the same command continues).
+The reference numbers are in results/recall/.
 """
 
 import dataclasses
 import itertools
-import json
 import os
 import platform
 import time
@@ -96,10 +89,8 @@ from dataclasses import dataclass
 
 import torch
 
-from plumbing import checkpoint, cli, runs
+from plumbing import checkpoint, cli, grid, runs, tables
 import lm
-from gpt import GPT, GPTConfig
-from spen import SPEN, SPENConfig
 
 VARIANTS = {  # name -> (model, SPENConfig overrides); width, depth and heads are shared
     "gpt": ("gpt", {}),
@@ -111,8 +102,7 @@ VARIANTS = {  # name -> (model, SPENConfig overrides); width, depth and heads ar
     "selective_softmax_state": ("spen", dict(predictor="softmax_attn", reads="state", context="selective")),
 }
 BOUNDED = {"linear", "softmax_state", "selective_linear", "selective_softmax_state", "linear_attn_history"}  # O(1) state
-# --quick: these settings under the flags typed (chosen on the validation curves of seeds 0-2: GPT leaves the
-# plateau at step 400-500 after a 300-step curriculum, softmax_history at 200-400)
+# --quick: these settings under the flags typed (how the step count was chosen: results/recall/README.md)
 QUICK = dict(quick=True, variants=("gpt", "softmax_history", "linear", "softmax_state"), steps=800, curriculum=300,
              decay=100, eval_every=200, test_seqs=128, seeds=1, out_dir="out/recall_quick")
 QUICK_TRADES = ("quick mode: 4 of the 7 variants, 800 steps instead of 1,500 (curriculum 300, decay 100), 128 test "
@@ -243,22 +233,14 @@ def batches(cfg, seed):
 # Models
 
 
-def build_model(cfg, variant):
-    """The variant's model at the shared width, depth and heads; vocabulary K + M + 1. SPEN's
+def build_model(cfg, kind, overrides):
+    """A 'gpt' or 'spen' model (checkpoint.MODELS) for cfg's task: cfg's width, depth and heads,
+    vocabulary K + M + 1, then its config overrides (a variant's, or a frontier point's). SPEN's
     FFN is its own default (4C wide, top 6% kept)."""
-    kind, overrides = VARIANTS[variant]
-    V, C = cfg.n_keys + cfg.n_values + 1, cfg.n_embd
-    if kind == "gpt":
-        return GPT(GPTConfig(block_size=cfg.block_size, vocab_size=V, n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=C))
-    return SPEN(SPENConfig(vocab_size=V, block_size=cfg.block_size, n_layer=cfg.n_layer, n_embd=C,
-                           n_head=cfg.n_head, **overrides))
-
-
-def state_floats(model, T):
-    """Numbers one layer's step() state holds after T tokens: SPEN's own count (S*C traces, plus
-    2*T*S*C cached keys/values for softmax history, C*D + C running sums for linear-attention
-    history); GPT's KV cache 2*T*C."""
-    return model.state_floats(T) if isinstance(model, SPEN) else 2 * T * model.config.n_embd
+    Config, Model = checkpoint.MODELS[kind]
+    shared = dict(vocab_size=cfg.n_keys + cfg.n_values + 1, block_size=cfg.block_size, n_layer=cfg.n_layer,
+                  n_embd=cfg.n_embd, n_head=cfg.n_head)
+    return Model(Config(**{**shared, **overrides}))
 
 
 def lr_at(step, cfg):
@@ -313,7 +295,7 @@ def run(job):
     """Train one (variant, seed) of VARIANTS under the recipe (`train_and_test`)."""
     cfg, variant, seed = job
     torch.manual_seed(seed)
-    return dict(train_and_test(cfg, build_model(cfg, variant), seed), variant=variant)
+    return dict(train_and_test(cfg, build_model(cfg, *VARIANTS[variant]), seed), variant=variant)
 
 
 def train_and_test(cfg, model, seed):
@@ -338,43 +320,32 @@ def train_and_test(cfg, model, seed):
         opt.step()
         train_loss.append(loss.item())
     tail = train_loss[-max(1, cfg.steps // 10):]  # mean of the last 10% of steps
-    return dict(seed=seed, params=model.num_params(), state_floats=state_floats(model, cfg.block_size),
+    return dict(seed=seed, params=model.num_params(), state_floats=model.state_floats(cfg.block_size),
                 train_loss=sum(tail) / len(tail), curve=curve, exit_step={str(N): plateau_exit(curve, N) for N in cfg.pairs},
                 seconds=time.time() - t0, test=evaluate(model, eval_set(cfg, cfg.test_seqs, TEST_SEED), cfg))
 
 
-def run_key(cfg):
-    """The settings a run's result depends on (a saved run is reused only under the same key)."""
-    return {k: v for k, v in dataclasses.asdict(cfg).items()
-            if k not in ("out_dir", "variants", "seeds", "workers", "quick")}
+PER_GRID = ("out_dir", "variants", "seeds", "workers")  # which runs and where: no run's numbers depend on them
+SAVED = ("variant", "seed", "params", "state_floats", "curve", "exit_step", "seconds", "test")  # what summarize reads
 
 
-def run_all(cfg, jobs):
-    """Run the jobs, cfg.workers at a time, saving each finished run as runs/VARIANT_sSEED.json
-    (a run already saved there under the same settings is reused); one line per run with an ETA."""
-    folder, key = os.path.join(cfg.out_dir, "runs"), json.loads(json.dumps(run_key(cfg)))
-    os.makedirs(folder, exist_ok=True)
-    path = lambda v, seed: os.path.join(folder, f"{v}_s{seed}.json")
-    results, todo = [], []
-    for job in jobs:
-        saved = None
-        if os.path.exists(path(*job[1:])):
-            with open(path(*job[1:])) as f:
-                saved = json.load(f)
-        results.append(dict(saved, reused=True)) if saved and saved["settings"] == key else todo.append(job)
-    t0, threads = time.time(), torch.get_num_threads()
-    torch.set_num_threads(1)  # small matmuls: one thread per run is fastest and leaves a core per worker
-    try:
-        for done, (_, r) in enumerate(runs.run_jobs(run, todo, cfg.workers), 1):
-            checkpoint.atomic_json(dict(r, settings=key), path(r["variant"], r["seed"]))
-            results.append(r)
-            el, accs = time.time() - t0, " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
-            print(f"[{done}/{len(todo)}] {r['variant']:<24s} seed {r['seed']} test acc {accs} | plateau exit "
-                  f"{r['exit_step']} | train loss {r['train_loss']:.3f} | {r['seconds']:.0f} s | elapsed {el:.0f} s, "
-                  f"ETA {el / done * (len(todo) - done):.0f} s", flush=True)
-    finally:
-        torch.set_num_threads(threads)
-    return results
+def run_settings(cfg):
+    """The settings one run's numbers depend on (--quick only presets others: a run's key holds it off)."""
+    return {k: v for k, v in dataclasses.asdict(dataclasses.replace(cfg, quick=False)).items() if k not in PER_GRID}
+
+
+def run_key(cfg, variant):
+    """Everything a (variant, seed) run's numbers depend on: a saved run is reused only under it."""
+    return dict(recall=run_settings(cfg), variant=variant,
+                model=dataclasses.asdict(build_model(cfg, *VARIANTS[variant]).config))
+
+
+def progress(r, done, todo, seconds):
+    """The line printed as each run finishes."""
+    accs = " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
+    return (f"[{done}/{todo}] {r['variant']:<24s} seed {r['seed']} test acc {accs} | plateau exit {r['exit_step']} | "
+            f"train loss {r['train_loss']:.3f} | {r['seconds']:.0f} s | elapsed {seconds:.0f} s, ETA "
+            f"{seconds / done * (todo - done):.0f} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,10 +353,11 @@ def run_all(cfg, jobs):
 
 
 def summarize(cfg, results, seconds):
-    """recall.json: per variant, mean and std over seeds of test accuracy per pair count and
-    distance, the plateau-exit step per seed and pair count, and the validation curves."""
-    out = dict(command=cli.command_line("recall.py", cfg), settings=dataclasses.asdict(cfg), seconds=round(seconds, 1),
-               hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores", chance=1.0 / cfg.n_values,
+    """recall.json after its command and settings (tables.save_json): per variant, mean and std over
+    seeds of test accuracy per pair count and distance, the plateau-exit step per seed and pair
+    count, and the validation curves."""
+    out = dict(seconds=round(seconds, 1), hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores",
+               chance=1.0 / cfg.n_values,
                run_seconds=round(sum(r["seconds"] for r in results), 1), reused=sum("reused" in r for r in results),
                threshold={str(N): threshold(N) for N in cfg.pairs}, variants={})
     for v in cfg.variants:
@@ -409,6 +381,7 @@ NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept wh
 
 def write_md(res, path):
     s, pairs = res["settings"], list(res["settings"]["pairs"])
+    vs = res["variants"]
     recipe = (f"{s['steps']} steps x {s['batch_size']} fresh sequences (the first {s['curriculum']} with "
               f"N = {min(pairs)} only), AdamW lr {s['lr']:g} (warmup {s['warmup']}, constant, linear decay to 0 over the last "
               f"{s['decay']}), weight decay {s['weight_decay']:g}, clip 1.0, the same for every variant")
@@ -418,53 +391,53 @@ def write_md(res, path):
              f"{s['seeds']} seed(s); {s['n_keys']} keys, {s['n_values']} values (chance {res['chance']:.4f}). "
              f"Wall {res['seconds']:.0f} s for this invocation with {s['workers']} worker(s) of one thread each on "
              f"{res['hardware']} ({res['reused']} of the runs reused from runs/); the runs' own times sum to "
-             f"{res['run_seconds']:.0f} s.", "",
-             "| variant | params | state floats / layer | capacity (pairs) | " +
-             " | ".join(f"N={N} (1/N={1 / N:.2f})" for N in pairs) + " |",
-             "|---" * (4 + len(pairs)) + "|"]
-    for v, r in res["variants"].items():
-        cells = [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs]
-        lines.append(f"| {v} | {r['params']:,} | {r['state_floats']:,} | {r['capacity_pairs']:.1f} | "
-                     + " | ".join(cells) + " |")
+             f"{res['run_seconds']:.0f} s.", ""]
+    lines += tables.md_table(
+        ["variant", "params", "state floats / layer", "capacity (pairs)"] + [f"N={N} (1/N={1 / N:.2f})" for N in pairs],
+        ([v, f"{r['params']:,}", f"{r['state_floats']:,}", f"{r['capacity_pairs']:.1f}"]
+         + [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs] for v, r in vs.items()))
     lines += ["", "Binding, (accuracy - 1/N) / (1 - 1/N): 0 is the 1/N plateau (a model that knows which values "
-              "occurred, not which key each belongs to), 1 perfect recall.", "",
-              "| variant | " + " | ".join(f"N={N}" for N in pairs) + " |", "|---" * (1 + len(pairs)) + "|"]
-    for v, r in res["variants"].items():
-        lines.append(f"| {v} | " + " | ".join(f"{r['binding'][str(N)]:+.3f}" for N in pairs) + " |")
+              "occurred, not which key each belongs to), 1 perfect recall.", ""]
+    lines += tables.md_table(["variant"] + [f"N={N}" for N in pairs],
+                             ([v] + [f"{r['binding'][str(N)]:+.3f}" for N in pairs] for v, r in vs.items()))
     lines += ["", f"Plateau exit: the first validation evaluation (every {s['eval_every']} steps, {s['val_seqs']} "
               "sequences per N, data seed " f"{VAL_SEED}) whose accuracy at N pairs is above (1/N + 1) / 2; "
-              "'-' = never within the budget; one entry per seed.", "",
-              "| variant | " + " | ".join(f"N={N} (> {threshold(N):.3f})" for N in pairs) + " |",
-              "|---" * (1 + len(pairs)) + "|"]
-    for v, r in res["variants"].items():
-        lines.append(f"| {v} | " + " | ".join(", ".join("-" if x is None else f"{x:,}" for x in r["exit_step"][str(N)])
-                                              for N in pairs) + " |")
-    bins = sorted({int(d) for r in res["variants"].values() for d in r["acc_distance"]})
-    lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", "",
-              "| variant | " + " | ".join(f"d>={d}" for d in bins) + " |", "|---" * (1 + len(bins)) + "|"]
-    for v, r in res["variants"].items():
-        lines.append(f"| {v} | " + " | ".join(f"{r['acc_distance'].get(str(d), float('nan')):.3f}" for d in bins) + " |")
+              "'-' = never within the budget; one entry per seed.", ""]
+    lines += tables.md_table(["variant"] + [f"N={N} (> {threshold(N):.3f})" for N in pairs],
+                             ([v] + [", ".join("-" if x is None else f"{x:,}" for x in r["exit_step"][str(N)])
+                                     for N in pairs] for v, r in vs.items()))
+    bins = sorted({int(d) for r in vs.values() for d in r["acc_distance"]})
+    lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", ""]
+    lines += tables.md_table(["variant"] + [f"d>={d}" for d in bins],
+                             ([v] + [r["acc_distance"].get(str(d), float("nan")) for d in bins] for v, r in vs.items()))
     old = open(path).read() if os.path.exists(path) else ""
     notes = old[old.index(NOTES):] if NOTES in old else ""
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n" + ("\n" + notes if notes else ""))
+    tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)
+
+
+MARKERS = "os^DvP*Xp"  # one per variant: lines that coincide (several at 1.000) stay apart
 
 
 def plot(res, path):
+    """recall.png: accuracy by N, by distance, and the validation curve at N = 8 (seed 0). Each
+    variant has its own marker, a small sideways offset and a line thinner than the one before,
+    so a line at the same accuracy as another (gpt and softmax_history at 1.000) shows around it."""
     plt = runs.pyplot()
-    pairs = list(res["settings"]["pairs"])
+    pairs, every = list(res["settings"]["pairs"]), res["settings"]["eval_every"]
     ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
-    for v, r in res["variants"].items():
-        style = "--" if v in BOUNDED else "-"
-        a1.errorbar(pairs, [r["acc"][str(N)] for N in pairs], [r["acc_std"][str(N)] for N in pairs],
-                    fmt=style + "o", ms=4, capsize=2, label=v)
+    for i, (v, r) in enumerate(res["variants"].items()):
+        style, shift = ("--" if v in BOUNDED else "-") + MARKERS[i % len(MARKERS)], i - (len(res["variants"]) - 1) / 2
+        side, lw = (lambda xs: [x * 2 ** (0.04 * shift) for x in xs]), 3.5 - 0.35 * i  # log axes: a few % apart
+        a1.errorbar(side(pairs), [r["acc"][str(N)] for N in pairs], [r["acc_std"][str(N)] for N in pairs],
+                    fmt=style, ms=4, lw=lw, capsize=2, label=v)
         d = sorted(int(k) for k in r["acc_distance"])
-        a2.plot(d, [r["acc_distance"][str(k)] for k in d], style + "o", ms=4, label=v)
+        a2.plot(side(d), [r["acc_distance"][str(k)] for k in d], style, ms=4, lw=lw, label=v)
         curve = r["curves"][0]  # seed 0
-        a3.plot([step for step, _ in curve], [acc[str(ref)] for _, acc in curve], style, label=v)
+        a3.plot([step + 0.08 * every * shift for step, _ in curve], [acc[str(ref)] for _, acc in curve], style, ms=3,
+                lw=lw, label=v)
     a1.plot(pairs, [1 / N for N in pairs], "k:", label="1/N (knows which values, not which key)")
-    a3.axhline(1 / ref, color="k", ls=":", lw=0.8)
+    a3.axhline(1 / ref, color="k", ls=":", lw=0.8, label=f"1/N = 1/{ref}")
     a3.axhline(threshold(ref), color="k", lw=0.6, label="plateau exit: > (1/N + 1) / 2")
     for a in (a1, a2, a3):
         a.axhline(res["chance"], color="grey", lw=0.8, label="chance 1/M")
@@ -477,18 +450,11 @@ def plot(res, path):
     a3.set_xlabel("optimizer step")
     a3.set_title(f"validation accuracy at N = {ref} while training (seed 0)")
     a1.legend(fontsize=7)
-    a3.legend(fontsize=7)
+    a3.legend(fontsize=7, loc="center right")
     a1.set_title("MQAR recall (dashed: state of fixed size whatever T)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
-
-
-def write_outputs(cfg, res):
-    checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "recall.json"))
-    write_md(res, os.path.join(cfg.out_dir, "recall.md"))
-    plot(res, os.path.join(cfg.out_dir, "recall.png"))
-    print(open(os.path.join(cfg.out_dir, "recall.md")).read())
 
 
 def verdict(res, N=None):
@@ -511,14 +477,20 @@ def verdict(res, N=None):
 
 
 def main(cfg):
-    """Train and test every (variant, seed) under the one recipe; returns the recall.json dict."""
-    runs.make_out_dir(cfg.out_dir)
+    """Train and test every (variant, seed) under the one recipe, or reuse the runs saved under
+    the same config; returns the recall.json dict."""
     if cfg.quick:
         print(QUICK_TRADES, flush=True)
-    t0 = time.time()
-    results = run_all(cfg, [(cfg, v, seed) for seed in range(cfg.seeds) for v in cfg.variants])
-    res = summarize(cfg, results, time.time() - t0)
-    write_outputs(cfg, res)
+    t0, out = time.time(), lambda name: os.path.join(cfg.out_dir, name)
+    jobs = [grid.Job(f"{v}_s{seed}", run_key(cfg, v), (cfg, v, seed))
+            for seed in range(cfg.seeds) for v in cfg.variants]
+    with grid.Grid(cfg.out_dir, jobs, cli.command_line("recall.py", cfg), vars(cfg), SAVED) as cache:
+        grid.refuse_emptier(out("recall.json"), lambda r: len(r["variants"]), len(cfg.variants), "variants")
+        results = cache.run(run, cfg.workers, progress)
+        res = tables.save_json(summarize(cfg, results, time.time() - t0), out("recall.json"), "recall.py", cfg)
+        write_md(res, out("recall.md"))
+        plot(res, out("recall.png"))
+    print(open(out("recall.md")).read())
     if cfg.quick:
         print(f"{verdict(res)[0]} | {res['seconds']:.0f} s wall", flush=True)
     return res

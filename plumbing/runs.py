@@ -18,20 +18,28 @@ several seeds of each variant and report mean ± std, through this file.
 Workers: each job runs in a fresh interpreter (multiprocessing "spawn": no forked thread
 pools) with one torch thread (small models: one run per core is fastest), at most `workers` at
 a time; workers=1 runs the jobs in this process, one after the other. `fn` must be a
-module-level function (it is pickled by name). Ctrl-C reaches every worker too: a worker that
-stops on it exits 130 and run_jobs raises KeyboardInterrupt once the others have had up to
-`grace` seconds to save and stop (train.py saves a checkpoint on Ctrl-C and on SIGTERM),
-then SIGTERM, then SIGKILL. A worker that fails prints its own traceback (or, for a
-cli.UserError, its one line) and run_jobs raises JobFailed naming the job.
+module-level function (it is pickled by name). A worker lives and dies with this process:
+    - it starts with SIGINT ignored (a Ctrl-C while it imports is no traceback), then takes
+      Ctrl-C as KeyboardInterrupt inside fn (train.py installs its own handler and saves); a
+      job stopped by it exits 130, quietly, and run_jobs raises KeyboardInterrupt once the others
+      have had up to `grace` seconds to save and stop, then SIGTERM, then SIGKILL;
+    - a thread in it polls its parent's pid and ends it within a second of the parent's death
+      (a SIGKILL of the parent included: no worker trains on for nobody).
+A worker that fails prints its own traceback (or, for a cli.UserError, its one line) and
+run_jobs raises JobFailed naming the job.
 
 Run: nothing to run; tests/test_runs.py checks this file.
 """
 
+import contextlib
 import multiprocessing as mp
 import os
+import signal
 import statistics
-import tempfile
 import sys
+import tempfile
+import threading
+import time
 from multiprocessing.connection import wait
 
 from plumbing import cli
@@ -84,15 +92,44 @@ class JobFailed(RuntimeError):
     """A worker exited with an error; its own output above says why."""
 
 
-def _worker(fn, job, conn):
+PARENT_POLL_S = 1.0  # how often a worker checks that its parent lives
+
+
+def _exit_with(parent):
+    """End this worker when its parent is gone (its pid changes: reparented to init or a reaper)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def _worker(fn, job, conn, parent):
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     import torch  # here: importing this file does not import torch
     torch.set_num_threads(1)
     try:
-        conn.send((fn(job),))  # a 1-tuple: a result of None is still a result
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored until now: see the docstring
+        result = (fn(job),)  # a 1-tuple: a result of None is still a result
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the job is done: send it whatever comes
+        conn.send(result)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting: no traceback
         sys.exit(130)
     except cli.UserError as e:  # a user's mistake (or a run's expected stop): one line, no traceback
         sys.exit(f"error: {' '.join(str(e).split())}")
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored inside: a worker started here inherits that (until _worker takes Ctrl-C over),
+    and a second Ctrl-C while the workers stop is no traceback. Only the main thread sets handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def run_jobs(fn, jobs, workers, grace=30):
@@ -108,8 +145,9 @@ def run_jobs(fn, jobs, workers, grace=30):
         while pending or running:
             while pending and len(running) < workers:
                 recv, send = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_worker, args=(fn, pending[0], send))
-                p.start()
+                p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid()))
+                with _sigint_ignored():
+                    p.start()
                 send.close()  # the child holds its own copy: EOF here once it exits
                 running[p] = (pending.pop(0), recv)
             ready = wait([conn for _, conn in running.values()])
@@ -127,7 +165,8 @@ def run_jobs(fn, jobs, workers, grace=30):
                     raise JobFailed(f"job {job!r} exited with status {p.exitcode}; its output above says why")
                 yield job, sent[0]
     except KeyboardInterrupt:
-        stop(running, grace)
+        with _sigint_ignored():
+            stop(running, grace)
         raise
     finally:
         stop(running, 0)  # a failure or an early exit: the rest is not needed

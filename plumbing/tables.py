@@ -3,7 +3,7 @@
 `md_table` is the one builder of the GitHub tables in the commands' .md reports; `save_json` is
 the one writer of their results JSON: the command that reproduces the run and its settings first,
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
-leaves the old file whole).
+leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way.
 
 Run: nothing to run; tests/test_tables.py.
 """
@@ -39,3 +39,17 @@ def save_json(res, path, script, cfg):
     out.update({k: v for k, v in res.items() if k not in out})
     checkpoint.atomic_json(out, path)
     return out
+
+
+def save_text(text, path):
+    """Write text to path atomically (a report's .md)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+            checkpoint.durable(f)
+    checkpoint.atomic_write(path, write)
+
+
+def save_figure(fig, path, dpi=120):
+    """Save a matplotlib figure as a PNG at path atomically."""
+    checkpoint.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))

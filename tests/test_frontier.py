@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import frontier
+from plumbing import grid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C, T = 64, 24
@@ -58,7 +59,7 @@ def test_a_bad_grid_is_one_line_before_anything_trains(argv, message, tmp_path, 
 
 
 def tiny_grid(tmp_path, monkeypatch):
-    monkeypatch.setattr(frontier, "QUICK", [("linear", dict(S=3, C=64)), ("swa", dict(w=4)), ("delta", dict(D=32))])
+    monkeypatch.setattr(frontier, "QUICK_POINTS", [("linear", dict(S=3, C=64)), ("swa", dict(w=4)), ("delta", dict(D=32))])
     return frontier.parse(["--quick", "--out_dir", str(tmp_path / "f"), "--steps", "3", "--curriculum", "1",
                            "--decay", "1", "--workers", "1"])
 
@@ -88,8 +89,12 @@ def test_a_tiny_grid_writes_its_outputs_and_a_killed_grid_continues(tmp_path, mo
     again = frontier.main(cfg)
     assert trained == ["swa_w4"]
     assert again["points"]["near"]["linear_C64_S3"] == pts["linear_C64_S3"]
-    # --report trains nothing: the table of what is saved, a point missing from it left out
+    # --report trains nothing: the table of what is saved, a point missing from it left out, but never
+    # over a report with more points
     os.remove(tmp_path / "f" / "runs" / "near" / "delta_D32_s0.json")
+    with pytest.raises(grid.GridError, match="frontier.json holds 3 points, this command's report would hold 2"):
+        frontier.main(dataclasses.replace(cfg, report=True))
+    os.remove(tmp_path / "f" / "frontier.json")
     report = frontier.main(dataclasses.replace(cfg, report=True))
     assert trained == ["swa_w4"] and set(report["points"]["near"]) == {"linear_C64_S3", "swa_w4"}
 

@@ -15,7 +15,7 @@ LESSON = {"ema", "spen", "variants", "gpt", "lm", "grammar", "spcn"}
 # The plumbing package: imported by commands, imports no command.
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
             "plumbing.ngram", "plumbing.repeats", "plumbing.runs", "plumbing.runtime", "plumbing.shards", "plumbing.tables",
-            "plumbing.sources", "plumbing.timing", "plumbing.bench_report"}
+            "plumbing.grid", "plumbing.sources", "plumbing.timing", "plumbing.bench_report"}
 # Entry points with a command line, all at the top level; a command may import anything.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train"}
 

@@ -32,6 +32,7 @@ def test_probe_small_run(tmp_path):
         assert os.path.getsize(tmp_path / f) > 0
     saved = json.load(open(tmp_path / "results.json"))
     assert saved["seeds"] == 1 and saved["seconds"] > 0
+    assert list(saved)[:2] == ["command", "settings"] and saved["settings"]["n_train"] == 120  # as its siblings
     assert set(saved["within"]) == {"instantaneous", "traces", "untrained", "gru", "bigru"}
     for group in ("transfer", "deep_embedded", "deep_embedded_within", "content_transfer"):
         assert set(saved[group]) == set(WHO), group

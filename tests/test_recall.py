@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from plumbing import cli
+from plumbing import cli, grid
 import recall
 
 K, M, T = 12, 10, 40  # key ids, value ids, sequence length of the generator tests
@@ -127,13 +127,15 @@ def test_saved_runs_are_reused_only_under_the_same_settings(tmp_path, monkeypatc
     monkeypatch.setattr(recall, "plot", lambda res, path: None)  # the figure is another test's
     cfg = recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "variants": ("linear",), "seeds": 1})
     first = recall.main(cfg)
-    assert (tmp_path / "runs" / "linear_s0.json").exists()
+    saved = tmp_path / "runs" / "linear_s0.json"
+    assert json.loads(saved.read_text())["config"] == json.loads(json.dumps(recall.run_key(cfg, "linear")))
     monkeypatch.setattr(recall, "run", lambda job: pytest.fail("a saved run was trained again"))
     again = recall.main(cfg)
     assert again["variants"]["linear"]["acc"] == first["variants"]["linear"]["acc"]
-    with pytest.raises(pytest.fail.Exception):
-        recall.main(recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "variants": ("linear",), "seeds": 1,
-                                                                   "steps": 4}))
+    before = saved.read_bytes()
+    with pytest.raises(grid.GridError, match=r"linear_s0.json was trained with --steps 3, this command asks 4"):
+        recall.main(dataclasses.replace(cfg, steps=4))  # refused before training: nothing replaced
+    assert saved.read_bytes() == before
 
 
 def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
@@ -203,7 +205,7 @@ def test_quick_mode_is_a_preset_under_the_typed_flags_and_the_full_run_stays_the
     quick = recall.parse(["--quick"])
     assert all(getattr(quick, k) == v for k, v in recall.QUICK.items()) and quick.quick
     assert recall.parse(["--quick", "--steps", "900"]).steps == 900  # a typed flag wins over the preset
-    assert recall.run_key(quick) == recall.run_key(dataclasses.replace(quick, quick=False))  # reuse: settings only
+    assert recall.run_key(quick, "gpt") == recall.run_key(dataclasses.replace(quick, quick=False), "gpt")  # settings only
     assert set(recall.QUICK["variants"]) == {"gpt", "softmax_history", "linear", "softmax_state"}
 
 

@@ -1,11 +1,12 @@
 """plumbing/tables.py: the markdown-table builder and the results writer."""
 
 import json
+import os
 from dataclasses import dataclass
 
 import pytest
 
-from plumbing import cli, tables
+from plumbing import cli, runs, tables
 
 
 def test_md_table_cells_and_shape():
@@ -32,3 +33,23 @@ def test_save_json_puts_command_and_settings_first(tmp_path):
     assert saved == out and list(saved)[:2] == ["command", "settings"]
     assert saved["command"] == "python demo.py --steps 20" and saved["settings"] == dict(steps=20, name="x")
     assert saved["acc"] == 0.5
+
+
+def test_save_text_and_save_figure_replace_whole_files(tmp_path, monkeypatch):
+    path = tmp_path / "r.md"
+    tables.save_text("old\n", str(path))
+    tables.save_text("| a |\n", str(path))
+    assert path.read_text() == "| a |\n" and os.listdir(tmp_path) == ["r.md"]  # no temp file left
+
+    class Broken:
+        def savefig(self, f, **kw):
+            open(f, "w").write("half a png")
+            raise RuntimeError("the figure failed")
+    with pytest.raises(RuntimeError):
+        tables.save_figure(Broken(), str(tmp_path / "r.md"))
+    assert path.read_text() == "| a |\n" and os.listdir(tmp_path) == ["r.md"]  # the old file whole
+    plt = runs.pyplot()
+    fig = plt.figure(figsize=(1, 1))
+    tables.save_figure(fig, str(tmp_path / "f.png"))
+    plt.close(fig)
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,198 @@
+"""The run cache of the grid commands: many small runs, each saved as one JSON file beside the
+config that made it, reused only under that config, never replaced by a run of other settings.
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556) draws its claims from small runs compared
+side by side; recall.py (variants x seeds) and frontier.py (points x settings x seeds) train
+them through this file, so a killed or interrupted grid continues where it stopped.
+
+A grid is a list of `Job(name, key, job)`: the run is saved as OUT/runs/NAME.json (NAME may hold
+a folder: 'near/gpt_s0'), `key` is everything its numbers depend on (JSON: the run's settings
+and the model's config), `job` is what `fn` receives (runs.run_jobs: fn module-level, job
+picklable).
+
+    jobs = [grid.Job(f"{variant}_s{seed}", key(cfg, variant), (cfg, variant, seed)) for ...]
+    with grid.Grid(cfg.out_dir, jobs, cli.command_line("x.py", cfg), flags, needs) as g:
+        grid.refuse_emptier(report_path, count, new_count, "variants")   # before anything trains
+        results = g.run(fn, cfg.workers, progress)   # every job's saved dict, in job order
+        g.save(name, result)                          # or save runs trained some other way
+    with grid.Grid(..., lock=False) as g: g.saved   # a report: read what is saved, train nothing
+
+Guarantees (tests/test_runs_grid.py; a Ctrl-C and kill -9 of a real grid: results/frontier/kill_grid.py)
+    - a saved run is reused only when its 'config' equals the job's key; one saved under other
+      settings stops the grid before anything trains, in one GridError line naming the file,
+      the first setting that differs (as its --flag when the command has one) and the ways out
+      (another --out_dir keeps both; deleting the file trains it anew); nothing replaces it;
+    - one grid per folder: the flock of checkpoint.RunLock on OUT/.lock while the grid lives
+      (the kernel drops it when the process dies: no stale lock); a second grid there is one line;
+    - every file is written atomically (checkpoint.atomic_write: NAME.tmp<pid>, then renamed);
+      the temp files a kill left in OUT and under OUT/runs are removed once the lock is ours;
+    - a corrupt saved run (truncated, empty, not a JSON object, missing keys), or OUT/runs being
+      a file, is one line naming the file and what to do, before anything trains;
+    - Ctrl-C (in this process or a worker) is one `Interrupted` line: how many runs are saved and
+      the command that continues; exit status 130;
+    - `refuse_emptier`: a report is never replaced by one holding fewer entries.
+
+Run: nothing to run; recall.py and frontier.py use it.
+"""
+
+import collections
+import contextlib
+import json
+import os
+import re
+import time
+
+from plumbing import checkpoint, cli, runs
+
+Job = collections.namedtuple("Job", "name key job")
+TEMP = re.compile(r".+\.tmp\d+")  # checkpoint.atomic_write's temp files: NAME.tmp<pid>
+ABSENT = object()
+
+
+class GridError(cli.UserError):
+    """A grid's folder or saved runs cannot be used as they are; one line saying what to do."""
+
+
+class Interrupted(cli.UserError):
+    """Ctrl-C: the runs finished so far are saved; the same command continues."""
+    status = 130  # 128 + SIGINT, the shell's status for a Ctrl-C
+
+
+def leaves(d, prefix=""):
+    """{dotted path: value} of a nested dict: {'recall': {'steps': 5}} -> {'recall.steps': 5}."""
+    out = {}
+    for k, v in d.items():
+        out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+def remove_temps(out_dir):
+    """Remove the temp files a killed writer left in out_dir and under out_dir/runs -> [paths].
+    Call it only while holding out_dir's lock: then no live process is writing them."""
+    found = [os.path.join(out_dir, n) for n in os.listdir(out_dir)]
+    for folder, _, names in os.walk(os.path.join(out_dir, "runs")):
+        found += [os.path.join(folder, n) for n in names]
+    removed = [p for p in sorted(found) if TEMP.fullmatch(os.path.basename(p)) and os.path.isfile(p)]
+    for p in removed:
+        os.remove(p)
+    return removed
+
+
+def refuse_emptier(path, count, new, what):
+    """One GridError line, before anything is written, if the report at path holds more entries
+    (count(its JSON)) than the `new` one would: a subset grid or a typo'd flag never replaces a
+    fuller report silently. An absent or unreadable report has nothing to keep."""
+    try:
+        with open(path) as f:
+            old = count(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return
+    if new < old:
+        raise GridError(f"{path} holds {old} {what}, this command's report would hold {new}: it is not replaced "
+                        f"by a smaller one; pass the flags that made it (its command is in {path}), write to "
+                        f"another --out_dir, or delete {path} first")
+
+
+class Grid:
+    """OUT/runs as one grid command sees it (a context manager); see the module docstring.
+    flags: the command's flag names (a differing setting is named --flag); needs: the keys the
+    command reads from a saved run; lock=False only reads (a report while a grid runs)."""
+
+    def __init__(self, out_dir, jobs, command, flags=(), needs=(), lock=True):
+        self.out_dir, self.folder, self.command = out_dir, os.path.join(out_dir, "runs"), command
+        self.jobs, self.flags, self.needs, self.lock = list(jobs), set(flags), ("config", *needs), lock
+        self.keys = {j.name: json.loads(json.dumps(j.key)) for j in self.jobs}  # as a saved file reads back
+        self.saved, self.stack = {}, contextlib.ExitStack()
+
+    def path(self, name):
+        return os.path.join(self.folder, name + ".json")
+
+    def __enter__(self):
+        runs.check_out_dir(self.out_dir)
+        if os.path.exists(self.folder) and not os.path.isdir(self.folder):
+            raise GridError(f"{self.folder} is a file, where the grid keeps its runs (one JSON per run): move it "
+                            f"away or choose another --out_dir")
+        if self.lock:
+            runs.make_out_dir(self.out_dir)
+            try:
+                self.stack.enter_context(checkpoint.RunLock(self.out_dir))
+            except checkpoint.CheckpointError:
+                raise GridError(f"{self.out_dir} is in use by another grid (pid in {self.out_dir}/.lock): one grid "
+                                f"per folder; wait for it to finish or choose another --out_dir") from None
+            removed = remove_temps(self.out_dir)
+            if removed:
+                print(f"removed {len(removed)} temporary file(s) a killed grid left: {', '.join(removed)}", flush=True)
+        differ = []
+        for job in self.jobs:
+            saved = self.load(job.name)
+            if saved is not None and saved["config"] != self.keys[job.name]:
+                differ.append((job.name, saved["config"]))
+            elif saved is not None:
+                self.saved[job.name] = dict(saved, reused=True)
+        if differ:
+            self.stack.close()
+            raise GridError(self.mismatch(*differ[0]) + (f" ({len(differ)} saved runs differ)" if len(differ) > 1
+                                                          else ""))
+        self.before = len(self.saved)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.stack.close()
+        if kind is KeyboardInterrupt:
+            raise Interrupted(f"interrupted: {len(self.saved)} of this grid's {len(self.jobs)} runs are saved in "
+                              f"{self.folder} ({len(self.saved) - self.before} by this command); the same command "
+                              f"continues: {self.command}") from None
+
+    def load(self, name):
+        """The run saved as NAME.json (None if there is none); one GridError line if it is corrupt."""
+        path = self.path(name)
+        if not os.path.exists(path):
+            return None
+        redo = f"delete it and run the same command again to train that run anew"
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as e:  # truncated, empty, not UTF-8, a folder, unreadable
+            raise GridError(f"{path} is not a readable saved run ({' '.join(str(e).split())}); {redo}") from None
+        if not isinstance(saved, dict):
+            raise GridError(f"{path} is not a saved run (a JSON {type(saved).__name__}, not an object); {redo}")
+        missing = [k for k in self.needs if k not in saved]
+        if missing:
+            raise GridError(f"{path} is not a saved run of this command (no {', '.join(missing)}); {redo}")
+        return saved
+
+    def mismatch(self, name, saved):
+        """The one line for a run saved under other settings: the first that differs, and the ways out."""
+        old, new = leaves(saved), leaves(self.keys[name])
+        named = [("--" + k.rsplit(".", 1)[-1] if k.rsplit(".", 1)[-1] in self.flags else k, k) for k in
+                 sorted(k for k in old.keys() | new.keys() if old.get(k, ABSENT) != new.get(k, ABSENT))]
+        named.sort(key=lambda fk: not fk[0].startswith("--"))  # a flag first: what the user can change
+        (flag, key), also = named[0], ", ".join(f for f, _ in named[1:])
+        show = lambda d: "(absent)" if d.get(key, ABSENT) is ABSENT else json.dumps(d[key])
+        return (f"{self.path(name)} was trained with {flag} {show(old)}, this command asks {show(new)}"
+                + (f" (also differ: {also})" if also else "") + ": a saved run is never replaced by one of other "
+                f"settings; to keep both, use another --out_dir; to train it anew, delete it")
+
+    def save(self, name, result):
+        """Save one finished run as NAME.json, its config beside its numbers -> the dict saved."""
+        self.saved[name] = r = dict(result, config=self.keys[name])
+        os.makedirs(os.path.dirname(self.path(name)), exist_ok=True)
+        checkpoint.atomic_json(r, self.path(name))
+        return r
+
+    def run(self, fn, workers, progress, threads=1):
+        """Train every job not saved, `workers` at a time (runs.run_jobs: each worker on one torch
+        thread; this process on `threads` while it trains, None: as it is), save each as it
+        finishes and print progress(result, done, to_do, seconds) -> every job's saved dict, in
+        job order. One thread here too: a run's numbers do not depend on where it trained."""
+        import torch  # here: importing this file does not import torch
+        todo = [j for j in self.jobs if j.name not in self.saved]
+        name_of = {id(j.job): j.name for j in todo}  # run_jobs yields the very object it was given
+        t0, before = time.time(), torch.get_num_threads()
+        torch.set_num_threads(threads or before)
+        try:
+            for done, (job, r) in enumerate(runs.run_jobs(fn, [j.job for j in todo], workers), 1):
+                print(progress(self.save(name_of[id(job)], r), done, len(todo), time.time() - t0), flush=True)
+        finally:
+            torch.set_num_threads(before)
+        return [self.saved[j.name] for j in self.jobs]
