@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, ngram, repeats, runs, runtime, tables
+from plumbing import batches, checkpoint, cli, corpus, grid, ngram, repeats, runs, runtime, tables
 import content
 import train
 
@@ -245,22 +245,32 @@ class Job(typing.NamedTuple):
         return f"{self.name} seed {self.seed}"
 
 
+def run_key(cfg, name, seed):
+    """What a run's numbers depend on: its TrainConfig (not where its folder is) and the hit split's windows."""
+    train_cfg = {k: v for k, v in dataclasses.asdict(train_config(cfg, name, seed)).items() if k not in ("out_dir", "resume")}
+    return dict(train=train_cfg, hits=dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k,
+                                           copy_bins=list(repeats.COPY_BINS)))
+
+
+def progress(r, done, todo, seconds):
+    """One line per finished run, with the ETA of the rest."""
+    cost = "reused" if r["reused"] else f"{r['result']['seconds']:.0f} s"
+    return (f"[{done}/{todo}] {r['name']:<20s} seed {r['seed']} | val {r['result']['val_loss']:.3f} | "
+            f"hit {r['split']['loss_hit']:.3f} other {r['split']['loss_other']:.3f} | {cost} | "
+            f"elapsed {seconds:.0f} s, ETA {seconds / done * (todo - done):.0f} s")
+
+
 def run_all(cfg, jobs):
-    """Run the jobs, cfg.workers at a time, each in its own process (runs.run_jobs; workers=1: in
-    this one); one line per finished run with an overall ETA. A failed run stops the ablation
-    (RunInterrupted)."""
-    t0, records = time.time(), []
+    """Run the jobs through the grid's run cache (plumbing/grid.py: OUT/runs/NAME.json beside each
+    run folder, reused only under the same run_key, never replaced by a run of other settings, one
+    ablation per folder, Ctrl-C one line), cfg.workers at a time, each in its own process
+    (runs.run_jobs; workers=1: in this one). A failed run stops the ablation (RunInterrupted)."""
+    cells = [grid.Job(f"{name}_s{seed}", run_key(cfg, name, seed), Job(cfg, name, seed)) for cfg, name, seed in jobs]
     try:
-        for _, r in runs.run_jobs(run_one, [Job(*j) for j in jobs], cfg.workers):
-            records.append(r)
-            el, n = time.time() - t0, len(records)
-            cost = "reused" if r["reused"] else f"{r['result']['seconds']:.0f} s"
-            print(f"[{n}/{len(jobs)}] {r['name']:<20s} seed {r['seed']} | val {r['result']['val_loss']:.3f} | "
-                  f"hit {r['split']['loss_hit']:.3f} other {r['split']['loss_other']:.3f} | {cost} | "
-                  f"elapsed {el:.0f} s, ETA {el / n * (len(jobs) - n):.0f} s", flush=True)
+        with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), ("result", "split")) as g:
+            return g.run(run_one, cfg.workers, progress, threads=None)  # workers=1: train.py sets its own threads
     except (RunInterrupted, runs.JobFailed) as e:
         raise RunInterrupted(f"{e}; {RESUMES}") from None
-    return records
 
 
 # ---- summary, tables, figures --------------------------------------------------------------

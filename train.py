@@ -8,35 +8,33 @@ Shape glossary
     B micro-batch (batch_size), T context (block_size), A micro-batches per optimizer step summed
     over all processes (grad_accum), W processes (DDP world size). One step = A * B * T tokens.
 
-Settings: one `TrainConfig`, every field a flag, validated in __post_init__; presets are dicts
-of overrides: '130m' (the paper run, the default), 'cpu' (a small SPEN on the offline `builtin`
-corpus), 'cpu_bytes' (the same corpus as UTF-8 bytes). Precedence: default < --preset < typed
-flags; --resume takes the checkpoint's settings and refuses a typed model-shape flag (tokenizer
-included) that contradicts it (in a folder without run.json the flags name the model: any of them).
-The choices where the paper is silent (AdamW, lr 6e-4 -> 6e-5, 715 warmup steps, 524,288 tokens
-per step: 8B tokens in 15,259 steps) are PAPER.md's train.py choices.
+Settings: one `TrainConfig`, every field a flag, validated in __post_init__; presets are dicts of overrides:
+'130m' (the paper run, the default), 'cpu' (a small SPEN on the offline `builtin` corpus), 'cpu_bytes' (the
+same corpus as UTF-8 bytes). Precedence: default < --preset < typed flags; --resume takes the checkpoint's
+settings and refuses a typed model-shape flag (tokenizer included) that contradicts it (in a folder without
+run.json the flags name the model: any of them). The choices where the paper is silent (AdamW, lr 6e-4 ->
+6e-5, 715 warmup steps, 524,288 tokens per step: 8B tokens in 15,259 steps) are PAPER.md's train.py choices.
 
-Data (plumbing/batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are
-checked against the model's vocabulary as a split loads, never inside forward. Training windows
-are drawn without replacement within an epoch, a pure function of (seed, step, rank): micro-batch
-m of step s on rank r reads epoch_batch(step=s * A/W + m, rank=r, world=W), so `--resume` is
-exact; the log header states the epochs the run makes.
+Data (plumbing/batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are checked
+against the model's vocabulary as a split loads, never inside forward. Training windows are drawn without
+replacement within an epoch, a pure function of (seed, step, rank): micro-batch m of step s on rank r reads
+epoch_batch(step=s * A/W + m, rank=r, world=W), so `--resume` is exact; the log header states the epochs the
+run makes.
 
-Evaluation (plumbing/evaluate.py): during training, a quick estimate on eval_iters fixed random batches
-(the curve, ckpt_best); the reported numbers come from --eval_only: each corpus of --eval_data
-over contiguous windows of its whole val split (or --eval_tokens), every token once, eval.json.
+Evaluation (plumbing/evaluate.py): during training, a quick estimate on eval_iters fixed random batches (the
+curve, ckpt_best); the reported numbers come from --eval_only: each corpus of --eval_data over contiguous
+windows of its whole val split (or --eval_tokens), every token once, eval.json.
 
-Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed
---compile logs one warning and trains eagerly; ms/step, MFU (runtime.PEAK_FLOPS) and ETA skip the
-first runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes any missing cache before the process
-group starts; the other ranks wait for its files (evaluate.wait_for_caches).
+Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed --compile logs
+one warning and trains eagerly; ms/step, MFU (runtime.PEAK_FLOPS) and ETA skip the first runtime.WARMUP_STEPS
+steps. torchrun: rank 0 tokenizes any missing cache before the process group starts; the other ranks wait for
+its files (evaluate.wait_for_caches).
 
-Faults: inputs are checked before anything is written; a user's mistake is one line
-(cli.UserError; exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss stops
-before its update; Ctrl-C saves ckpt_last and exits 130. What a crash, kill -9 or full disk leaves
-and how --resume goes on from it (the run folder's lock, run.json, atomic writes): plumbing/checkpoint.py.
-metrics.jsonl record s: the loss of step s's batches and, at evals, val_loss after s updates
-(record 0: the initial val_loss).
+Faults: inputs are checked before anything is written; a user's mistake is one line (cli.UserError; exit 2 for
+a flag, else 1), a bug keeps its traceback; a non-finite loss stops before its update; Ctrl-C saves ckpt_last
+and exits 130. What a crash, kill -9 or full disk leaves and how --resume goes on from it (the run folder's
+lock, run.json, atomic writes): plumbing/checkpoint.py. metrics.jsonl record s: the loss of step s's batches
+and, at evals, val_loss after s updates (record 0: the initial val_loss).
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
@@ -53,7 +51,6 @@ import json
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
@@ -344,24 +341,6 @@ def provenance(cfg, place, nparams, yardsticks):
             f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
 
-class StopFlag:
-    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the top of the next step, where the
-    weights, optimizer and data position agree; a second Ctrl-C aborts at once."""
-
-    def __init__(self):
-        self.requested = False
-        self.old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def restore(self):
-        for s, h in self.old.items():
-            signal.signal(s, h)
-
-
 @dataclass
 class Progress:
     """Where a run stands; saved in every checkpoint."""
@@ -494,7 +473,7 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
         model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
     scaler = torch.amp.GradScaler(place.device_type, enabled=(place.dtype == "fp16"))
     folder.open_metrics(keep_upto=prog.step if cfg.resume else -1)
-    stop = StopFlag()
+    stop = runtime.StopFlag()
     t_train = time.time()
     try:
         if not cfg.resume:

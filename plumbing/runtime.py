@@ -1,10 +1,12 @@
 """Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
 GPU peaks, step timing (Speed), the learning-rate schedule, the glibc allocator setting bench.py
-measures, and the one-line notes for a GPU torch cannot see or hub weights that cannot load.
+measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load, and
+StopFlag (Ctrl-C or SIGTERM stops train.py's loop at the top of the next step).
 train.py, sample.py, bench.py and the experiment scripts use it; the models (lm.py, spen.py,
 gpt.py) do not.
 
-Run: nothing to run; tests/test_runtime.py checks every function here (Speed: tests/test_syncs.py).
+Run: nothing to run; tests/test_runtime.py checks every function here (Speed: tests/test_syncs.py;
+StopFlag: tests/test_train.py's Ctrl-C tests).
 """
 
 import ctypes
@@ -12,6 +14,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -210,3 +213,21 @@ def device_name(device):
     except OSError:  # not Linux
         pass
     return f"{cpu}, {os.cpu_count()} cores"
+
+
+class StopFlag:
+    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the top of the next step, where the
+    weights, optimizer and data position agree; a second Ctrl-C aborts at once."""
+
+    def __init__(self):
+        self.requested = False
+        self.old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def restore(self):
+        for s, h in self.old.items():
+            signal.signal(s, h)

@@ -62,7 +62,7 @@ def test_rerun_in_worker_processes_reuses_finished_runs(tiny_run, capsys):
     out, first = tiny_run
     again = ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=out,
                                   **dict(TINY, variants=("linear", "gpt"), seeds=1, workers=2)))
-    assert capsys.readouterr().out.count("| reused |") == 2
+    assert "elapsed" not in capsys.readouterr().out  # no run trained: both came from the grid's saved runs
     for name in ("linear", "gpt"):
         assert again["variants"][name]["val_loss"] == first["variants"][name]["val_loss"][:1]
 
