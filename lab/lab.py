@@ -329,8 +329,11 @@ H.plot_bytes(run, y);
 H.split_table(H.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"])
 
 # %% [markdown]
-# A sample from the checkpoint, through SPEN's constant-size state. After 500 steps expect words
-# and fragments of Python's documentation, spelled mostly right, that make no sentence.
+# A sample from the checkpoint, through SPEN's constant-size state. What to look for: the full
+# preset's run (1,500 steps, 1.42 nats/byte, results/train_cpu_bytes) writes the corpus's words,
+# spacing and code punctuation with little sense ("The list order types in the option defined on
+# devironment where unlusing the return 'stepph (if the requal (4) is not text); ..."); at 500
+# steps and about 1.67 nats/byte expect fewer whole words and more broken ones.
 
 # %%
 text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample and the size of SPEN's state
