@@ -1,9 +1,13 @@
 """One check per exercise of exercises.py. Each tests a property that a wrong answer fails (not
 only shapes), against the repository's own code where it has one (ema.traces_ref, ema.trace_map,
-recall.mqar, recall.binding, plumbing.ngram). tests/test_lab.py holds every check to failing on
-the stub and passing on solutions.py.
+recall.mqar, recall.binding, variants.ema_kv_ref, variants.delta_rule_ref), or else against the
+docstring's formula on a fixed data set. tests/test_lab.py holds every check to failing on the
+stub and on plausible wrong answers, and passing on solutions.py.
 
     check("effective_window", my_function)   # prints one line: passed, or what is wrong; returns True/False
+
+A crash inside the student's function is named with its call: `effective_window(1.0, 0.5) raised
+ValueError: ...`.
 
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
@@ -18,17 +22,47 @@ import torch
 
 import ema
 import recall
+import variants
 
 
 def _close(a, b, tol=1e-9):
     return abs(a - b) <= tol * max(1.0, abs(b))
 
 
+class Crashed(Exception):
+    """The student's function raised: the message names the call, the cause is the exception."""
+
+
+def _brief(x):
+    """An argument as the crash message shows it: tensors and bytes by their size only."""
+    if isinstance(x, torch.Tensor):
+        return f"<tensor {tuple(x.shape)}>"
+    return f"<{len(x):,} bytes>" if isinstance(x, bytes) else repr(x)
+
+
+def _named(fn, name):
+    """fn, with any exception but NotImplementedError (the stub) re-raised as Crashed naming the call."""
+    def call(*args):
+        try:
+            return fn(*args)
+        except NotImplementedError:
+            raise
+        except Exception as e:
+            raise Crashed(f"{name}({', '.join(map(_brief, args))}) raised {type(e).__name__}: "
+                          f"{' '.join(str(e).split())}") from e
+    return call
+
+
 def _raises(fn, *args):
+    """Whether fn(*args) refuses with ValueError (as the docstrings ask of a bad argument)."""
     try:
         fn(*args)
     except ValueError:
         return True
+    except Crashed as e:
+        if isinstance(e.__cause__, ValueError):
+            return True
+        raise
     return False
 
 
@@ -76,6 +110,30 @@ def _blobs(n, F, R, g, informative=True):
     return X, (X @ A).argmax(1)
 
 
+def _ridge(X_train, y_train, X_test, y_test, l2):
+    """The docstring's probe, written out: the reference value of check_probe_accuracy."""
+    mu, sd = X_train.mean(0), X_train.std(0) + 1e-3
+    z = lambda X: torch.cat([(X - mu) / sd, torch.ones(len(X), 1, dtype=X.dtype)], 1)
+    Z, R = z(X_train), int(max(y_train.max(), y_test.max())) + 1
+    Y = torch.nn.functional.one_hot(y_train, R).to(Z.dtype)
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ Y)
+    return (z(X_test) @ W).argmax(1).eq(y_test).double().mean().item()
+
+
+def _shifted(n=600, F=8, R=3):
+    """A fixed data set that each mistake scores differently on: features far from 0 and unequal
+    in scale (an intercept and standardising matter), unequal classes, and test rows shifted
+    against the training rows (standardising with the test rows' own statistics moves them)."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(F, R, generator=g, dtype=torch.float64)
+    rows = []
+    for shift in (torch.zeros(F, dtype=torch.float64), torch.linspace(-1, 1, F, dtype=torch.float64)):
+        X = torch.randn(n, F, generator=g, dtype=torch.float64) * torch.linspace(0.5, 3, F, dtype=torch.float64) + 2
+        logits = 0.3 * X @ A + torch.tensor([1.5, 0.0, -0.5], dtype=torch.float64)  # (n, R) unequal priors
+        rows += [X + shift, (logits + torch.randn(n, R, generator=g, dtype=torch.float64)).argmax(1)]
+    return rows
+
+
 def check_probe_accuracy(fn):
     g = torch.Generator().manual_seed(0)
     X, y = _blobs(3000, 20, 4, g)
@@ -90,6 +148,12 @@ def check_probe_accuracy(fn):
     X, y = _blobs(3000, 20, 4, g)
     far = fn(X[:2000] * 1e3 + 5, y[:2000], X[2000:] * 1e3 + 5, y[2000:])
     assert far >= 0.85, f"the same data in other units scores {far:.3f}: standardise with the training statistics"
+    data = _shifted()
+    for l2 in (1e-3, 1e-2):
+        want, got = _ridge(*data, l2), fn(*data, l2)
+        assert abs(got - want) <= 1.5 / len(data[3]), \
+            f"on a fixed data set at l2 = {l2} the probe of the docstring scores {want:.4f}, yours {got:.4f}: " \
+            "standardise with the training rows' mean and std (+ 1e-3), append a constant 1, and use l2 N I"
 
 
 def check_mqar_sequence(fn):
@@ -138,6 +202,33 @@ def check_recalled_pairs(fn):
     assert _raises(fn, 1.0, 1), "recalled_pairs at N = 1 should raise ValueError"
 
 
+def check_write_and_read(fn):
+    g = torch.Generator().manual_seed(0)
+    B, T, D = 3, 10, 4
+    unit = lambda x: x / x.norm(dim=-1, keepdim=True)
+    for alphas in ((0.5, 0.1, 0.02), (0.3,)):
+        q, k, v = (torch.randn(B, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+        want = variants.ema_kv_ref(q[:, None, None].expand(B, 1, len(alphas), T, D), k[:, None], v[:, None],
+                                   alphas)[:, 0]  # (B, T, D): the loop of ema_kv_step, the definition
+        got = fn("ema_kv", q, k, v, None, alphas)
+        assert isinstance(got, torch.Tensor) and got.shape == (B, T, D), f"ema_kv: y should have shape {(B, T, D)}"
+        assert got[:, 0].abs().max() == 0, "ema_kv: y_0 reads the empty state (before token 0's write): it is 0"
+        bad = (got - want).abs().amax((0, 2)) > 1e-9  # (T,)
+        assert not bad.any(), f"ema_kv (decays {alphas}): y_t differs from variants.ema_kv_ref from token " \
+                              f"{int(bad.nonzero()[0])} on: decay each state by (1 - a_s) and write a_s k_t v_t^T"
+    q, k = (unit(torch.randn(B, T, D, generator=g, dtype=torch.float64)) for _ in range(2))
+    v, beta = torch.randn(B, T, D, generator=g, dtype=torch.float64), torch.rand(B, T, generator=g, dtype=torch.float64)
+    want = variants.delta_rule_ref(q[:, None], k[:, None], v[:, None], beta[:, None])[:, 0]  # (B, T, D)
+    got = fn("delta", q, k, v, beta)
+    assert isinstance(got, torch.Tensor) and got.shape == (B, T, D), f"delta: y should have shape {(B, T, D)}"
+    assert got[:, 0].abs().max() == 0, "delta: y_0 reads the empty state (before token 0's write): it is 0"
+    bad = (got - want).abs().amax((0, 2)) > 1e-9
+    assert not bad.any(), f"delta: y_t differs from variants.delta_rule_ref from token {int(bad.nonzero()[0])} on: " \
+                          "write beta_t (v_t - M k_t) k_t^T with this token's beta"
+    assert _raises(fn, "delta", q, k, v, None), "delta without beta should raise ValueError"
+    assert _raises(fn, "additive", q, k, v, None), "an unknown rule should raise ValueError"
+
+
 def _text(n):
     """n bytes of real English and code (Python's own pydoc topics): long enough that the
     compressors' settings change their output (zlib 6 vs 9, bz2 1 vs 9, lzma 6 vs 9e)."""
@@ -161,24 +252,29 @@ def check_compressor_nats_per_byte(fn):
 
 CHECKS = {"effective_window": check_effective_window, "same_state": check_same_state,
           "probe_accuracy": check_probe_accuracy, "mqar_sequence": check_mqar_sequence, "binding": check_binding,
-          "recalled_pairs": check_recalled_pairs, "compressor_nats_per_byte": check_compressor_nats_per_byte}
+          "recalled_pairs": check_recalled_pairs, "write_and_read": check_write_and_read,
+          "compressor_nats_per_byte": check_compressor_nats_per_byte}
 
 
 def check(name, fn):
     """Run the check of exercise `name` on fn; print one line and return whether it passed
     (raise AssertionError instead of returning False when LAB_STRICT=1)."""
-    try:
-        CHECKS[name](fn)
-    except NotImplementedError:
-        message = "not written yet (the stub raises NotImplementedError)"
-    except AssertionError as e:
-        message = str(e) or "a check failed"
-    except Exception as e:  # the student's code crashed: say how, in one line
-        message = f"{type(e).__name__}: {e}"
+    tag = "not yet"
+    if name not in CHECKS:  # the caller's mistake, not the student's code
+        tag, message = "no such exercise", f"{name!r} is not one of {', '.join(CHECKS)}"
     else:
-        print(f"[pass] {name}")
-        return True
-    print(f"[not yet] {name}: {message}")
+        try:
+            CHECKS[name](_named(fn, name))
+        except NotImplementedError:
+            message = "not written yet (the stub raises NotImplementedError)"
+        except AssertionError as e:
+            message = str(e) or "a check failed"
+        except Crashed as e:  # the student's code crashed: the call and the error, in one line
+            message = str(e)
+        else:
+            print(f"[pass] {name}")
+            return True
+    print(f"[{tag}] {name}: {message}")
     if os.environ.get("LAB_STRICT") == "1":
         raise AssertionError(f"{name}: {message}")
     return False

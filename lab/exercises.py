@@ -1,26 +1,30 @@
-"""The lab's exercises: six functions to write. Each body raises NotImplementedError until you
-replace it with your code; the notebook (lab.ipynb) calls `check(NAME, ...)` on each, and
-checks.py says what the check tests. The answers are in solutions.py: try first.
+"""The lab's exercises: eight functions to write and one question to answer in words. Each
+function raises NotImplementedError until you replace it with your code; the notebook (lab.ipynb)
+calls `check(NAME, ...)` on each, and checks.py says what the check tests. The answers are in
+solutions.py: try first. Tags, as the notebook's table gives them: difficulty and importance out
+of 5 (●●○○○), then the minutes to spend.
 
 Edit this file and re-run the check cell (the notebook reloads this module by itself), or
 write the function in a notebook cell and pass it to check() instead.
 """
-import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema)
+import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema, variants)
 
 
 def effective_window(alpha, mass=0.9):
-    """Exercise 1 (about 10 min). The effective window of an EMA trace of decay `alpha`.
+    """Exercise 1 (difficulty ●●○○○, importance ●●●○○, about 10 min).
+    The effective window of an EMA trace of decay `alpha`.
 
     The trace h_t = (1 - a) h_{t-1} + a x_t weighs the input j steps back by a (1 - a)^j.
     Return the smallest integer k >= 1 such that the k most recent inputs carry at least
     `mass` of the total weight: sum_{j=0}^{k-1} a (1 - a)^j >= mass.
     Raise ValueError unless 0 < alpha <= 1 and 0 < mass < 1.
-    (alpha = 0.5, mass = 0.75 -> 2; mind floating point at the boundary.)"""
+    (alpha = 0.5, mass = 0.75 -> 2; mind floating point at the boundary. A loop over k serves the
+    lab's decays; the closed form k = log(1 - mass) / log(1 - alpha), rounded up, serves any.)"""
     raise NotImplementedError("exercise 1: effective_window")
 
 
 def same_state(alphas, x):
-    """Exercise 2 (about 15 min). Two pasts, one state.
+    """Exercise 2 (difficulty ●●●○○, importance ●●●●○, about 15 min). Two pasts, one state.
 
     x: a float64 tensor (T,), one channel's inputs x_0 .. x_{T-1}. The S traces' state after them
     is V @ x with V = ema.trace_map(alphas, T), V[s, j] = a_s (1 - a_s)^(T-1-j). Return another
@@ -31,7 +35,8 @@ def same_state(alphas, x):
 
 
 def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
-    """Exercise 3 (about 15 min). A linear probe: how much of a label can a linear map read?
+    """Exercise 3 (difficulty ●●●○○, importance ●●●○○, about 15 min).
+    A linear probe: how much of a label can a linear map read?
 
     X_* (N, F) float features, y_* (N,) int labels in [0, R). Fit on the training rows only:
     standardise each feature with the training mean and std (+ 1e-3 in the std), append a
@@ -42,7 +47,8 @@ def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
 
 
 def mqar_sequence(keys, values, slots, T, blank):
-    """Exercise 4 (about 15 min). One multi-query associative recall sequence, as recall.mqar builds it.
+    """Exercise 4 (difficulty ●●○○○, importance ●●○○○, about 15 min).
+    One multi-query associative recall sequence, as recall.mqar builds it.
 
     keys, values, slots: int tensors (N,). Return idx (T,) and targets (T,), both torch.long:
     idx holds the pairs k_1 v_1 k_2 v_2 ... k_N v_N at positions 0 .. 2N-1, then key i again at
@@ -53,25 +59,51 @@ def mqar_sequence(keys, values, slots, T, blank):
 
 
 def binding(acc, N):
-    """Exercise 5a (about 5 min). The binding score of a recall accuracy `acc` at N pairs:
+    """Exercise 5a (difficulty ●○○○○, importance ●●●○○, about 5 min).
+    The binding score of a recall accuracy `acc` at N pairs:
     0 at 1/N (a reader that knows which values occur but not which key each belongs to), 1 at
     perfect recall, linear in between (negative below 1/N). Raise ValueError if N < 2."""
     raise NotImplementedError("exercise 5a: binding")
 
 
 def recalled_pairs(acc, N):
-    """Exercise 5b (about 5 min). A reader that knows r of the N pairs exactly and, for every
+    """Exercise 5b (difficulty ●●○○○, importance ●●●○○, about 5 min).
+    A reader that knows r of the N pairs exactly and, for every
     other query, guesses uniformly among the N - r values it cannot place, scores
     acc = (r + 1) / N on average. Return the r that accuracy `acc` at N pairs implies (a float).
     Raise ValueError if N < 2."""
     raise NotImplementedError("exercise 5b: recalled_pairs")
 
 
+ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 10 min). What does
+softmax_state hold, and why does its recall not grow with more decays? (Two or three sentences
+here; the model answer is solutions.ANSWER_5C.)
+"""
+
+
+def write_and_read(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
+    """Exercise 6 (difficulty ●●●○○, importance ●●●●●, about 20 min). Write key-value pairs into a
+    state of outer products, token by token, and read it, with the repository's own steps.
+
+    q, k, v: float64 tensors (B, T, D), one query, key and value per token; beta (B, T) in (0, 1]
+    for rule 'delta' (None for 'ema_kv'). From the empty state M = 0, at each token t: READ y_t
+    from the state as it was before t (M_{t-1}), THEN write t's key and value:
+      'ema_kv'  variants.ema_kv_step(q_t, k_t, v_t, M, alphas): M^s_t = (1 - a_s) M^s_{t-1} +
+                a_s k_t v_t^T, one D x D state per decay s, read with the same query for every
+                decay: M has shape (B, 1, S, D, D), q_t (B, 1, S, D), k_t, v_t (B, 1, D)
+      'delta'   variants.delta_rule_step(q_t, k_t, v_t, beta_t, M): M_t = M_{t-1} + beta_t (v_t -
+                M_{t-1} k_t) k_t^T, no decay: M (B, 1, D, D), q_t, k_t, v_t (B, 1, D), beta_t (B, 1)
+    (the 1 is the steps' head axis: one head here). Return y (B, T, D). Raise ValueError for
+    another rule, or for 'delta' without beta."""
+    raise NotImplementedError("exercise 6: write_and_read")
+
+
 def compressor_nats_per_byte(data):
-    """Exercise 6 (about 10 min). General-purpose compressors as yardsticks of a byte loss.
+    """Exercise 7 (difficulty ●○○○○, importance ●●○○○, about 10 min).
+    General-purpose compressors as yardsticks of a byte loss.
 
     data: bytes. Return {"zlib": ., "bz2": ., "lzma": .}: each compressor's output size at its
     strongest standard setting (zlib level 9, bz2 level 9, lzma preset 9 | lzma.PRESET_EXTREME)
     as nats per input byte: a code of c bytes for n bytes costs 8 ln 2 c / n nats per byte.
     Raise ValueError for empty data."""
-    raise NotImplementedError("exercise 6: compressor_nats_per_byte")
+    raise NotImplementedError("exercise 7: compressor_nats_per_byte")

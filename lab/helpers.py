@@ -1,15 +1,21 @@
 """What the lab notebook calls: thin wrappers over the repository's own functions (ema, grammar,
-spcn, probe, recall, train, sample, plumbing), so the notebook's cells stay short and run the
-same code as the commands. Every size comes from SIZES: LAB_SMOKE=1 picks tiny ones (CI runs
-the whole notebook so, in seconds, through the same code path). A bad argument (an unknown
-variant, zero steps) is one cli.ConfigError line, printed without a traceback in the notebook
-(`one_line_errors`).
+spcn, probe, recall, train, sample, spen, variants, plumbing), so the notebook's cells stay short
+and run the same code as the commands. Every size comes from SIZES: LAB_SMOKE=1 picks tiny ones
+(CI runs the whole notebook so, in seconds, through the same code path). A bad argument (an
+unknown variant, zero steps, a bad environment value) is one cli.ConfigError line, printed
+without a traceback in the notebook (`one_line_errors`, installed on import).
 
-Environment: LAB_SMOKE=1 tiny sizes; LAB_OUT where outputs go (default out/lab in the
-repository); LAB_SOLUTIONS=1 the notebook uses solutions.py instead of exercises.py;
-LAB_THREADS=N at most N cores (default all: the byte run's threads, recall's two workers).
+Environment (`environment`): LAB_SMOKE=1 tiny sizes; LAB_OUT where outputs go (default out/lab
+in the repository; a folder this process can write in); LAB_SOLUTIONS=1 the notebook uses
+solutions.py instead of exercises.py; LAB_THREADS=N at most N cores (default all: the byte run's
+threads, recall's and the write points' two workers).
+
+Shape glossary: B sequences, T tokens, N key-value pairs, D head width of a write state, C width
+of a token's embedding, S decays (traces), K key ids, M value ids.
 """
+import contextlib
 import importlib
+import json
 import os
 import sys
 import time
@@ -25,17 +31,44 @@ import grammar  # noqa: E402
 import probe  # noqa: E402
 import recall  # noqa: E402
 import spcn  # noqa: E402
-from plumbing import batches, cli, corpus, ngram, repeats  # noqa: E402
+from plumbing import batches, cli, corpus, ngram, repeats, runs, tables  # noqa: E402
+from spen import SPEN, SPENConfig  # noqa: E402
 
-SMOKE = os.environ.get("LAB_SMOKE") == "1"
-OUT = os.path.abspath(os.environ.get("LAB_OUT") or os.path.join(ROOT, "out", "lab"))
 ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (the paper's)
-CORES = int(os.environ.get("LAB_THREADS") or 0) or os.cpu_count() or 1
+
+
+def one_line_errors():
+    """In IPython, a cli.UserError (a bad flag, argument or environment value) prints its one
+    line, no traceback."""
+    try:
+        ip = get_ipython()  # noqa: F821 (defined inside IPython only)
+    except NameError:
+        return
+    ip.set_custom_exc((cli.UserError,), lambda shell, etype, value, tb, tb_offset=None:
+                      print(f"error: {' '.join(str(value).split())}", file=sys.stderr))
+
+
+def environment(env):
+    """(smoke, out, cores) from the LAB_* variables of `env`; a bad value is one cli.ConfigError
+    line: LAB_THREADS a whole number >= 1 (unset or empty: every core), LAB_OUT a folder this
+    process can write in (runs.check_out_dir: not a file, not read-only)."""
+    threads = env.get("LAB_THREADS") or ""
+    cli.require(threads.isdigit() and int(threads) >= 1 or not threads,
+                "LAB_THREADS must be a whole number of cores >= 1 (or unset: all), got {!r}", threads)
+    out = os.path.abspath(env.get("LAB_OUT") or os.path.join(ROOT, "out", "lab"))
+    runs.check_out_dir(out, flag="LAB_OUT")
+    return env.get("LAB_SMOKE") == "1", out, int(threads) if threads else os.cpu_count() or 1
+
+
+one_line_errors()  # before `environment`: in the notebook its error is one line too
+SMOKE, OUT, CORES = environment(os.environ)
 
 FULL = dict(
     probe=dict(),  # probe.QUICK as it is: one seed, about a minute
     features=dict(n_sentences=600, spcn_epochs=1),
     recall=dict(),  # recall.QUICK as it is: four variants, about 3 minutes on 2 cores
+    write=dict(n_train=1000, n_test=500),  # sequences per pair count of the untrained write and its probe
+    points=dict(steps=400, curriculum=150, decay=50, eval_every=100, test_seqs=128, n_embd=64),  # frontier --quick's
     data=dict(max_tokens=None, cache_dir=None),  # the whole builtin corpus, the default cache
     bytes=dict(max_iters=500, eval_interval=100, log_interval=50),  # cpu_bytes, a third of its steps
     split=dict(windows=32), sample=dict(max_new_tokens=200))
@@ -44,11 +77,20 @@ SMOKE_SIZES = dict(
                column_size=16, k=2),
     features=dict(n_sentences=40, spcn_epochs=1),
     recall=dict(steps=4, eval_every=2, curriculum=1, decay=1, test_seqs=8, val_seqs=8, n_embd=16, workers=1),
+    write=dict(n_train=40, n_test=20),
+    points=dict(steps=2, curriculum=1, decay=1, eval_every=1, test_seqs=8, val_seqs=8, n_embd=8),
     data=dict(max_tokens=20_000, cache_dir=os.path.join(OUT, "cache")),
     bytes=dict(max_iters=2, eval_interval=1, log_interval=1, n_layer=1, n_embd=16, block_size=32, batch_size=2,
                eval_iters=1, warmup_iters=0),
     split=dict(windows=2), sample=dict(max_new_tokens=8))
 SIZES = SMOKE_SIZES if SMOKE else FULL
+
+
+def positive(name, value):
+    """value if it is an integer >= 1, else one cli.ConfigError line naming `name`."""
+    cli.require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                "{} must be an integer >= 1, got {!r}", name, value)
+    return value
 
 
 def exercises():
@@ -58,16 +100,6 @@ def exercises():
     return importlib.reload(importlib.import_module(name))
 
 
-def one_line_errors():
-    """In IPython, a cli.UserError (a bad flag or argument) prints its one line, no traceback."""
-    try:
-        ip = get_ipython()  # noqa: F821 (defined inside IPython only)
-    except NameError:
-        return
-    ip.set_custom_exc((cli.UserError,), lambda shell, etype, value, tb, tb_offset=None:
-                      print(f"error: {' '.join(str(value).split())}", file=sys.stderr))
-
-
 def out(*parts):
     """A path under OUT (created)."""
     path = os.path.join(OUT, *parts)
@@ -75,30 +107,75 @@ def out(*parts):
     return path
 
 
+def _ipython():
+    """Whether this runs inside IPython (a notebook), where figures and tables are displayed."""
+    try:
+        return get_ipython() is not None  # noqa: F821
+    except NameError:
+        return False
+
+
 def show(fig_or_png, name=None):
-    """Save a figure under OUT (or take a PNG path) and display it inline when in IPython."""
+    """Save a figure under OUT (or take a PNG path) and display it inline in IPython; -> its path."""
     path = fig_or_png
     if not isinstance(fig_or_png, str):
         path = out(f"{name}.png")
         fig_or_png.savefig(path, dpi=100, bbox_inches="tight")
-        import matplotlib.pyplot as plt
-        plt.close(fig_or_png)
-    try:
+        pyplot().close(fig_or_png)
+    if _ipython():
         from IPython.display import Image, display
-        if "IPython" in sys.modules and get_ipython() is not None:  # noqa: F821
-            display(Image(filename=path))
-    except (ImportError, NameError):
-        pass
+        display(Image(filename=path))
+    else:
+        print(f"figure: {path}")
     return path
+
+
+def table(header, rows, fmt=".3f"):
+    """A table (tables.md_table) rendered as one in IPython, printed as text elsewhere."""
+    text = "\n".join(tables.md_table(header, rows, fmt))
+    if _ipython():
+        from IPython.display import Markdown, display
+        display(Markdown(text))
+    else:
+        print(text)
 
 
 def pyplot():
     """matplotlib.pyplot, with the Agg backend outside IPython (figures go to files)."""
     import matplotlib
-    if "IPython" not in sys.modules:
+    if not _ipython():
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+class _Lines:
+    """A stdout that passes through the lines `keep` accepts (the commands' progress) and drops
+    the rest (a config dump, a markdown report the notebook renders as a table instead)."""
+
+    def __init__(self, stream, keep):
+        self.stream, self.keep, self.part = stream, keep, ""
+
+    def write(self, text):
+        self.part += text
+        *lines, self.part = self.part.split("\n")
+        for line in lines:
+            if self.keep(line):
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def only_lines(keep):
+    """Within the block, print only the lines that keep(line) accepts."""
+    lines = _Lines(sys.stdout, keep)
+    with contextlib.redirect_stdout(lines):
+        yield
+    if lines.part and keep(lines.part):
+        lines.stream.write(lines.part + "\n")
 
 
 # ---- 1. the trace ------------------------------------------------------------------------------
@@ -107,13 +184,13 @@ def pyplot():
 def impulse_response(alphas=ALPHAS, T=80):
     """(T, S) float64: the traces after a single 1 at t = 0 (ema.traces_ref, the definition):
     column s is a_s (1 - a_s)^t, the weight the trace gives an input t steps back."""
-    x = torch.zeros(1, T, 1, dtype=torch.float64)
+    x = torch.zeros(1, positive("T", T), 1, dtype=torch.float64)
     x[0, 0, 0] = 1.0
     return ema.traces_ref(x, alphas)[0, :, :, 0]
 
 
 def plot_impulse(alphas=ALPHAS, T=80, windows=None):
-    """The impulse response of each decay, with its effective window (if given) marked."""
+    """The impulse response of each decay, with its effective window (if given) dotted."""
     plt = pyplot()
     h = impulse_response(alphas, T)
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -125,7 +202,8 @@ def plot_impulse(alphas=ALPHAS, T=80, windows=None):
     ax.set_ylabel("weight a (1 - a)^t")
     ax.set_yscale("log")
     ax.set_ylim(1e-4, 1)
-    ax.set_title("EMA impulse response (dotted: the window holding 90% of the weight)")
+    ax.set_title("EMA impulse response" + (" (dotted: the window holding 90% of the weight)" if windows else
+                                           " (exercise 1 adds each trace's window)"))
     ax.legend()
     return show(fig, "impulse")
 
@@ -138,9 +216,10 @@ def two_pasts(alphas=ALPHAS, T=2000, vocab=64, width=8, seed=0):
     and traced in float32 (ema.traces_ref). Returns dict(first_equal={a: step}, final_gap) where
     first_equal[a] is the first step from which trace a of the two is bit-for-bit the same (None:
     never within T), final_gap the largest difference of the final states."""
-    cli.require(T >= 2 and vocab >= 2 and width >= 1, "two_pasts needs T >= 2, vocab >= 2, width >= 1")
+    cli.require(isinstance(T, int) and T >= 2 and isinstance(vocab, int) and vocab >= 2, "two_pasts needs integers "
+                "T >= 2 and vocab >= 2, got T = {!r}, vocab = {!r}", T, vocab)
     g = torch.Generator().manual_seed(seed)
-    emb = torch.randn(vocab, width, generator=g)
+    emb = torch.randn(vocab, positive("width", width), generator=g)
     ids = torch.randint(vocab, (T,), generator=g)
     other = ids.clone()
     other[0] = (ids[0] + 1) % vocab  # a different first token, the rest the same
@@ -163,13 +242,22 @@ def probe_config(**overrides):
                      **{"out_dir": os.path.join(OUT, "probe"), **SIZES["probe"], **overrides})
 
 
+def run_probe(cfg):
+    """probe.main(cfg) with its progress lines (the long summary line left to results.md), then
+    roles.png inline -> the results dict."""
+    with only_lines(lambda line: not line.split("] ")[-1].startswith("wrote ")):
+        res = probe.main(cfg)
+    show(os.path.join(cfg.out_dir, "roles.png"))
+    return res
+
+
 def probe_features(n_sentences=None, spcn_epochs=None, seed=0):
     """An SPCN trained on Grammar A (no labels) and its per-word features on A-train and A-test:
     dict(instantaneous=(X_train, X_test), traces=(X_train, X_test), y=(y_train, y_test))."""
-    n = n_sentences or SIZES["features"]["n_sentences"]
+    n = SIZES["features"]["n_sentences"] if n_sentences is None else n_sentences
     epochs = SIZES["features"]["spcn_epochs"] if spcn_epochs is None else spcn_epochs
-    cli.require(n >= 2 and epochs >= 0, "probe_features needs n_sentences >= 2 and spcn_epochs >= 0, got {} and {}",
-                n, epochs)
+    cli.require(isinstance(n, int) and n >= 2 and isinstance(epochs, int) and epochs >= 0,
+                "probe_features needs n_sentences >= 2 and spcn_epochs >= 0, got {!r} and {!r}", n, epochs)
     torch.manual_seed(seed)
     data = grammar.split(n, 0, n // 2, seed=seed)["A"]
     small = SMOKE_SIZES["probe"] if SMOKE else {}
@@ -197,11 +285,22 @@ def recall_config(**overrides):
                         **overrides})
 
 
+def run_recall(cfg):
+    """recall.main(cfg) with its progress and verdict lines (its markdown report stays in
+    recall.md: the notebook shows the accuracies as a table in exercise 5), then recall.png
+    inline -> the results dict."""
+    with only_lines(lambda line: line.startswith(("[", "quick mode", "verdict"))):
+        res = recall.main(cfg)
+    show(os.path.join(cfg.out_dir, "recall.png"))
+    return res
+
+
 def show_mqar(N=4, T=16, n_keys=8, n_values=16, seed=0):
     """One MQAR sequence (recall.mqar) written out: keys as k0.., values as v0.., '?' marks the
     answer due at each query, '.' the blank."""
-    cli.require(1 <= N <= min(n_keys, n_values) and T >= 3 * N, "show_mqar needs 1 <= N <= n_keys, n_values and "
-                "T >= 3N, got N = {}, T = {}", N, T)
+    cli.require(all(isinstance(x, int) for x in (N, T, n_keys, n_values)) and 1 <= N <= min(n_keys, n_values)
+                and T >= 3 * N, "show_mqar needs integers 1 <= N <= n_keys, n_values and T >= 3N, got N = {!r}, "
+                "T = {!r}", N, T)
     idx, targets, _ = recall.mqar(1, N, T, n_keys, n_values, torch.Generator().manual_seed(seed), span=N)
     name = lambda i: "." if i == n_keys + n_values else (f"k{i}" if i < n_keys else f"v{i - n_keys}")
     cells = [name(i) + (f"?(v{t - n_keys})" if t >= 0 else "") for i, t in zip(idx[0].tolist(), targets[0].tolist())]
@@ -209,16 +308,148 @@ def show_mqar(N=4, T=16, n_keys=8, n_values=16, seed=0):
 
 
 def recall_table(res, binding, recalled_pairs):
-    """Rows of the MQAR result with the student's binding and recalled_pairs, per variant and N."""
-    lines = []
-    for v, r in res["variants"].items():
-        cells = [f"N={N}: acc {a:.3f} binding {binding(a, int(N)):+.3f} pairs {recalled_pairs(a, int(N)):.2f}"
-                 for N, a in r["acc"].items()]
-        lines.append(f"{v:16s} state {r['state_floats']:>6,} floats | " + " | ".join(cells))
-    return "\n".join(lines)
+    """The MQAR result with the student's binding and recalled_pairs, one row per variant."""
+    pairs = list(res["settings"]["pairs"])
+    rows = [[v, f"{r['state_floats']:,}"] + [f"{r['acc'][str(N)]:.3f} / {binding(r['acc'][str(N)], N):+.3f} / "
+                                             f"{recalled_pairs(r['acc'][str(N)], N):.2f}" for N in pairs]
+            for v, r in res["variants"].items()]
+    table(["variant", "state floats / layer"] + [f"N = {N}: acc / binding / pairs" for N in pairs], rows)
 
 
-# ---- 5. bytes --------------------------------------------------------------------------------------
+# ---- 5. the write ---------------------------------------------------------------------------------
+
+
+def write_task(N, n_seq, D=8, C=64, K=8, M=64, seed=0):
+    """n_seq MQAR sequences of N pairs (recall.mqar from data seed `seed`: T = 3N, the queries
+    right after the pairs) and two fixed embedding tables of the K + M + 1 ids: `narrow` (D wide: the keys orthonormal, as a
+    trained embedding can make K <= D of them, the values random unit vectors) for the write
+    states, `wide` (C wide, random) for the additive EMA. -> dict(idx, targets (B, T), narrow,
+    wide, K)."""
+    idx, targets, _ = recall.mqar(positive("n_seq", n_seq), positive("N", N), 3 * N, K, M,
+                                  torch.Generator().manual_seed(seed), span=N)
+    g = torch.Generator().manual_seed(0)  # the tables are the model's: the same for every set of sequences
+    keys = torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))[0][:K]  # (K, D) orthonormal rows
+    values = torch.randn(M, D, generator=g, dtype=torch.float64)
+    narrow = torch.cat([keys, values / values.norm(dim=1, keepdim=True), torch.zeros(1, D, dtype=torch.float64)])
+    wide = torch.randn(K + M + 1, C, generator=g, dtype=torch.float64)
+    return dict(idx=idx, targets=targets, narrow=narrow, wide=wide, K=K)
+
+
+def write_reads(task, write_and_read, rule, beta=1.0):
+    """The write state of `rule` run over the task's sequences by the student's write_and_read,
+    as SPEN's write readers do (variants.py): the query and the value are the current token, the
+    key the previous token when that is a key (a learned W_k can keep the rest out) -> the
+    accuracy at the answer positions, the value id nearest to the read winning."""
+    idx, targets, E, K = task["idx"], task["targets"], task["narrow"], task["K"]
+    x = E[idx]  # (B, T, D)
+    prev = torch.cat([torch.full_like(idx[:, :1], len(E) - 1), idx[:, :-1]], 1)  # (B, T) the previous token
+    k = torch.where((prev < K)[..., None], E[prev], torch.zeros(()))  # (B, T, D) the key written at t
+    y = write_and_read(rule, x, k, x, torch.full(idx.shape, beta, dtype=x.dtype) if rule == "delta" else None)
+    asked = targets >= 0
+    guess = K + (y[asked] @ E[K:-1].T).argmax(1)  # (answers,) the value whose vector is nearest to the read
+    return (guess == targets[asked]).double().mean().item()
+
+
+def additive_features(task):
+    """The additive EMA of the same tokens (ema.traces_ref of the wide embedding, SPEN's decays):
+    at each answer position the state before it, h_{t-1} (S C numbers), beside the query's own
+    embedding -> X (answers, S C + C), y (answers,) the value to answer."""
+    idx, targets, E, K = task["idx"], task["targets"], task["wide"], task["K"]
+    h = ema.traces_ref(E[idx], ALPHAS)  # (B, T, S, C)
+    h_prev = torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1).flatten(2)  # (B, T, S C) the state read at t
+    asked = targets >= 0
+    return torch.cat([h_prev, E[idx]], -1)[asked], targets[asked] - K
+
+
+def write_table(write_and_read, probe_accuracy, pairs=(2, 4, 8), D=8):
+    """Recall of the untrained write states (ema_kv: S D^2 numbers; delta: D^2) against the
+    additive EMA of the same tokens read by the student's probe (S C numbers, C = D^2: as many
+    as ema_kv's), per N: a table, and the numbers as {reader: {N: acc}}."""
+    C, n_train, n_test = D * D, SIZES["write"]["n_train"], SIZES["write"]["n_test"]
+    acc = {"ema_kv": {}, "delta": {}, "additive EMA + your probe": {}}
+    for N in pairs:
+        test = write_task(N, n_test, D, C, seed=1)
+        for rule in ("ema_kv", "delta"):
+            acc[rule][N] = write_reads(test, write_and_read, rule)
+        X_train, y_train = additive_features(write_task(N, n_train, D, C, seed=0))
+        X_test, y_test = additive_features(test)
+        acc["additive EMA + your probe"][N] = probe_accuracy(X_train, y_train, X_test, y_test)
+    numbers = {"ema_kv": len(ALPHAS) * D * D, "delta": D * D, "additive EMA + your probe": len(ALPHAS) * C}
+    table(["reader", "state numbers"] + [f"N = {N} (1/N = {1 / N:.3f})" for N in pairs],
+          [[r, numbers[r]] + [a[N] for N in pairs] for r, a in acc.items()])
+    return acc
+
+
+POINTS = (("linear", dict(S=3)), ("linear", dict(S=24)), ("ema_kv", dict(D=4)), ("delta", dict(D=4)))
+
+
+def point_name(family, knobs):
+    """The point's name in results/frontier: linear_C64_S3, ema_kv_D4."""
+    return family + ("_C64" if "S" in knobs else "") + "".join(f"_{k}{v}" for k, v in knobs.items())
+
+
+def train_point(job):
+    """One point of recall.py's near task (its default) under its recipe (recall.train_and_test),
+    a 2-layer SPEN (width 64 at full size): the additive EMA of S decays read by the paper's linear
+    map, or the paper's 3 decays writing outer products per head of width D -> its test accuracy
+    and state bytes (4 x spen.SPEN.state_floats: fp32 bytes per layer, results/frontier's count)."""
+    family, knobs, sizes = job
+    cfg = recall.RecallConfig(n_head=2, workers=1, **sizes)
+    torch.manual_seed(0)
+    C = cfg.n_embd
+    model = SPEN(SPENConfig(vocab_size=cfg.n_keys + cfg.n_values + 1, block_size=cfg.block_size, n_layer=2,
+                            n_embd=C, n_head=C // knobs.get("D", C // 2), alphas=ema.spread_decays(knobs.get("S", 3)),
+                            predictor=family))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small matmuls: one thread per run, one run per core
+    try:
+        r = recall.train_and_test(cfg, model, seed=0)
+    finally:
+        torch.set_num_threads(threads)
+    return dict(point=point_name(family, knobs), acc=r["test"]["acc"], state_bytes=4 * model.state_floats(cfg.block_size),
+                seconds=r["seconds"])
+
+
+def train_points(points=POINTS, **overrides):
+    """The write points, min(2, LAB_THREADS) at a time (plumbing.runs.run_jobs; one, in this
+    process, in smoke mode) -> [result]."""
+    sizes = {**SIZES["points"], **overrides}
+    for k, v in sizes.items():
+        positive(k, v) if k not in ("curriculum", "decay") else cli.require(
+            isinstance(v, int) and v >= 0, "{} must be an integer >= 0, got {!r}", k, v)
+    res = []
+    for _, r in runs.run_jobs(train_point, [(f, k, sizes) for f, k in points], 1 if SMOKE else min(2, CORES)):
+        print(f"{r['point']:16s} {r['state_bytes']:>6,} B | acc " + " ".join(f"N={N}: {a:.3f}" for N, a in
+                                                                          r["acc"].items()) + f" | {r['seconds']:.0f} s")
+        res.append(r)
+    return sorted(res, key=lambda r: [point_name(*p) for p in points].index(r["point"]))
+
+
+def plot_points(res, reference=os.path.join(ROOT, "results", "frontier", "frontier.json")):
+    """Accuracy at the largest N against state bytes per layer: these runs (filled) beside the
+    same points of the committed frontier grid (hollow: 1,500 steps, 2 seeds)."""
+    plt = pyplot()
+    with open(reference) as f:
+        grid = json.load(f)["points"]["near"]
+    N = max(res[0]["acc"], key=int)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for i, r in enumerate(res):
+        color = f"C{i}"
+        ax.plot(r["state_bytes"], r["acc"][N], "o", color=color, label=f"{r['point']} (this run)")
+        ref = grid.get(r["point"])
+        if ref:
+            ax.plot(ref["state_bytes"], ref["acc"][N], "o", mfc="none", color=color, ms=10)
+    ax.axhline(1 / int(N), color="k", ls=":", lw=0.8, label=f"1/N: knows which values, not which key")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel("recurrent state per layer (fp32 bytes)")
+    ax.set_ylabel(f"MQAR accuracy at N = {N}")
+    ax.set_title("the write, not the bytes (hollow: results/frontier, 1,500 steps, 2 seeds)")
+    ax.legend(fontsize=7, loc="center right")
+    return show(fig, "write_points")
+
+
+# ---- 6. bytes --------------------------------------------------------------------------------------
 
 
 def byte_data():
@@ -235,7 +466,8 @@ def yardsticks():
 
 def train_bytes(**overrides):
     """train.py's cpu_bytes preset (a 4 x 128 SPEN on builtin bytes) for SIZES['bytes'] steps,
-    in this process, under OUT/bytes -> train.main's result dict and the checkpoint path."""
+    in this process, under OUT/bytes -> train.main's result dict and the checkpoint path. Its
+    log is printed without the argv and config lines (both stay in OUT/bytes/log.txt)."""
     import train
     settings = {**dict(out_dir=os.path.join(OUT, "bytes"), device="cpu"), **SIZES["data"], **SIZES["bytes"],
                 **overrides}
@@ -244,11 +476,29 @@ def train_bytes(**overrides):
     t0, threads = time.time(), torch.get_num_threads()
     torch.set_num_threads(CORES)  # probe.py leaves one thread set
     try:
-        result = train.main(cfg)
+        with only_lines(lambda line: not line.startswith(("argv: ", "config: "))):
+            result = train.main(cfg)
     finally:
         torch.set_num_threads(threads)
     return dict(result or {}, seconds=time.time() - t0, ckpt=os.path.join(cfg.out_dir, "ckpt_best.pt"),
-                block_size=cfg.block_size)
+                out_dir=cfg.out_dir, tokens_per_step=cfg.batch_size * cfg.block_size * cfg.grad_accum)
+
+
+def plot_bytes(run, y):
+    """The run's validation loss per step (its metrics.jsonl) against the yardsticks' lines."""
+    plt = pyplot()
+    with open(os.path.join(run["out_dir"], "metrics.jsonl")) as f:
+        evals = [r for r in map(json.loads, f) if "val_loss" in r]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", color="k", label="SPEN, val")
+    for i, k in enumerate(("bigram", "trigram", "zlib", "bz2", "lzma")):
+        ax.axhline(y[k], color=f"C{i}", ls="--" if k in ngram.COMPRESSORS else ":", lw=1, label=f"{k} {y[k]:.3f}")
+    ax.set_ylim(1, 3.5)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("nats per byte")
+    ax.set_title("byte loss against its yardsticks (dotted: n-grams, dashed: compressors)")
+    ax.legend(fontsize=7)
+    return show(fig, "bytes")
 
 
 def loss_split(ckpt, windows=None, k=8):
@@ -258,18 +508,30 @@ def loss_split(ckpt, windows=None, k=8):
     import ablate
     import sample
     n = SIZES["split"]["windows"] if windows is None else windows
-    cli.require(n >= 1, "loss_split needs windows >= 1, got {}", n)
+    positive("loss_split windows", n)
     model, _ = sample.load(ckpt, "cpu")
     x, y = batches.get_batch(byte_data()[1], n, model.config.block_size, step=0, seed=ablate.HIT_SEED)
     w = torch.cat([x, y[:, -1:]], 1)  # (n, T+1)
     return repeats.copy_split(repeats.token_nll(model, w), repeats.copy_distance(w, k))
 
 
-def split_line(s):
-    """loss_split's result in one line."""
-    copies = "none in these windows" if s["loss_copy"] is None else f"{s['loss_copy']:.3f}"
-    return (f"copies ({s['copy_fraction']:.1%} of the bytes): {copies} | all other bytes: {s['loss_other']:.3f} "
-            "nats/byte")
+def split_table(s, tokens, scaling=os.path.join(ROOT, "results", "scaling", "scaling.json")):
+    """This run's copy split beside the committed ones of results/scaling (GPT and SPEN linear,
+    4 x 128 on the same bytes, 128 windows of 256): at the first point past this run's tokens and
+    at the last (10M bytes)."""
+    with open(scaling) as f:
+        curves = json.load(f)["curves"]
+    copies = "none in these windows" if s["loss_copy"] is None else s["loss_copy"]
+    rows = [["this run (SPEN linear)", f"{tokens / 1e6:.1f}M", f"{s['copy_fraction']:.1%}", copies, s["loss_other"]]]
+    for name, label in (("linear_c128", "results/scaling: SPEN linear"), ("gpt_c128", "results/scaling: GPT")):
+        points = curves[name]["copy"]
+        first = next((p for p in points if p["tokens"] >= tokens), points[-1])  # the first point past this run
+        for p in [first] + [points[-1]] * (first is not points[-1]):
+            rows.append([label, f"{p['tokens'] / 1e6:.1f}M", f"{p['copy_fraction']:.1%}", p["loss_copy"],
+                         p["loss_other"]])
+    for r in rows:
+        r.append(r[4] - r[3] if isinstance(r[3], float) else None)
+    table(["model", "bytes trained", "copies", "loss on copies", "on all other bytes", "gap"], rows)
 
 
 def generate(ckpt, start="The list", **overrides):

@@ -18,16 +18,20 @@
 # An exponential moving average trace, `h_t = (1 - a) h_{t-1} + a x_t`, is the simplest recurrent
 # context. The paper finds a boundary: its traces keep the **structure** of a sentence (which
 # grammatical role a word plays) and lose its **content** (which token sat next to which).
-# You will see both halves in a few minutes of training each, and write six small functions
-# that explain why.
+# You will see both halves in a few minutes of training each, ask whether it is the decays or
+# the way the state is written that loses the content, and write eight small functions (and
+# one answer in words) that explain why.
 #
-# | section | you run | you write | minutes |
-# |---|---|---|---|
-# | 1. the trace and its window | the impulse response | `effective_window` | 10 |
-# | 2. two pasts, one state | two sequences, one state | `same_state` | 15 |
-# | 3. structure: the role probe | `probe.py --quick` (~1 min) | `probe_accuracy` | 20 |
-# | 4. content: associative recall | `recall.py --quick` (~3 min) | `mqar_sequence`, `binding`, `recalled_pairs` | 30 |
-# | 5. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (~3 min) | `compressor_nats_per_byte` | 15 |
+# | section | you run (one core) | you write | difficulty | importance | minutes |
+# |---|---|---|---|---|---|
+# | 1. the trace and its window | the impulse response | `effective_window` | ●●○○○ | ●●●○○ | 10 |
+# | 2. two pasts, one state | two sequences, one state | `same_state` | ●●●○○ | ●●●●○ | 15 |
+# | 3. structure: the role probe | `probe.py --quick` (~1.5 min) | `probe_accuracy` | ●●●○○ | ●●●○○ | 15 |
+# | 4. content: associative recall | `recall.py --quick` (~3 min) | `mqar_sequence`, `binding`, `recalled_pairs`, a written answer | ●●○○○ | ●●●●○ | 30 |
+# | 5. the write | four recall runs (~2 min) | `write_and_read` | ●●●○○ | ●●●●● | 20 |
+# | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (~5 min) | `compressor_nats_per_byte` | ●○○○○ | ●●○○○ | 10 |
+#
+# Difficulty and importance are out of five; lab/README.md gives each section's measured time.
 #
 # **How to work.** Each exercise is a function in `lab/exercises.py` whose body raises
 # `NotImplementedError`. Write it there (on Colab: the file browser on the left, double-click
@@ -49,6 +53,11 @@ REPO_URL = "https://github.com/REPLACE-ME/ema-is-not-all-you-need.git"  # <- PLA
 SMOKE = os.environ.get("LAB_SMOKE") == "1"  # CI's smoke mode: every size tiny, the same code path
 
 
+class SetupError(Exception):
+    def _render_traceback_(self):  # IPython shows this one line instead of a traceback
+        return [f"setup: {self}"]
+
+
 def find_root():
     for d in (os.getcwd(), os.path.dirname(os.getcwd())):
         if os.path.isfile(os.path.join(d, "ema.py")) and os.path.isdir(os.path.join(d, "lab")):
@@ -60,7 +69,11 @@ ROOT = find_root()
 if ROOT is None:  # Colab, or a notebook copied out of the repository
     ROOT = os.path.abspath("ema-is-not-all-you-need")
     if not os.path.isdir(ROOT):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, ROOT], check=True)
+        if "REPLACE-ME" in REPO_URL:
+            raise SetupError("REPO_URL is a placeholder: set it in this cell to the repository's clone URL, "
+                             "or open the notebook inside a clone")
+        if subprocess.run(["git", "clone", "--depth", "1", REPO_URL, ROOT]).returncode:
+            raise SetupError(f"git clone {REPO_URL} failed (git's message is above): check REPO_URL")
 for package in ("torch", "numpy", "matplotlib", "tiktoken"):  # the lab's needs (Colab ships all but tiktoken)
     try:
         __import__(package)
@@ -72,13 +85,10 @@ sys.path.insert(0, ROOT)
 import torch  # noqa: E402
 
 import ema  # noqa: E402
-import probe  # noqa: E402
-import recall  # noqa: E402
-from lab import helpers as H  # noqa: E402
+from lab import helpers as H  # noqa: E402  (a bad LAB_* value stops here, in one line)
 from lab.checks import check  # noqa: E402
 from plumbing import ngram  # noqa: E402
 
-H.one_line_errors()  # a bad argument prints one line, as the commands do
 ex = H.exercises()  # lab/exercises.py (LAB_SOLUTIONS=1: lab/solutions.py)
 print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE else 'full lab sizes'} | "
       f"outputs under {H.OUT}")
@@ -94,9 +104,10 @@ print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE 
 print(H.impulse_response(H.ALPHAS, T=6))  # rows: t = 0..5 steps back; columns: a = 0.5, 0.1, 0.02
 
 # %% [markdown]
-# **Exercise 1** (`effective_window`, ~10 min). How many of the most recent inputs hold 90% of a
-# trace's weight? That is its *effective window*: a fast trace (0.5) is a few tokens wide, the
-# slowest (0.02) about a hundred. Read the docstring in `lab/exercises.py`, write it, run:
+# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~10 min). How many of
+# the most recent inputs hold 90% of a trace's weight? That is its *effective window*: a fast
+# trace (0.5) is a few tokens wide, the slowest (0.02) about a hundred. Read the docstring in
+# `lab/exercises.py`, write it, run:
 
 # %%
 ex = H.exercises()
@@ -120,7 +131,8 @@ print(V)
 print("rank", int(torch.linalg.matrix_rank(V)), "of", V.shape[1], "inputs")
 
 # %% [markdown]
-# **Exercise 2** (`same_state`, ~15 min). Construct a second past with exactly the same state.
+# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~15 min). Construct a second
+# past with exactly the same state.
 
 # %%
 ex = H.exercises()
@@ -148,19 +160,26 @@ print("largest difference of the final states:", r["final_gap"])
 # Two small grammars (`grammar.py`, 147 words, 20 roles) and SPCN (`spcn.py`), a Hebbian column
 # network whose only context is multi-timescale traces. A linear probe reads each word's role from
 # the network's activity alone (*instantaneous*) or from activity plus its traces. The quick run
-# below (`python probe.py --quick`, about a minute) ends with a verdict line; the full run
-# (3 seeds) gives 0.527 -> 0.998.
+# below (`python probe.py --quick`, about 1.5 minutes on one core) ends with a verdict line and
+# the figure roles.png; expect about 0.54 -> 0.99 (the full run, 3 seeds: 0.527 -> 0.998).
+#
+# Key to its terms. *within*: probes fit on Grammar A, tested on A; *transfer*: fit on A, tested
+# on Grammar B (the same rules and roles, other content words). *PGHU*: the SPCN's label-free
+# Hebbian learning rule (*untrained*: the same network without it); *GRU*, *BiGRU*: supervised
+# taggers that read the words left to right (causal), or both ways (the paper's baseline).
 
 # %%
-res_probe = probe.main(H.probe_config())
+res_probe = H.run_probe(H.probe_config())
 
 # %% [markdown]
-# **Exercise 3** (`probe_accuracy`, ~15 min). Write a linear probe (ridge regression onto one-hot
-# labels), then use it on an SPCN's features: does your probe see the same lift?
+# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~15 min). Write a
+# linear probe (ridge regression onto one-hot labels), then use it on an SPCN's features: does
+# your probe see the same lift? (It reads 0.52 -> 0.93 here: ridge, not the run's logistic probes.)
 
 # %%
 ex = H.exercises()
-if check("probe_accuracy", ex.probe_accuracy):
+probed = check("probe_accuracy", ex.probe_accuracy)  # section 5 uses your probe too
+if probed:
     F = H.probe_features()
     (y_train, y_test) = F["y"]
     for kind in ("instantaneous", "traces"):
@@ -178,36 +197,95 @@ if check("probe_accuracy", ex.probe_accuracy):
 print(H.show_mqar(N=4, T=16))
 
 # %% [markdown]
-# **Exercise 4** (`mqar_sequence`, ~15 min). Build one such sequence from its keys, values and
-# query positions; the check compares yours with `recall.mqar`'s.
+# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~15 min). Build one such
+# sequence from its keys, values and query positions; the check compares yours with
+# `recall.mqar`'s.
 
 # %%
 ex = H.exercises()
 check("mqar_sequence", ex.mqar_sequence);
 
 # %% [markdown]
-# Now the experiment (`python recall.py --quick`, about 3 minutes on 2 cores): GPT, softmax
+# Now the experiment (`python recall.py --quick`, about 3 minutes on one core): GPT, softmax
 # attention over the trace *history* (`softmax_history`), the paper's linear reader of the trace
 # *state* (`linear`) and softmax attention over the state (`softmax_state`), one recipe for all.
+# The figure: accuracy per N, per key-to-query distance, and while training.
 
 # %%
-res_recall = recall.main(H.recall_config())
+res_recall = H.run_recall(H.recall_config())
 
 # %% [markdown]
-# **Exercise 5** (`binding` and `recalled_pairs`, ~10 min). An accuracy of 1/N is what a reader
-# scores that knows *which* values occurred but not which key each belongs to. Score how far
-# above that each reader is, and how many pairs that is worth. `softmax_state` keeps
-# S x C = 192 numbers, room for about 1.5 pairs of C = 64 wide keys and values: what does it hold?
-# (The full run, 1,500 steps: 0.511 at N = 4 and 0.203 at N = 8, about one pair and 0.6 of one.)
+# **Exercise 5** (`binding` and `recalled_pairs`; difficulty ●○○○○ and ●●○○○, importance ●●●○○,
+# ~10 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
+# not which key each belongs to. Score how far above that each reader is, and how many pairs that
+# is worth. Expect, for `softmax_state`: this quick run (800 steps) about 0.5 of a pair at N = 4
+# and 0.2 at N = 8; the full run (`python recall.py`, 1,500 steps) 0.511 and 0.203 accuracy,
+# about one pair and 0.6 of one. GPT and `softmax_history` answer (nearly) every query in both.
 
 # %%
 ex = H.exercises()
 if check("binding", ex.binding) & check("recalled_pairs", ex.recalled_pairs):
-    print(H.recall_table(res_recall, ex.binding, ex.recalled_pairs))
-print(recall.verdict(res_recall)[0])
+    H.recall_table(res_recall, ex.binding, ex.recalled_pairs)
 
 # %% [markdown]
-# ## 5. Bytes: a loss, its yardsticks, a sample
+# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~10 min). `softmax_state`
+# keeps S x C = 192 numbers per layer: 3,072 bits, against the 48 bits (log2 64 per pair) that 8
+# pairs of 64 values need. Room is not what it lacks. **What does it hold, and why does its recall
+# not grow with more decays?** Write two or three sentences in `ANSWER_5C` of `lab/exercises.py`
+# (section 2's map and results/frontier/README.md help); the model answer is
+# `solutions.ANSWER_5C`.
+
+# %%
+print(H.exercises().ANSWER_5C)
+
+# %% [markdown]
+# ## 5. The write: is it the decays that lose the pairs, or how they are written?
+#
+# Every reader of section 4 reads the same state, the additive EMA of the inputs
+# `h_t = (1 - a) h_{t-1} + a u_t`: keys and values are summed into the same numbers before any
+# query is known. Keep the three decays but write something else: the outer product of a key and
+# a value, `M_t = (1 - a) M_{t-1} + a k_t v_tᵀ` (`ema_kv`, as RetNet does), read by a query as
+# `M_{t-1}ᵀ q_t`; or the delta rule `M_t = M_{t-1} + β_t (v_t - M_{t-1} k_t) k_tᵀ` (`delta`,
+# DeltaNet: no decay, it corrects what it overwrites). Both are SPEN readers in `variants.py`,
+# written one token at a time by `variants.ema_kv_step` and `variants.delta_rule_step`.
+#
+# **Exercise 6** (`write_and_read`; difficulty ●●●○○, importance ●●●●●, ~20 min). Run a state
+# token by token with those steps: read first, then write.
+
+# %%
+ex = H.exercises()
+wrote = check("write_and_read", ex.write_and_read)
+
+# %% [markdown]
+# Now write MQAR sequences into such states, untrained, as SPEN's write readers do (query and
+# value: the current token; key: the previous token, when it is a key), and answer each query
+# with the value nearest to what it reads. Beside them, the additive EMA of the same tokens, as
+# many numbers as `ema_kv` holds (192: the paper's state at width 64), read by **your** probe of
+# exercise 3, fit on 1,000 sequences per N. A linear probe cannot multiply the query into the
+# state; the trained readers below can, and do no better on the additive state.
+
+# %%
+ex = H.exercises()
+if wrote and probed:
+    write_acc = H.write_table(ex.write_and_read, ex.probe_accuracy)
+else:
+    print("the table needs exercise 6 and exercise 3 to pass (re-run their check cells after writing them)")
+
+# %% [markdown]
+# Trained, with recall.py's recipe on its task (N = 2, 4, 8; 400 steps, a quarter of
+# `python frontier.py`'s): the additive EMA with the paper's 3 decays (768 bytes of state per
+# layer) and with 24 (6,144 bytes), against `ema_kv` and `delta` with heads of width 4 (3,840 and
+# 1,792 bytes: fewer than 24 decays hold). Expect the additive points at 1/N = 0.125 at N = 8
+# and both writes near 1.0; the hollow circles are the same points of the committed map
+# (results/frontier: 1,500 steps, 2 seeds), which holds 30 to 1,000 times the bits the task needs
+# at every point: bytes are not what is short, the write is.
+
+# %%
+points = H.train_points()
+H.plot_points(points);
+
+# %% [markdown]
+# ## 6. Bytes: a loss, its yardsticks, a sample
 #
 # On text read as bytes (vocabulary 256) a small model learns fast on a CPU. A loss in nats per
 # byte means little alone, so it is read against yardsticks on the same validation bytes:
@@ -215,7 +293,7 @@ print(recall.verdict(res_recall)[0])
 # compressors that nobody tuned (zlib, bz2, lzma), which see the whole validation split as their
 # context and pay for what they learn inside their own output.
 #
-# **Exercise 6** (`compressor_nats_per_byte`, ~10 min).
+# **Exercise 7** (`compressor_nats_per_byte`; difficulty ●○○○○, importance ●●○○○, ~10 min).
 
 # %%
 ex = H.exercises()
@@ -227,23 +305,37 @@ if check("compressor_nats_per_byte", ex.compressor_nats_per_byte):
                                       ex.compressor_nats_per_byte(ngram.as_bytes(val_bytes)).items()})
 
 # %% [markdown]
-# Train a 4 x 128 SPEN on the bytes (`train.py --preset cpu_bytes`, a third of its steps: 3 to 5
-# minutes). Where does it end against the yardsticks? After 500 steps expect about 1.67 nats/byte
-# (below zlib, not yet bz2); the full preset (1,500 steps, 7.8 min) reaches 1.42, below all three.
+# Train a 4 x 128 SPEN on the bytes (`train.py --preset cpu_bytes`, a third of its steps: about
+# 5 minutes on one core). Where does it end against the yardsticks? After 500 steps expect about
+# 1.67 nats/byte (below zlib, not yet bz2); the full preset (1,500 steps) reaches 1.42, below all
+# three.
 
 # %%
 run = H.train_bytes()
-print(f"val loss {run['val_loss']:.3f} nats/byte after {run['step']} steps ({run['seconds']:.0f} s) | bigram "
-      f"{y['bigram']:.3f}, trigram {y['trigram']:.3f}, zlib {y['zlib']:.3f}, bz2 {y['bz2']:.3f}, lzma {y['lzma']:.3f}")
+print(f"val loss {run['val_loss']:.3f} nats/byte after {run['step']} steps ({run['seconds']:.0f} s)")
+H.plot_bytes(run, y);
 
 # %% [markdown]
 # Where the loss goes: bytes that an in-context copy predicts (the byte and the 8 before it
-# occurred earlier in the window) against all the others. Content lives in the copies; a reader
-# of the trace state can only learn them as statistics, not look them up.
+# occurred earlier in the window) against all the others. A model that can look content up in its
+# context drives the loss on copies far below the rest; a reader of the trace state can learn
+# copies only as statistics. One run cannot show that, so the table puts it beside the committed
+# curves of `python scaling.py` (GPT and SPEN, 4 x 128, on these bytes; their windows hold 5.2%
+# copies). Look at the **gap** (all other bytes minus copies) as training goes on: SPEN's stays
+# about 0.3 nats from 2.3M to 10M bytes, GPT's doubles to 0.58 and its copies end 0.28 nats below
+# SPEN's, while the rest is level. At 2M bytes, where this run stops, GPT is still behind on both.
 
 # %%
-s = H.loss_split(run["ckpt"])
-print(H.split_line(s))
+H.split_table(H.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"])
+
+# %% [markdown]
+# A sample from the checkpoint, through SPEN's constant-size state. What to look for: the full
+# preset's run (1,500 steps, 1.42 nats/byte, results/train_cpu_bytes) writes the corpus's words,
+# spacing and code punctuation with little sense ("The list order types in the option defined on
+# devironment where unlusing the return 'stepph (if the requal (4) is not text); ..."); at 500
+# steps and about 1.67 nats/byte expect fewer whole words and more broken ones.
+
+# %%
 text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample and the size of SPEN's state
 
 # %% [markdown]
@@ -251,9 +343,14 @@ text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 #
 # - The traces keep structure: a linear probe of activity plus traces labels roles far better
 #   than activity alone (section 3), with no learning needed for it (the untrained SPCN).
-# - The state forgets content: S traces are a rank-S map of the past (section 2), so a reader of
-#   the state binds at most about S/2 pairs (section 4), while readers of the whole history, and
-#   GPT, recall every pair.
+# - The additive state loses content, and not for want of room. S traces are a rank-S map of the
+#   past (section 2), but that does not explain the loss: at S = 24 = T the map is invertible,
+#   and a trained reader of it still answers 1/N (results/frontier/README.md); every state on
+#   the map holds 30 to 1,000 times the bits the task needs. Readers of the whole history, and
+#   GPT, recall every pair (section 4).
+# - The write is what is short: the same three decays writing key-value outer products, or the
+#   delta rule, recall the pairs from fewer bytes than 24 decays of the inputs hold (section 5).
 # - The full runs behind every committed number: `python probe.py` (3 seeds), `python recall.py`
-#   (7 variants), `python train.py --preset cpu_bytes`, `python ablate.py --preset cpu_bytes`; their
-#   READMEs under `results/` hold the numbers, hardware and times.
+#   (7 variants), `python frontier.py` (the map: 132 runs), `python train.py --preset cpu_bytes`,
+#   `python ablate.py --preset cpu_bytes`, `python scaling.py`; their READMEs under `results/`
+#   hold the numbers, hardware and times.

@@ -8,17 +8,20 @@ import zlib
 import torch
 
 import ema  # the repository root is on sys.path (the notebook's first cell, or tests/conftest.py)
+import variants
 
 
 def effective_window(alpha, mass=0.9):
     if not (0 < alpha <= 1 and 0 < mass < 1):
         raise ValueError(f"need 0 < alpha <= 1 and 0 < mass < 1, got alpha={alpha}, mass={mass}")
-    # the k most recent inputs carry 1 - (1 - a)^k of the weight; count rather than take
-    # ceil(log(1 - mass) / log(1 - a)), which rounding can push one step too far at a boundary
-    k, left = 1, 1 - alpha  # left: the weight beyond the k most recent inputs, (1 - a)^k
-    while 1 - left < mass - 1e-12:
-        k, left = k + 1, left * (1 - alpha)
-    return k
+    # the k most recent inputs carry 1 - (1 - a)^k of the weight: k = log(1 - mass) / log(1 - a)
+    # rounded up (log1p: exact for a tiny a, where a loop would take ~2.3 / a steps), then moved
+    # one step if the sum a loop would test disagrees: rounding at a boundary is off by one at most
+    carried = lambda k: 1 - math.exp(k * math.log1p(-alpha)) if alpha < 1 else 1.0
+    k = 1 if alpha == 1 else max(1, math.ceil(math.log1p(-mass) / math.log1p(-alpha)))
+    if carried(k) < mass - 1e-12:
+        return k + 1
+    return k - 1 if k > 1 and carried(k - 1) >= mass - 1e-12 else k
 
 
 def same_state(alphas, x):
@@ -61,6 +64,35 @@ def recalled_pairs(acc, N):
     if N < 2:
         raise ValueError(f"recalled_pairs needs N >= 2 pairs, got {N}")
     return N * acc - 1  # acc = (r + 1) / N; also binding(acc, N) * (N - 1)
+
+
+ANSWER_5C = """softmax_state reads h_{t-1}: S vectors of C numbers, each the additive EMA sum_j a_s (1 - a_s)^(t-1-j) u_j
+of every past input. Keys and values were added into the same C numbers before any query was known,
+so which value followed which key survives only in the ages of the two tokens; softmax over the S
+slots picks an age profile, not a key, so the reader learns which values occurred (1/N) and at best
+the last pair or two. More decays add more age profiles of the same sums, not a binding: at S = 24 = T
+the map of section 2 is even invertible, and still softmax_state answers 0.211, 0.168, 0.154, 0.166 at
+N = 8 for S = 3, 6, 12, 24 (results/frontier). Room is not what it lacks either: 192 numbers are 3,072
+bits against the 48 that 8 pairs of 64 values need. The write is what is short (section 5)."""
+
+
+def write_and_read(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
+    if rule not in ("ema_kv", "delta") or rule == "delta" and beta is None:
+        raise ValueError(f"rule must be 'ema_kv' or 'delta' (with beta), got {rule!r}")
+    B, T, D = q.shape
+    one = lambda x: x[:, None]  # (B, ...) -> (B, 1, ...): the steps' head axis
+    if rule == "ema_kv":
+        M = q.new_zeros(B, 1, len(alphas), D, D)
+        step = lambda t, M: variants.ema_kv_step(one(q[:, t, None].expand(B, len(alphas), D)), one(k[:, t]),
+                                                 one(v[:, t]), M, alphas)
+    else:
+        M = q.new_zeros(B, 1, D, D)
+        step = lambda t, M: variants.delta_rule_step(one(q[:, t]), one(k[:, t]), one(v[:, t]), one(beta[:, t]), M)
+    ys = []
+    for t in range(T):
+        y, M = step(t, M)  # y read from M_{t-1}; M is now M_t
+        ys.append(y[:, 0])  # (B, D)
+    return torch.stack(ys, 1) if ys else q.new_zeros(B, 0, D)  # (B, T, D)
 
 
 def compressor_nats_per_byte(data):

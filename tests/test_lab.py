@@ -1,13 +1,15 @@
-"""The lab (lab/): every exercise's check fails on its stub, on a plausible wrong answer, and
-passes on its solution; the notebook and its plain-text twin hold the same cells; the notebook
-runs top to bottom in smoke mode under a real notebook runner (nbclient, with the solutions, the
-checks strict), and its twin runs as a script with the stubs (every cell runs while the exercises
-are unfinished); the helpers refuse bad input in one line."""
+"""The lab (lab/): every exercise's check fails on its stub, on plausible wrong answers, and
+passes on its solution, and names a crash by its call; the notebook and its plain-text twin hold
+the same cells; the notebook runs top to bottom in smoke mode under a real notebook runner
+(nbclient, with the solutions, the checks strict) and shows its figures and tables, and its twin
+runs as a script with the stubs (every cell runs while the exercises are unfinished); the
+helpers, the environment variables and the setup cell refuse bad input in one line."""
 import json
 import math
 import os
 import runpy
 import sys
+import time
 import zlib
 
 import nbformat
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from plumbing import cli
+import variants
 from lab import checks, exercises, helpers, solutions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,15 +52,71 @@ def _mqar_values_first(keys, values, slots, T, blank):
     return idx, targets
 
 
+def _probe_without_intercept(X_train, y_train, X_test, y_test, l2=1e-3):
+    mu, sd = X_train.mean(0), X_train.std(0) + 1e-3
+    Z, R = ((X_train - mu) / sd).double(), int(max(y_train.max(), y_test.max())) + 1
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype),
+                           Z.T @ torch.nn.functional.one_hot(y_train, R).double())
+    return (((X_test - mu) / sd).double() @ W).argmax(1).eq(y_test).double().mean().item()
+
+
+def _probe_test_statistics(X_train, y_train, X_test, y_test, l2=1e-3):
+    """Each split standardised with its own mean and std: the test rows' statistics leak in."""
+    own = lambda X: (X - X.mean(0)) / (X.std(0) + 1e-3) * (X_train.std(0) + 1e-3) + X_train.mean(0)
+    return solutions.probe_accuracy(X_train, y_train, own(X_test), y_test, l2)
+
+
+def _read_after_write(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
+    """y_t read from the state after t's own write."""
+    B, T, D = q.shape
+    if rule == "ema_kv":
+        M = q.new_zeros(B, 1, len(alphas), D, D)
+        read = lambda t, M: (q[:, t, None, None, :].expand(B, 1, len(alphas), D).unsqueeze(-2) @ M).squeeze(-2).sum(2)
+        write = lambda t, M: variants.ema_kv_step(q[:, t, None, None].expand(B, 1, len(alphas), D), k[:, t, None],
+                                                  v[:, t, None], M, alphas)[1]
+    else:
+        M = q.new_zeros(B, 1, D, D)
+        read = lambda t, M: (M @ q[:, t, None, :, None]).squeeze(-1)
+        write = lambda t, M: variants.delta_rule_step(q[:, t, None], k[:, t, None], v[:, t, None], beta[:, t, None], M)[1]
+    ys = []
+    for t in range(T):
+        M = write(t, M)
+        ys.append(read(t, M)[:, 0])  # read after the write
+    return torch.stack(ys, 1)
+
+
+def _no_decay(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
+    """ema_kv written as M += a k v^T, never decayed (delta: the solution)."""
+    if rule != "ema_kv":
+        return solutions.write_and_read(rule, q, k, v, beta, alphas)
+    a = torch.tensor(alphas, dtype=q.dtype).view(1, -1, 1, 1)  # (1, S, 1, 1)
+    M, ys = q.new_zeros(q.shape[0], len(alphas), q.shape[2], q.shape[2]), []
+    for t in range(q.shape[1]):
+        ys.append((q[:, t, None, None, :] @ M).squeeze(-2).sum(1))  # (B, D) read first
+        M = M + a * (k[:, t, None, :, None] * v[:, t, None, None, :])
+    return torch.stack(ys, 1)
+
+
+def _without_beta(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
+    """The delta rule at full strength, beta ignored."""
+    return solutions.write_and_read(rule, q, k, v, None if beta is None else torch.ones_like(beta), alphas)
+
+
 WRONG = [  # plausible mistakes, each of which its check must catch
     ("effective_window", lambda a, mass=0.9: 1 if a == 1 else max(1, int(math.log(1 - mass) / math.log(1 - a)))),
     ("same_state", lambda alphas, x: x + torch.linalg.svd(torch.randn(len(alphas), len(x), dtype=torch.float64),
                                                           full_matrices=True).Vh[-1]),  # another matrix's null space
     ("probe_accuracy", lambda X, y, Xt, yt, l2=1e-3: solutions.probe_accuracy(Xt, yt, Xt, yt, l2)),  # fit on test
     ("probe_accuracy", _no_standardising),
+    ("probe_accuracy", _probe_without_intercept),
+    ("probe_accuracy", _probe_test_statistics),
+    ("probe_accuracy", lambda X, y, Xt, yt, l2=1e-3: solutions.probe_accuracy(X, y, Xt, yt, 1e6)),  # l2 ignored
     ("mqar_sequence", _mqar_values_first),
     ("binding", lambda acc, N: acc - 1 / N),  # not rescaled
     ("recalled_pairs", lambda acc, N: acc * N),  # forgets the free guess
+    ("write_and_read", _read_after_write),
+    ("write_and_read", _no_decay),
+    ("write_and_read", _without_beta),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
      | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}),  # zlib's default level, not 9
 ]
@@ -72,6 +131,23 @@ def test_each_check_catches_a_wrong_answer(name, wrong):
 def test_every_exercise_has_a_solution_and_a_check():
     names = {n for n in vars(exercises) if callable(getattr(exercises, n)) and not n.startswith("_")} - {"torch"}
     assert names == set(checks.CHECKS) <= set(vars(solutions)) and 5 <= len(names) - 1 <= 8  # 5a/5b count as one
+    written = [n for n in vars(exercises) if n.startswith("ANSWER_")]
+    assert written and all(len(getattr(solutions, n)) > 2 * len(getattr(exercises, n)) for n in written)
+
+
+def test_a_crash_is_named_by_its_call_and_an_unknown_name_is_not_a_crash(monkeypatch, capsys):
+    monkeypatch.delenv("LAB_STRICT", raising=False)
+    assert checks.check("effective_window", lambda alpha, mass=0.9: math.log(alpha - alpha)) is False
+    assert checks.check("nope", solutions.binding) is False
+    crash, unknown = capsys.readouterr().out.splitlines()
+    assert crash == "[not yet] effective_window: effective_window(0.5, 0.5) raised ValueError: math domain error"
+    assert unknown.startswith("[no such exercise] nope: 'nope' is not one of effective_window, ")
+
+
+def test_the_solution_window_returns_for_any_decay():
+    t0 = time.time()
+    assert solutions.effective_window(1e-9) == math.ceil(math.log(0.1) / math.log1p(-1e-9))
+    assert solutions.effective_window(1e-300) > 1e300 and time.time() - t0 < 1
 
 
 def _cells(nb):
@@ -111,10 +187,19 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": LAB}}).execute()
-    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "\n".join(o.get("text", "") for o in outputs)
+    tables = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert text.count("[pass]") == len(checks.CHECKS) and "[not yet]" not in text
-    assert "verdict: within A" in text and "verdict at N = 8" in text and "copies (" in text
-    assert (tmp_path / "out" / "bytes" / "ckpt_best.pt").is_file() and (tmp_path / "out" / "impulse.png").is_file()
+    assert "verdict: within A" in text and "verdict at N = 8" in text and "delta_D4" in text
+    assert not any(line.startswith(("argv:", "config:", "|")) for line in text.splitlines())  # quiet; tables rendered
+    assert len(tables) == 3 and "| this run (SPEN linear)" in tables[-1] and "results/scaling: GPT" in tables[-1]
+    assert len(images) == 5  # impulse, roles, recall, the write points, the byte loss curve
+    out = tmp_path / "out"
+    for png in ("impulse.png", "probe/roles.png", "recall/recall.png", "write_points.png", "bytes.png"):
+        assert (out / png).is_file(), png
+    assert (out / "bytes" / "ckpt_best.pt").is_file()
 
 
 def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys):
@@ -135,7 +220,7 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert out.count("[not yet]") == len(checks.CHECKS) and "[pass]" not in out
-    assert "verdict: within A" in out and "verdict at N = 8" in out and "copies (" in out
+    assert "verdict: within A" in out and "verdict at N = 8" in out and "| this run (SPEN linear)" in out
 
 
 @pytest.mark.parametrize("call, flag", [
@@ -147,8 +232,48 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
     (lambda: helpers.show_mqar(N=0), "N"),
     (lambda: helpers.two_pasts(T=1), "T"),
     (lambda: helpers.loss_split("nowhere.pt", windows=0), "windows"),
+    (lambda: helpers.probe_features(n_sentences=0), "n_sentences"),
+    (lambda: helpers.impulse_response(T=None), "T"),
+    (lambda: helpers.two_pasts(T=None), "T"),
+    (lambda: helpers.show_mqar(N=None), "N"),
+    (lambda: helpers.write_task(N=4, n_seq=-1), "n_seq"),
+    (lambda: helpers.train_points(steps=-1), "steps"),
+    (lambda: helpers.train_points(decay=None), "decay"),
+    (lambda: helpers.loss_split("nowhere.pt", windows=-3), "windows"),
 ])
 def test_helpers_refuse_bad_input_in_one_line(call, flag):
     with pytest.raises(cli.UserError) as e:
         call()
     assert flag in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("env, says", [
+    (dict(LAB_THREADS="abc"), "LAB_THREADS"), (dict(LAB_THREADS="-2"), "LAB_THREADS"),
+    (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_OUT=__file__), "is a file"),
+    (dict(LAB_OUT=os.path.join(__file__, "out")), "inside the file"),
+])
+def test_a_bad_environment_value_is_one_line(env, says):
+    assert helpers.environment(dict(LAB_THREADS="3", LAB_SMOKE="1")) == (True, os.path.join(ROOT, "out", "lab"), 3)
+    with pytest.raises(cli.UserError) as e:
+        helpers.environment(env)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_read_only_lab_out_is_one_line(tmp_path, monkeypatch):
+    def refuse(**kwargs):  # what a read-only folder answers (root writes anywhere, so it is simulated)
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(helpers.runs.tempfile, "mkdtemp", refuse)
+    with pytest.raises(cli.UserError, match="LAB_OUT .* not writable") as e:
+        helpers.environment(dict(LAB_OUT=str(tmp_path / "lab")))
+    assert "\n" not in str(e.value)
+
+
+def test_the_setup_cell_with_the_placeholder_url_says_what_to_set(tmp_path, monkeypatch):
+    """Outside a clone (Colab) the setup cell stops on the placeholder REPO_URL in one line, cloning nothing."""
+    import jupytext
+    setup = jupytext.read(os.path.join(LAB, "lab.py")).cells[1].source
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception) as e:
+        exec(compile(setup, "setup", "exec"), {"__name__": "__main__"})
+    lines = e.value._render_traceback_()
+    assert len(lines) == 1 and "REPO_URL is a placeholder: set it" in lines[0] and not os.listdir(tmp_path)
