@@ -208,9 +208,9 @@ def init_weights(module, cfg):
             done.update(map(id, m.init_weights(cfg)))  # a reader or context owns its rules
             return
         for name, p in m.named_parameters(prefix, recurse=False):
-            leaf = name.split(".")[-1]
             if id(p) in done:
                 continue
+            leaf = name.split(".")[-1]
             if name.endswith(("mix.weight", "ffn.proj.weight")):
                 p.normal_(0.0, residual_std)
             elif name.endswith(("wte.weight", "ffn.fc.weight")):
