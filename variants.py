@@ -82,8 +82,10 @@ import ema
 def reader_chunk_len(D):
     """L, positions per chunk of the chunked readers (linear attention over the history, ema_kv,
     delta) at head width D: inside a chunk each head pays an L x L square, across chunks a D x D
-    state, so L ~ 2D balances the two (8 <= L <= 64). Any L >= 1 gives the same values."""
-    return min(64, max(8, 2 * D))
+    state, so L ~ 2D balances the two, with 32 <= L <= 64: shorter chunks lose to Python's
+    per-chunk overhead (bench.py --sections chunk, results/bench/chunk.txt: at D = 4 L = 32 trains
+    fastest and L = 8 is slower than the plain loop; at D = 64 L = 64). Any L >= 1 gives the same values."""
+    return min(64, max(32, 2 * D))
 
 
 def elu1(x):

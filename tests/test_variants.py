@@ -293,19 +293,19 @@ def test_ema_kv_with_decay_one_keeps_only_the_last_write(chunk):
 
 
 def test_write_readers_state_floats_flops_and_params_by_hand():
-    """C = 32, H = 4 (D = 8), S = 3, chunk L = reader_chunk_len(8) = 16 (L = T below it). ema_kv:
+    """C = 32, H = 4 (D = 8), S = 3, chunk L = reader_chunk_len(8) = 32 (L = T below it). ema_kv:
     S_w*H (D x D) matrices = S_w*C*D floats (S_w = S = 3 by default: 768; write_alphas of 2 decays:
     512); delta: H (D x D) = C*D = 256; whatever T, and what init_state and step hold. FLOPs per
     token of the chunked forward (a multiply-add is 2): ema_kv 2 (S_w + 1) L C + 4 S_w C D =
-    4096 + 3072 at T = 64; delta 8 L C + 6 C D = 4096 + 1536. Parameters: ema_kv W_q (S_w C x C),
+    8192 + 3072 at T = 64; delta 8 L C + 6 C D = 8192 + 1536. Parameters: ema_kv W_q (S_w C x C),
     W_k (C x S C), W_v (C x C) = (S_w + S + 1) C^2; delta W_q, W_v (C x C), W_k (C x S C), W_beta
     (H x C) = 5 C^2 + H C; read_norm adds the gain, D."""
     for kw, floats, flops, params in [
-            (dict(predictor="ema_kv"), 3 * 4 * 8 * 8, (7168, 2 * 4 * 4 * 32 + 3072), 7 * 32 * 32),
+            (dict(predictor="ema_kv"), 3 * 4 * 8 * 8, (11264, 2 * 4 * 4 * 32 + 3072), 7 * 32 * 32),
             (dict(predictor="ema_kv", write_alphas=(0.03, 0.001), read_norm=True), 2 * 4 * 8 * 8,
-             (2 * 3 * 16 * 32 + 2048, 2 * 3 * 4 * 32 + 2048), 6 * 32 * 32 + 8),
-            (dict(predictor="delta"), 4 * 8 * 8, (5632, 8 * 4 * 32 + 1536), 5 * 32 * 32 + 4 * 32),
-            (dict(predictor="delta", write_alphas=(0.01,), read_norm=True), 4 * 8 * 8, (5632, 8 * 4 * 32 + 1536),
+             (2 * 3 * 32 * 32 + 2048, 2 * 3 * 4 * 32 + 2048), 6 * 32 * 32 + 8),
+            (dict(predictor="delta"), 4 * 8 * 8, (9728, 8 * 4 * 32 + 1536), 5 * 32 * 32 + 4 * 32),
+            (dict(predictor="delta", write_alphas=(0.01,), read_norm=True), 4 * 8 * 8, (9728, 8 * 4 * 32 + 1536),
              5 * 32 * 32 + 4 * 32 + 8)]:
         pred = READERS[kw["predictor"], "state"](tiny(**kw))
         assert pred.state_floats(1) == pred.state_floats(1000) == floats, kw
