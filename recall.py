@@ -57,9 +57,11 @@ Capacity (the "state floats" column): numbers one layer's step() state holds aft
 length T: state readers S*C (the traces, whatever T), softmax history S*C + 2*T*S*C (the cached
 keys and values of every slot), linear-attention history S*C + C*D + C (its running sums: bounded,
 so a state reader of a larger state), GPT 2*T*C (the KV cache). The capacity column is a count
-of linear memory, not a theorem about floats: handing back any of N C-wide values on request
-needs N independent C-wide vectors for the values and N for the keys, so F numbers hold about
-F / (2C) pairs: 1.5 for the state readers, more than any N tested for history readers and GPT.
+of linear memory, not a limit the readers meet: N C-wide values and their N C-wide keys stored
+side by side take 2 N C numbers, so F numbers hold about F / (2C) such pairs (1.5 for the state
+readers). The map (frontier.py, results/frontier) shows the count is not what binds: the additive
+EMA stays at 1/N up to 24 decays, while the same three decays writing key-value products recall
+most of 8 pairs in a state of the same order. The write loses the pairs, not the bytes.
 
 Run (the measured times and numbers are in results/recall/recall.md and results/recall/far/)
     python recall.py                       # every variant, 1 seed: a line per finished run, then
