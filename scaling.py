@@ -57,13 +57,7 @@ import ablate
 from plumbing import checkpoint, cli, corpus, evaluate, ngram, repeats, runs, tables
 import train
 
-MODELS = {  # name -> TrainConfig overrides (the same names and settings as ablate.py)
-    "gpt": dict(model="gpt"),
-    "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
-    "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
-    "ema_kv": dict(model="spen", predictor="ema_kv", reads="state", context="ema"),
-    "delta": dict(model="spen", predictor="delta", reads="state", context="ema"),
-}
+MODELS = ablate.VARIANTS  # name -> TrainConfig overrides: the ablation's names and settings, any of them
 PRESETS = {
     "cpu": {},  # the field defaults: UTF-8 bytes of builtin, 4 blocks, widths 128 and 64
     # The paper's pair: 12 x 768, GPT-2 BPE, FineWeb-Edu, C4 validation, 524,288 tokens per step,

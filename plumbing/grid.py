@@ -59,7 +59,7 @@ class Interrupted(cli.UserError):
 
 
 def leaves(d, prefix=""):
-    """{dotted path: value} of a nested dict: {'recall': {'steps': 5}} -> {'recall.steps': 5}."""
+    """{dotted path: value} of a nested dict: {'a': {'b': 5}} -> {'a.b': 5}."""
     out = {}
     for k, v in d.items():
         out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
