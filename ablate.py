@@ -55,7 +55,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 import typing
 from dataclasses import dataclass
@@ -568,8 +567,4 @@ def get_parser():
 
 if __name__ == "__main__":
     config = cli.parse(AblateConfig, get_parser(), presets=PRESETS)
-    try:
-        cli.main_guard(lambda: main(config), prog="ablate.py")
-    except KeyboardInterrupt:
-        print(f"ablate.py: interrupted; {RESUMES}", file=sys.stderr)
-        sys.exit(130)
+    cli.main_guard(lambda: main(config), prog="ablate.py", interrupted=f"interrupted; {RESUMES}")

@@ -573,11 +573,10 @@ def parse_args(argv=None):
 def cli_main(argv=None):
     """`python train.py ...`: one line and a non-zero exit for every expected failure."""
     cfg = parse_args(argv)
-    try:  # data errors (sources.DataUnavailable) are cli.UserErrors: one line too
-        return cli.main_guard(lambda: main(cfg), prog="train.py")
-    except KeyboardInterrupt:
-        print("train.py: interrupted before the first step; nothing was saved", file=sys.stderr)
-        sys.exit(130)
+    # data errors (sources.DataUnavailable) are cli.UserErrors: one line too; a Ctrl-C after the first
+    # step is train.py's own (runtime.StopFlag: it saves and says so)
+    return cli.main_guard(lambda: main(cfg), prog="train.py",
+                          interrupted="interrupted before the first step; nothing was saved")
 
 
 if __name__ == "__main__":

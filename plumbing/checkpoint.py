@@ -52,6 +52,7 @@ import json
 import os
 import random
 import re
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -300,10 +301,10 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise CheckpointError(f"{os.path.dirname(self.path)} is in use by a running train.py (pid {holder}); "
+            raise CheckpointError(f"{os.path.dirname(self.path)} is in use by a running command (pid {holder}); "
                                   f"wait for it to finish or choose another --out_dir") from None
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
         self.fd = fd
         return self
 

@@ -151,11 +151,16 @@ def command_line(script, cfg):
     return " ".join([f"python {script}"] + flags)
 
 
-def main_guard(run, prog=None):
-    """Call run(); a UserError becomes one line on stderr and exit status e.status. Every other
-    exception propagates with its traceback (a bug, or an error this code did not foresee)."""
+def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
+    """Call run(); a UserError becomes one line on stderr and exit status e.status, a Ctrl-C the
+    line `interrupted` and status 130 (the shell's, 128 + SIGINT). Every other exception
+    propagates with its traceback (a bug, or an error this code did not foresee)."""
+    prog = prog or sys.argv[0].rsplit('/', 1)[-1]
     try:
         return run()
     except UserError as e:
-        print(f"{prog or sys.argv[0].rsplit('/', 1)[-1]}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(e.status)
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted}", file=sys.stderr)
+        sys.exit(130)

@@ -57,6 +57,17 @@ def test_build_rejects_unknown_names_and_main_guard_prints_user_errors_as_one_li
     assert exc.value.code == 1 and capsys.readouterr().err == "x.py: error: data.txt not found; give another file\n"
 
 
+def test_main_guard_ends_a_ctrl_c_with_one_line_and_status_130(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as exc:
+        cli.main_guard(interrupted, prog="x.py")
+    assert exc.value.code == 130 and capsys.readouterr().err == "x.py: interrupted (Ctrl-C)\n"
+    with pytest.raises(SystemExit):
+        cli.main_guard(interrupted, prog="x.py", interrupted="interrupted; the same command continues")
+    assert capsys.readouterr().err == "x.py: interrupted; the same command continues\n"
+
+
 def test_main_guard_keeps_the_traceback_of_a_bug():
     """A ValueError from inside torch (a shape bug) is not a user's mistake: it propagates."""
     import torch

@@ -230,7 +230,7 @@ def test_a_full_disk_while_appending_is_one_line_and_resume_goes_on(tmp_path, mo
 
 def test_a_second_run_in_the_same_folder_is_refused(tmp_path):
     with checkpoint.RunLock(str(tmp_path)):  # as a live run holds it
-        with pytest.raises(checkpoint.CheckpointError, match="in use by a running train.py"):
+        with pytest.raises(checkpoint.CheckpointError, match=r"in use by a running command \(pid \d+, "):
             run(tmp_path, "--max_iters", 1, "--eval_interval", 1)
     (tmp_path / ".lock").write_text("999999")  # left by a killed run: the kernel dropped its flock
     assert run(tmp_path, "--max_iters", 1, "--eval_interval", 1)["step"] == 1
@@ -286,7 +286,7 @@ def test_the_next_start_removes_what_a_killed_write_left_never_what_a_live_run_h
         (tmp_path / name).write_bytes(b"half a file")
     (tmp_path / "notes.txt.tmp5").write_text("not a file of the run: kept")
     with checkpoint.RunLock(str(tmp_path)):  # a live run holds the folder: its temp files are its own
-        with pytest.raises(checkpoint.CheckpointError, match="in use by a running train.py"):
+        with pytest.raises(checkpoint.CheckpointError, match=r"in use by a running command \(pid \d+, "):
             run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")
     assert all((tmp_path / name).exists() for name in stale)
     assert run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")["step"] == 4
