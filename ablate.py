@@ -13,9 +13,9 @@ the trace STATE only (variants.py), so both families run here, with two controls
     selective             SPEN linear with input-dependent decays (ours: a control)     (state)
     ema_kv                SPEN, the paper's decays writing key-value outer products     (write)
     delta                 SPEN, the delta rule writing key-value pairs                  (write)
-    ema_kv_span, ema_kv_span_norm, delta_decay, delta_norm: the write readers with one of the
-                          ingredients the field reports (slower decays, a decay on the delta
-                          rule, a normalised read; SPAN below)                          (write)
+    ema_kv_span, ema_kv_span_norm, ema_kv_wide, delta_decay, delta_norm: the write readers with
+                          one of the ingredients the field reports (slower decays, a decay on
+                          the delta rule, a normalised read; SPAN and WIDE below)       (write)
     gpt                   GPT-2 style transformer (gpt.py), same width and depth
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
 order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
@@ -64,10 +64,12 @@ import torch
 
 from plumbing import batches, checkpoint, cli, corpus, grid, ngram, repeats, runs, runtime, tables
 import content
+import ema
 import train
 
 SPAN = (2 ** -5, 2 ** -8, 2 ** -11)  # RetNet's decays 1 - gamma_h = 2^(-5-h) at h = 0, 3, 6: spans of 32 to 2,048
 # tokens against the paper's 2 to 50, as many D x D states (the same state size)
+WIDE = ema.spread_decays(3, 0.5, 2 ** -11)  # the paper's fastest to RetNet's slowest: spans of 2, 64 and 2,048
 VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
     "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
     "linear_attn_state": dict(model="spen", predictor="linear_attn", reads="state", context="ema"),
@@ -81,6 +83,7 @@ VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all 
     "ema_kv_span": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=SPAN),
     "ema_kv_span_norm": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=SPAN,
                              read_norm=True),
+    "ema_kv_wide": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=WIDE),
     "delta_decay": dict(model="spen", predictor="delta", reads="state", context="ema", write_alphas=(0.02,)),
     "delta_norm": dict(model="spen", predictor="delta", reads="state", context="ema", read_norm=True),
     "gpt": dict(model="gpt"),
@@ -89,6 +92,7 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
           "ema_kv": "write (k vᵀ, fixed decays)", "delta": "write (delta rule)",
           "ema_kv_span": "write, RetNet-like span", "ema_kv_span_norm": "write, span + read norm",
+          "ema_kv_wide": "write, spans 2 to 2,048",
           "delta_decay": "write, delta + a = 0.02", "delta_norm": "write, delta + read norm", "gpt": "tokens (KV cache)"}
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",

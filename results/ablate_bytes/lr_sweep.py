@@ -2,13 +2,13 @@
 
 The ablation (results/ablate_bytes/ablate.json) trains every variant at one shared rate, 2e-3
 (cosine to a tenth of it). This table asks whether that rate favours some models: seed 0 of each
-model at 1e-3, 2e-3 and 4e-3, everything else equal (the same data order, steps and cosine shape),
-from one ablate.py invocation per rate:
-    python ablate.py --preset cpu_bytes --variants gpt linear ema_kv delta --seeds 1 --lr 1e-3 --min_lr 1e-4 \
-        --out_dir results/ablate_bytes/lr_1e-3
+model at every rate found, everything else equal (the same data order, steps and cosine shape),
+from one ablate.py invocation per rate, e.g. 4e-3 and 8e-3:
     python ablate.py --preset cpu_bytes --variants gpt linear ema_kv delta --seeds 1 --lr 4e-3 --min_lr 4e-4 \
         --out_dir results/ablate_bytes/lr_4e-3
-and the ablation's own seed-0 runs for 2e-3. Run: python results/ablate_bytes/lr_sweep.py
+and the ablation's own seed-0 runs for 2e-3. Any results/ablate_bytes/lr_*/ablate.json joins the
+table (one made with other settings than the ablation's is refused). Run:
+    python results/ablate_bytes/lr_sweep.py
 Writes lr_sweep.json, lr_sweep.md and lr_sweep.png beside this file.
 """
 
@@ -59,8 +59,7 @@ def main():
                                     if found[lr][m]["copy"] is not None else None for lr in lrs)] for m in models])
     res = dict(lrs=lrs, models=models, best=best, loss={f"{lr:g}": found[lr] for lr in lrs})
     checkpoint.atomic_json(res, os.path.join(HERE, "lr_sweep.json"))
-    with open(os.path.join(HERE, "lr_sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    tables.save_text("\n".join(lines) + "\n", os.path.join(HERE, "lr_sweep.md"))
     plt = runs.pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in models:
@@ -72,7 +71,7 @@ def main():
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(HERE, "lr_sweep.png"), dpi=120)
+    tables.save_figure(fig, os.path.join(HERE, "lr_sweep.png"))
     print("\n".join(lines))
 
 
