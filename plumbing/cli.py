@@ -37,8 +37,9 @@ import typing
 
 class UserError(Exception):
     """A mistake the user can fix (flag, file, checkpoint, data); the message is one line saying
-    what to do. main_guard prints it without a traceback and exits with `status`."""
+    what to do. main_guard prints it without a traceback, after `label`, and exits with `status`."""
     status = 1
+    label = "error: "
 
 
 class ConfigError(UserError):
@@ -159,7 +160,7 @@ def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
     try:
         return run()
     except UserError as e:
-        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{prog}: {e.label}{' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(e.status)
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)

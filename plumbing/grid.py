@@ -56,6 +56,7 @@ class GridError(cli.UserError):
 class Interrupted(cli.UserError):
     """Ctrl-C: the runs finished so far are saved; the same command continues."""
     status = 130  # 128 + SIGINT, the shell's status for a Ctrl-C
+    label = ""  # not an error: the message says "interrupted: ..."
 
 
 def leaves(d, prefix=""):

@@ -120,7 +120,7 @@ def main():
                             text=True)
     running = p.poll() is None
     o, e = p.communicate()
-    other = subprocess.run([sys.executable, "frontier.py", *ARGS[:2], "--steps", "301", *ARGS[3:], "--out_dir", out],
+    other = subprocess.run([sys.executable, "frontier.py", *ARGS[:1], "--steps", "301", *ARGS[3:], "--out_dir", out],
                            cwd=ROOT, capture_output=True, text=True)
     print(f"4. a second grid while life 3 runs (still running after it: {running}): exit {second.returncode}, "
           f"{second.stderr.strip()}\n   life 3: exit {p.returncode}; "
