@@ -417,8 +417,7 @@ def write_md(res, path):
     lines += ["", "Validation loss in nats after the last step (train.py's fixed validation batches; best val: the "
               "lowest over the evaluations, mean over seeds); "
               "seed s reads the same training batches in every variant. Noise rule: " + res["noise_rule"] + "."]
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    tables.save_text("\n".join(lines) + "\n", path)
 
 
 def copy_table(res):
@@ -459,7 +458,7 @@ def plot_copy(res, path):
     ax.legend(fontsize=7, ncol=3, loc="upper left")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
 
 
@@ -503,7 +502,7 @@ def plot_curves(res, path):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
 
 
@@ -523,7 +522,7 @@ def plot_hits(res, path):
     ax.legend(fontsize=8, ncol=2, loc="upper center")
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
 
 

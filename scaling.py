@@ -38,8 +38,11 @@ Run
     python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
 Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
 (default out/scaling). scaling.json is the record: a curve of an earlier invocation with the same
-settings stays in it (any --models/--widths), and its run folder, when there, replaces it. Run folders (train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl,
-the copy split at each point) under OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
+settings stays in it (any --models/--widths; a larger --max_tokens continues the runs), and its run
+folder, when there, replaces it; a folder of other settings (--lr, say) is refused in one line
+before anything trains, and one invocation holds a folder at a time (a lock). Run folders
+(train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl, the copy split at each point) under
+OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
 """
 
 import contextlib
@@ -245,18 +248,31 @@ def advance(cfg, name, width, step):
     return True
 
 
+SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points")
+# settings that do not change a curve's run (the budget and the points read along it: runs continue)
+
+
 def recorded_curves(cfg):
-    """The curves of the scaling.json already in out_dir, if it was made with the same settings
-    (models, widths and --train aside); {} otherwise. Run folders hold checkpoints, which git
-    ignores: on a fresh clone a committed curve lives only here."""
+    """The curves of the scaling.json already in out_dir (run folders hold checkpoints, which git
+    ignores: on a fresh clone a committed curve lives only here). One made with other settings is
+    refused in one line: its curves would not compare with this invocation's, its run folders would
+    be resumed under the new settings, and rewriting it would lose them."""
     path = os.path.join(cfg.out_dir, "scaling.json")
     if not os.path.exists(path):
         return {}
-    with open(path) as f:
-        old = json.load(f)
-    same = lambda s: {k: v for k, v in s.items() if k not in ("out_dir", "train", "models", "widths")}
-    return old.get("curves", {}) if same(old.get("settings", {})) == same(json.loads(json.dumps(
-        dataclasses.asdict(cfg)))) else {}
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        settings, curves = old["settings"], old["curves"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise cli.UserError(f"{path} is not a scaling record ({type(e).__name__}: {e}); move it away or use "
+                            "another --out_dir") from None
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
+    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now
+              if k not in SAME_CURVES and settings.get(k) != now[k]]
+    cli.require(not differ, "{} holds curves with other settings: {}; use another --out_dir (or move it away)",
+                path, ", ".join(differ))
+    return curves
 
 
 def collect(cfg, yardsticks, train_tokens, seconds, recorded):
@@ -342,8 +358,7 @@ def write_md(res, path):
                      f"width {', '.join(map(str, g.widths))}, {g.n_layer} blocks, {g.tokenizer} on {g.data} "
                      f"(validation: {g.eval_data or g.data}), {tokens_per_step(g):,} tokens per step, "
                      f"{g.max_tokens:.3g} tokens per run, {len(g.models) * len(g.widths)} runs.")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    tables.save_text("\n".join(lines) + "\n", path)
 
 
 def state_floats(cfg, name, width):
@@ -395,13 +410,20 @@ def plot(res, path):
     if bx.get_legend_handles_labels()[0]:  # no copy split recorded: no legend to draw
         bx.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    tables.save_figure(fig, path)
     plt.close(fig)
 
 
 def main(cfg):
-    """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict."""
+    """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict.
+    One invocation per folder at a time (a lock); a folder of other settings is refused."""
     runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
+    with checkpoint.RunLock(cfg.out_dir):
+        return run_curves(cfg, recorded_curves(cfg))
+
+
+def run_curves(cfg, recorded):
+    """main without the lock."""
     t0 = time.time()
     name = cfg.eval_data or cfg.data
     train_tokens = len(corpus.load_split(cfg.data, "train", tokenizer=cfg.tokenizer))  # fails before any write
@@ -410,7 +432,6 @@ def main(cfg):
     yardsticks = ({k: counted[k] for k in ("unigram", "bigram", "trigram", *ngram.COMPRESSORS) if k in counted}
                   | {"dataset": name}
                   if counted else None)
-    recorded = recorded_curves(cfg)
 
     def save():
         res = collect(cfg, yardsticks, train_tokens, time.time() - t0, recorded)

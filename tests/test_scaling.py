@@ -1,7 +1,8 @@
 """Tests for scaling.py: log-spaced evaluation steps; a curve trained in segments is the run
 trained in one go (constant lr, exact resume); a rerun reuses the finished points; the
 crossover and the gap extrapolation on curves whose answer is known; scaling.json keeps a
-recorded curve whose run folder is gone; bad settings are one line."""
+recorded curve whose run folder is gone, and refuses a record of other settings or a corrupt one;
+bad settings are one line."""
 import json
 import math
 import os
@@ -74,9 +75,13 @@ def test_scaling_json_keeps_curves_whose_run_folders_are_gone(tiny_run, tmp_path
     report = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy),
                                     **dict(TINY, models=("linear",)), train=False))
     assert report["curves"] == first["curves"] and report["crossovers"] == first["crossovers"]
-    other = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy),
-                                   **dict(TINY, lr=1e-2), train=False))
-    assert other["curves"] == {}, "a record made with other settings is not mixed in"
+    before = (copy / "scaling.json").read_text()
+    with pytest.raises(cli.UserError, match=r"holds curves with other settings: --lr 0.01 \(there: 0.002\); use another"):
+        scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy), **dict(TINY, lr=1e-2)))
+    assert (copy / "scaling.json").read_text() == before and not (copy / "runs").exists()  # nothing mixed or trained
+    (copy / "scaling.json").write_text('{"settings": {}')  # cut short
+    with pytest.raises(cli.UserError, match="is not a scaling record"):
+        scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy), **TINY))
 
 
 def test_crossover_and_extrapolation_on_known_curves():
