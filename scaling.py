@@ -292,7 +292,7 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
                                            train_seconds=train_seconds(run), copy=read_copy(run))
     for c in curves.values():
         c["state_floats"] = state_floats(cfg, c["model"], c["width"])
-    order = lambda k: (-curves[k]["width"], list(MODELS).index(curves[k]["model"]))
+    order = lambda k: (-curves[k]["width"], curves[k]["model"] != "gpt", list(MODELS).index(curves[k]["model"]))
     curves = {k: curves[k] for k in sorted(curves, key=order)}
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
                 eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",
