@@ -390,7 +390,8 @@ def write_md(res, path):
     for name, v in vs.items():
         c = v["vs_linear"] or dict(delta=None, two_se=None, verdict="reference")
         rows.append([name, v["family"], f"{v['params']:,}", f"{v['state_floats']:,}",
-                     f"{v['val_loss_mean']:.3f} ± {v['val_loss_std']:.3f}", ", ".join(f"{x:.3f}" for x in v["val_loss"]),
+                     f"{v['val_loss_mean']:.3f}" + (f" ± {v['val_loss_std']:.3f}" if len(v["val_loss"]) > 1 else ""),
+                     ", ".join(f"{x:.3f}" for x in v["val_loss"]),
                      f"{v['minus_bigram']:+.3f}", None if c["delta"] is None else f"{c['delta']:+.3f}", c["two_se"],
                      c["verdict"], float(np.mean(v["best_val"]))])
     lines += tables.md_table(["variant", "reads", "params", "state floats / layer", "val loss mean ± std", "per seed",
