@@ -43,27 +43,32 @@ def main():
             found.setdefault(lr, {})[name] = dict(val=v["val_loss"][0], copy=(c.get("loss_copy_per_seed") or [None])[0],
                                                   other=(c.get("loss_other_per_seed") or [None])[0])
     lrs = sorted(found)
-    models = [m for m in ("gpt", "linear", "ema_kv", "delta") if all(m in found[lr] for lr in lrs)]
-    best = {m: min(lrs, key=lambda lr: found[lr][m]["val"]) for m in models}
-    rows = [[m, *(f"**{found[lr][m]['val']:.3f}**" if lr == best[m] else found[lr][m]["val"] for lr in lrs),
-             f"{best[m]:g}", "edge: try beyond" if best[m] in (lrs[0], lrs[-1]) else "inside the sweep"] for m in models]
+    models = [m for m in ("gpt", "linear", "ema_kv", "delta") if all(m in found[lr] for lr in (2e-3, 4e-3))]
+    ran = {m: [lr for lr in lrs if m in found[lr]] for m in models}  # the rates each model ran at
+    best = {m: min(ran[m], key=lambda lr: found[lr][m]["val"]) for m in models}
+    cell = lambda m, lr: (None if m not in found[lr] else f"**{found[lr][m]['val']:.3f}**" if lr == best[m]
+                          else found[lr][m]["val"])
+    rows = [[m, *(cell(m, lr) for lr in lrs), f"{best[m]:g}",
+             "edge: try beyond" if best[m] in (ran[m][0], ran[m][-1]) else "inside the sweep"] for m in models]
     lines = ["# Learning-rate sweep of the byte ablation (seed 0)", "",
              f"Validation loss (nats/byte) after {base['max_iters']} steps of {base['batch_size']} x {base['block_size']} "
              f"bytes, {base['n_layer']} x {base['n_embd']}, cosine from the peak rate to a tenth of it; the same data order "
-             "for every run. Bold: the model's best rate. Command: `python results/ablate_bytes/lr_sweep.py` (its docstring "
-             "names the ablate.py runs).", ""]
+             "for every run. Bold: the model's best rate; a blank: not run at that rate. Command: "
+             "`python results/ablate_bytes/lr_sweep.py` (its docstring names the ablate.py runs).", ""]
     lines += tables.md_table(["model", *(f"lr {lr:g}" for lr in lrs), "best", "where"], rows)
     lines += ["", "On copies and the other bytes at each rate (seed 0):", ""]
     lines += tables.md_table(["model", *(f"copies / others at {lr:g}" for lr in lrs)],
                              [[m, *(f"{found[lr][m]['copy']:.3f} / {found[lr][m]['other']:.3f}"
-                                    if found[lr][m]["copy"] is not None else None for lr in lrs)] for m in models])
-    res = dict(lrs=lrs, models=models, best=best, loss={f"{lr:g}": found[lr] for lr in lrs})
+                                    if m in found[lr] and found[lr][m]["copy"] is not None else None for lr in lrs)]
+                              for m in models])
+    res = dict(lrs=lrs, models=models, best=best, loss={f"{lr:g}": {m: found[lr][m] for m in models if m in found[lr]}
+                                                        for lr in lrs})
     checkpoint.atomic_json(res, os.path.join(HERE, "lr_sweep.json"))
     tables.save_text("\n".join(lines) + "\n", os.path.join(HERE, "lr_sweep.md"))
     plt = runs.pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in models:
-        ax.plot(lrs, [found[lr][m]["val"] for lr in lrs], marker="o", label=m)
+        ax.plot(ran[m], [found[lr][m]["val"] for lr in ran[m]], marker="o", label=m)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("validation loss after the run (nats/byte)")
