@@ -321,21 +321,8 @@ def earlier_rows(cfg):
     invocation does not run (their run folders hold checkpoints, which git ignores: on a fresh clone a
     committed row lives only there). An ablate.json made with other settings is refused in one line:
     its rows would not compare with this invocation's, and replacing them would lose them."""
-    path = os.path.join(cfg.out_dir, "ablate.json")
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path) as f:
-            old = json.load(f)
-        settings, rows = old["settings"], old["variants"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise cli.UserError(f"{path} is not an ablation's results ({type(e).__name__}: {e}); move it away or use "
-                            "another --out_dir") from None
-    now = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now
-              if k not in SAME_ABLATION and settings.get(k) != now[k]]
-    cli.require(not differ, "{} holds an ablation with other settings: {}; use another --out_dir (or move it away)",
-                path, ", ".join(differ))
+    rows = tables.load_record(os.path.join(cfg.out_dir, "ablate.json"), cfg, "variants", "an ablation",
+                              same=SAME_ABLATION)
     return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.variants}
 
 

@@ -257,22 +257,8 @@ def recorded_curves(cfg):
     ignores: on a fresh clone a committed curve lives only here). One made with other settings is
     refused in one line: its curves would not compare with this invocation's, its run folders would
     be resumed under the new settings, and rewriting it would lose them."""
-    path = os.path.join(cfg.out_dir, "scaling.json")
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path) as f:
-            old = json.load(f)
-        settings, curves = old["settings"], old["curves"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise cli.UserError(f"{path} is not a scaling record ({type(e).__name__}: {e}); move it away or use "
-                            "another --out_dir") from None
-    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
-    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now
-              if k not in SAME_CURVES and settings.get(k) != now[k]]
-    cli.require(not differ, "{} holds curves with other settings: {}; use another --out_dir (or move it away)",
-                path, ", ".join(differ))
-    return curves
+    return tables.load_record(os.path.join(cfg.out_dir, "scaling.json"), cfg, "curves", "a scaling record",
+                              same=SAME_CURVES)
 
 
 def collect(cfg, yardsticks, train_tokens, seconds, recorded):

@@ -4,11 +4,15 @@
 the one writer of their results JSON: the command that reproduces the run and its settings first,
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
 leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way.
+`load_record` reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
+curves), refusing one of other settings in one line.
 
 Run: nothing to run; tests/test_tables.py.
 """
 
 import dataclasses
+import json
+import os
 
 from plumbing import checkpoint, cli
 
@@ -53,3 +57,24 @@ def save_text(text, path):
 def save_figure(fig, path, dpi=120):
     """Save a matplotlib figure as a PNG at path atomically."""
     checkpoint.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
+
+
+def load_record(path, cfg, part, what, same=()):
+    """res[part] of the results JSON at path ({} when there is none), written by an earlier
+    invocation of the same command with cfg's settings, the keys in `same` aside. A corrupt file or
+    one of other settings is one line (cli.UserError) naming it: its rows would not compare with
+    this invocation's, and rewriting it would lose them. what: how to call it ('an ablation')."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            old = json.load(f)
+        settings, body = old["settings"], old[part]
+    except (ValueError, KeyError, TypeError) as e:
+        raise cli.UserError(f"{path} is not {what} ({type(e).__name__}: {e}); move it away or use another "
+                            "--out_dir") from None
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
+    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now if k not in same and settings.get(k) != now[k]]
+    cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,
+                what, ", ".join(differ))
+    return body

@@ -76,7 +76,7 @@ def test_scaling_json_keeps_curves_whose_run_folders_are_gone(tiny_run, tmp_path
                                     **dict(TINY, models=("linear",)), train=False))
     assert report["curves"] == first["curves"] and report["crossovers"] == first["crossovers"]
     before = (copy / "scaling.json").read_text()
-    with pytest.raises(cli.UserError, match=r"holds curves with other settings: --lr 0.01 \(there: 0.002\); use another"):
+    with pytest.raises(cli.UserError, match=r"holds a scaling record with other settings: --lr 0.01 \(there: 0.002\); use another"):
         scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(copy), **dict(TINY, lr=1e-2)))
     assert (copy / "scaling.json").read_text() == before and not (copy / "runs").exists()  # nothing mixed or trained
     (copy / "scaling.json").write_text('{"settings": {}')  # cut short

@@ -53,3 +53,21 @@ def test_save_text_and_save_figure_replace_whole_files(tmp_path, monkeypatch):
     tables.save_figure(fig, str(tmp_path / "f.png"))
     plt.close(fig)
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_load_record_reads_back_the_same_settings_and_refuses_others_in_one_line(tmp_path):
+    @dataclass
+    class Settings:
+        lr: float = 0.1
+        out_dir: str = "a"
+    path = str(tmp_path / "r.json")
+    assert tables.load_record(path, Settings(), "rows", "a record") == {}  # nothing there yet
+    tables.save_json(dict(rows={"x": 1}), path, "r.py", Settings())
+    assert tables.load_record(path, Settings(out_dir="b"), "rows", "a record", same=("out_dir",)) == {"x": 1}
+    with pytest.raises(cli.UserError, match=r"holds a record with other settings: --out_dir b \(there: a\); use another"):
+        tables.load_record(path, Settings(out_dir="b"), "rows", "a record")
+    with pytest.raises(cli.UserError, match=r"--lr 0.2 \(there: 0.1\)"):
+        tables.load_record(path, Settings(lr=0.2), "rows", "a record", same=("out_dir",))
+    (tmp_path / "r.json").write_text('{"settings": {"lr"')  # cut short
+    with pytest.raises(cli.UserError, match="r.json is not a record"):
+        tables.load_record(path, Settings(), "rows", "a record")
