@@ -43,7 +43,7 @@ def main():
             found.setdefault(lr, {})[name] = dict(val=v["val_loss"][0], copy=(c.get("loss_copy_per_seed") or [None])[0],
                                                   other=(c.get("loss_other_per_seed") or [None])[0])
     lrs = sorted(found)
-    models = [m for m in ("gpt", "linear", "ema_kv", "delta") if all(m in found[lr] for lr in (2e-3, 4e-3))]
+    models = [m for m in ("gpt", "linear", "ema_kv", "delta") if any(m in found[lr] for lr in lrs)]
     ran = {m: [lr for lr in lrs if m in found[lr]] for m in models}  # the rates each model ran at
     best = {m: min(ran[m], key=lambda lr: found[lr][m]["val"]) for m in models}
     cell = lambda m, lr: (None if m not in found[lr] else f"**{found[lr][m]['val']:.3f}**" if lr == best[m]
