@@ -1,11 +1,14 @@
-"""The lab's exercises: eight functions to write and one question to answer in words. Each
+"""The lab's exercises: nine functions to write and one question to answer in words. Each
 function raises NotImplementedError until you replace it with your code; the notebook (lab.ipynb)
-calls `check(NAME, ...)` on each, and checks.py says what the check tests. The answers are in
-solutions.py: try first. Tags, as the notebook's table gives them: difficulty and importance out
-of 5 (●●○○○), then the minutes to spend.
+calls `check(NAME, ...)` on each, and checks.py says what the check tests. Tags, as the
+notebook's table gives them: difficulty and importance out of 5 (●●○○○), then the minutes to spend.
 
-Edit this file and re-run the check cell (the notebook reloads this module by itself), or
-write the function in a notebook cell and pass it to check() instead.
+Where to write: in this file (re-run the check cell: the notebook reloads it by itself), or in a
+notebook cell under `@H.answer` (the cell's function then replaces this file's, and survives the
+reloads: see the notebook's "How to work"). On Colab this file lives in the runtime and is lost
+when the runtime resets: download it (right-click it in the file browser) before you leave.
+
+Check everything at once, outside the notebook: `python -m lab.checks` (one line per exercise).
 """
 import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema, variants)
 
@@ -70,7 +73,9 @@ def recalled_pairs(acc, N):
     """Exercise 5b (difficulty ●●○○○, importance ●●●○○, about 5 min).
     A reader that knows r of the N pairs exactly and, for every
     other query, guesses uniformly among the N - r values it cannot place, scores
-    acc = (r + 1) / N on average. Return the r that accuracy `acc` at N pairs implies (a float).
+    acc = (r + 1) / N on average. Return the r that accuracy `acc` at N pairs implies, as a float:
+    r is an average over sequences (0.3 at N = 8 -> 1.4), not a whole number, so do not round.
+    (A perfect reader at N = 8 gives r = 7: knowing 7 pairs, the 8th value is the only one left.)
     Raise ValueError if N < 2."""
     raise NotImplementedError("exercise 5b: recalled_pairs")
 
@@ -81,21 +86,31 @@ here; the model answer is solutions.ANSWER_5C.)
 """
 
 
-def write_and_read(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
-    """Exercise 6 (difficulty ●●●○○, importance ●●●●●, about 20 min). Write key-value pairs into a
-    state of outer products, token by token, and read it, with the repository's own steps.
+def ema_kv_step(q, k, v, M, alphas):
+    """Exercise 6a (difficulty ●●●○○, importance ●●●●●, about 10 min). One token of `ema_kv`:
+    the paper's decays writing key-value pairs instead of adding up the inputs.
 
-    q, k, v: float64 tensors (B, T, D), one query, key and value per token; beta (B, T) in (0, 1]
-    for rule 'delta' (None for 'ema_kv'). From the empty state M = 0, at each token t: READ y_t
-    from the state as it was before t (M_{t-1}), THEN write t's key and value:
-      'ema_kv'  variants.ema_kv_step(q_t, k_t, v_t, M, alphas): M^s_t = (1 - a_s) M^s_{t-1} +
-                a_s k_t v_t^T, one D x D state per decay s, read with the same query for every
-                decay: M has shape (B, 1, S, D, D), q_t (B, 1, S, D), k_t, v_t (B, 1, D)
-      'delta'   variants.delta_rule_step(q_t, k_t, v_t, beta_t, M): M_t = M_{t-1} + beta_t (v_t -
-                M_{t-1} k_t) k_t^T, no decay: M (B, 1, D, D), q_t, k_t, v_t (B, 1, D), beta_t (B, 1)
-    (the 1 is the steps' head axis: one head here). Return y (B, T, D). Raise ValueError for
-    another rule, or for 'delta' without beta."""
-    raise NotImplementedError("exercise 6: write_and_read")
+    q, k, v: float64 tensors (D,), this token's query, key and value. M: (S, D, D), one D x D
+    state per decay a_s of `alphas`, key index first (M[s] is a sum of weighted k v^T).
+    READ first, from the state as it came in, with the same query for every decay:
+        y = sum_s M[s]^T q                          (D,)
+    THEN decay each state and write this token's pair:
+        M_new[s] = (1 - a_s) M[s] + a_s k v^T       (S, D, D)
+    Return (y, M_new). (torch.outer(k, v) is k v^T; M.transpose(-1, -2) transposes every M[s].)"""
+    raise NotImplementedError("exercise 6a: ema_kv_step")
+
+
+def delta_step(q, k, v, beta, M):
+    """Exercise 6b (difficulty ●●●○○, importance ●●●●●, about 10 min). One token of the delta rule
+    (DeltaNet): no decay; the state is corrected toward this token's value at this token's key.
+
+    q, k: unit float64 tensors (D,), v (D,), beta a number in (0, 1], M (D, D) value index first
+    (M k is the value the state holds at key k). READ first, from the state as it came in:
+        y = M q                                     (D,)
+    THEN correct what the state holds at k toward v, by the fraction beta:
+        M_new = M + beta (v - M k) k^T              (D, D)
+    Return (y, M_new)."""
+    raise NotImplementedError("exercise 6b: delta_step")
 
 
 def compressor_nats_per_byte(data):

@@ -335,16 +335,37 @@ def write_task(N, n_seq, D=8, C=64, K=8, M=64, seed=0):
     return dict(idx=idx, targets=targets, narrow=narrow, wide=wide, K=K)
 
 
-def write_reads(task, write_and_read, rule, beta=1.0):
-    """The write state of `rule` run over the task's sequences by the student's write_and_read,
-    as SPEN's write readers do (variants.py): the query and the value are the current token, the
-    key the previous token when that is a key (a learned W_k can keep the rest out) -> the
+def run_steps(step, rule, q, k, v, beta=1.0, alphas=ALPHAS):
+    """The student's one-token step (exercise 6: ema_kv_step or delta_step, on one sequence's
+    vectors) run over every token of every sequence from the empty state -> y (B, T, D), the reads.
+    torch.func.vmap runs the B sequences at once; a step it cannot batch runs one sequence at a time."""
+    B, T, D = q.shape
+    M0 = q.new_zeros(len(alphas), D, D) if rule == "ema_kv" else q.new_zeros(D, D)  # (S, D, D) or (D, D)
+    one = (lambda q, k, v, M: step(q, k, v, M, alphas)) if rule == "ema_kv" else \
+        (lambda q, k, v, M: step(q, k, v, beta, M))
+
+    def loop(f, q, k, v, M):
+        ys = []
+        for t in range(q.shape[-2]):
+            y, M = f(q[..., t, :], k[..., t, :], v[..., t, :], M)
+            ys.append(y)
+        return torch.stack(ys, -2)  # (..., T, D)
+    try:
+        return loop(torch.func.vmap(one), q, k, v, M0.expand(B, *M0.shape))
+    except Exception:  # a step vmap cannot trace (Python control flow on values, .item(), ...)
+        return torch.stack([loop(one, q[b], k[b], v[b], M0) for b in range(B)])
+
+
+def write_reads(task, step, rule, beta=1.0):
+    """The write state of `rule` run over the task's sequences with the student's step (exercise
+    6), as SPEN's write readers do (variants.py): the query and the value are the current token,
+    the key the previous token when that is a key (a learned W_k can keep the rest out) -> the
     accuracy at the answer positions, the value id nearest to the read winning."""
     idx, targets, E, K = task["idx"], task["targets"], task["narrow"], task["K"]
     x = E[idx]  # (B, T, D)
     prev = torch.cat([torch.full_like(idx[:, :1], len(E) - 1), idx[:, :-1]], 1)  # (B, T) the previous token
     k = torch.where((prev < K)[..., None], E[prev], torch.zeros(()))  # (B, T, D) the key written at t
-    y = write_and_read(rule, x, k, x, torch.full(idx.shape, beta, dtype=x.dtype) if rule == "delta" else None)
+    y = run_steps(step, rule, x, k, x, beta)
     asked = targets >= 0
     guess = K + (y[asked] @ E[K:-1].T).argmax(1)  # (answers,) the value whose vector is nearest to the read
     return (guess == targets[asked]).double().mean().item()
@@ -361,16 +382,16 @@ def additive_features(task):
     return torch.cat([h_prev, E[idx]], -1)[asked], targets[asked] - K
 
 
-def write_table(write_and_read, probe_accuracy, pairs=(2, 4, 8), D=8):
-    """Recall of the untrained write states (ema_kv: S D^2 numbers; delta: D^2) against the
-    additive EMA of the same tokens read by the student's probe (S C numbers, C = D^2: as many
-    as ema_kv's), per N: a table, and the numbers as {reader: {N: acc}}."""
+def write_table(ema_kv_step, delta_step, probe_accuracy, pairs=(2, 4, 8), D=8):
+    """Recall of the untrained write states, run with the student's steps (ema_kv: S D^2
+    numbers; delta: D^2) against the additive EMA of the same tokens read by the student's probe
+    (S C numbers, C = D^2: as many as ema_kv's), per N: a table, and the numbers as {reader: {N: acc}}."""
     C, n_train, n_test = D * D, SIZES["write"]["n_train"], SIZES["write"]["n_test"]
     acc = {"ema_kv": {}, "delta": {}, "additive EMA + your probe": {}}
     for N in pairs:
         test = write_task(N, n_test, D, C, seed=1)
-        for rule in ("ema_kv", "delta"):
-            acc[rule][N] = write_reads(test, write_and_read, rule)
+        for rule, step in (("ema_kv", ema_kv_step), ("delta", delta_step)):
+            acc[rule][N] = write_reads(test, step, rule)
         X_train, y_train = additive_features(write_task(N, n_train, D, C, seed=0))
         X_test, y_test = additive_features(test)
         acc["additive EMA + your probe"][N] = probe_accuracy(X_train, y_train, X_test, y_test)

@@ -229,7 +229,7 @@ if check("binding", ex.binding) & check("recalled_pairs", ex.recalled_pairs):
 
 # %% [markdown]
 # **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~10 min). `softmax_state`
-# keeps S x C = 192 numbers per layer: 3,072 bits, against the 48 bits (log2 64 per pair) that 8
+# keeps S x C = 192 float32 numbers per layer: 6,144 bits, against the 48 bits (log2 64 per pair) that 8
 # pairs of 64 values need. Room is not what it lacks. **What does it hold, and why does its recall
 # not grow with more decays?** Write two or three sentences in `ANSWER_5C` of `lab/exercises.py`
 # (section 2's map and results/frontier/README.md help); the model answer is
@@ -249,17 +249,23 @@ print(H.exercises().ANSWER_5C)
 # DeltaNet: no decay, it corrects what it overwrites). Both are SPEN readers in `variants.py`,
 # written one token at a time by `variants.ema_kv_step` and `variants.delta_rule_step`.
 #
-# **Exercise 6** (`write_and_read`; difficulty ●●●○○, importance ●●●●●, ~20 min). Run a state
-# token by token with those steps: read first, then write.
+# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~20 min).
+# Write the two rules yourself, one token each: read the state as it came in, then write. For
+# `ema_kv`, `y = Σ_s M[s]ᵀ q`, then `M[s] ← (1 - a_s) M[s] + a_s k vᵀ`; for `delta`, `y = M q`, then
+# `M ← M + β (v - M k) kᵀ`. The checks run your steps over a sequence and compare them with the
+# repository's loops (`variants.ema_kv_ref`, `variants.delta_rule_ref`).
 
 # %%
 ex = H.exercises()
-wrote = check("write_and_read", ex.write_and_read)
+wrote = check("ema_kv_step", ex.ema_kv_step) & check("delta_step", ex.delta_step)
 
 # %% [markdown]
 # Now write MQAR sequences into such states, untrained, as SPEN's write readers do (query and
 # value: the current token; key: the previous token, when it is a key), and answer each query
-# with the value nearest to what it reads. Beside them, the additive EMA of the same tokens, as
+# with the value nearest to what it reads, using **your** steps. The 8 keys are built orthonormal
+# (8 keys in 8 dimensions: no two overlap, so a read `Mᵀ q` picks out its own pair and nothing
+# else), the best case a trained embedding can reach: that is why the untrained writes recall
+# every pair here; with random keys they would not quite. Beside them, the additive EMA of the same tokens, as
 # many numbers as `ema_kv` holds (192: the paper's state at width 64), read by **your** probe of
 # exercise 3, fit on 1,000 sequences per N. A linear probe cannot multiply the query into the
 # state; the trained readers below can, and do no better on the additive state.
@@ -267,7 +273,7 @@ wrote = check("write_and_read", ex.write_and_read)
 # %%
 ex = H.exercises()
 if wrote and probed:
-    write_acc = H.write_table(ex.write_and_read, ex.probe_accuracy)
+    write_acc = H.write_table(ex.ema_kv_step, ex.delta_step, ex.probe_accuracy)
 else:
     print("the table needs exercise 6 and exercise 3 to pass (re-run their check cells after writing them)")
 

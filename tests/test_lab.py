@@ -39,25 +39,51 @@ def test_each_check_fails_on_the_stub_and_passes_on_the_solution(name, monkeypat
         checks.check(name, getattr(exercises, name))
 
 
+def _standardise(X_train, *Xs, pop=False):
+    mu, sd = X_train.mean(0), X_train.std(0, unbiased=not pop) + 1e-3
+    return [(X - mu) / sd for X in (X_train, *Xs)]
+
+
+def _with_one(X):
+    return torch.cat([X, torch.ones(len(X), 1, dtype=X.dtype)], 1)
+
+
+def _score(W, Z_test, y_test):
+    return (Z_test @ W).argmax(1).eq(y_test).double().mean().item()
+
+
+def _onehot(y_train, y_test):
+    return torch.nn.functional.one_hot(y_train.long(), int(max(y_train.max(), y_test.max())) + 1).double()
+
+
+def _probe_least_squares(X_train, y_train, X_test, y_test, l2=1e-3):
+    """Plain least squares: the l2 argument never used (issue 39: reverses section 3 on SPCN's features)."""
+    Z, Zt = (_with_one(X).double() for X in _standardise(X_train, X_test))
+    return _score(torch.linalg.lstsq(Z, _onehot(y_train, y_test)).solution, Zt, y_test)
+
+
+def _probe_l2_unscaled(X_train, y_train, X_test, y_test, l2=1e-3):
+    """l2 I in place of l2 N I."""
+    Z, Zt = (_with_one(X).double() for X in _standardise(X_train, X_test))
+    W = torch.linalg.solve(Z.T @ Z + l2 * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
+
+
+def _probe_fixed_l2(X_train, y_train, X_test, y_test, l2=1e-3):
+    """The l2 argument ignored: the default's ridge at every l2."""
+    return solutions.probe_accuracy(X_train, y_train, X_test, y_test)
+
+
 def _no_standardising(X_train, y_train, X_test, y_test, l2=1e-3):
-    Z = torch.cat([X_train, torch.ones(len(X_train), 1)], 1).double()
-    Y = torch.nn.functional.one_hot(y_train, 4).double()
-    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ Y)
-    return (torch.cat([X_test, torch.ones(len(X_test), 1)], 1).double() @ W).argmax(1).eq(y_test).double().mean().item()
-
-
-def _mqar_values_first(keys, values, slots, T, blank):
-    idx, targets = solutions.mqar_sequence(keys, values, slots, T, blank)
-    idx[0:2 * len(keys):2], idx[1:2 * len(keys):2] = values, keys  # v k instead of k v
-    return idx, targets
+    Z, Zt = _with_one(X_train.double()), _with_one(X_test.double())
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
 
 
 def _probe_without_intercept(X_train, y_train, X_test, y_test, l2=1e-3):
-    mu, sd = X_train.mean(0), X_train.std(0) + 1e-3
-    Z, R = ((X_train - mu) / sd).double(), int(max(y_train.max(), y_test.max())) + 1
-    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype),
-                           Z.T @ torch.nn.functional.one_hot(y_train, R).double())
-    return (((X_test - mu) / sd).double() @ W).argmax(1).eq(y_test).double().mean().item()
+    Z, Zt = (X.double() for X in _standardise(X_train, X_test))
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
 
 
 def _probe_test_statistics(X_train, y_train, X_test, y_test, l2=1e-3):
@@ -66,71 +92,157 @@ def _probe_test_statistics(X_train, y_train, X_test, y_test, l2=1e-3):
     return solutions.probe_accuracy(X_train, y_train, own(X_test), y_test, l2)
 
 
-def _read_after_write(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
-    """y_t read from the state after t's own write."""
-    B, T, D = q.shape
-    if rule == "ema_kv":
-        M = q.new_zeros(B, 1, len(alphas), D, D)
-        read = lambda t, M: (q[:, t, None, None, :].expand(B, 1, len(alphas), D).unsqueeze(-2) @ M).squeeze(-2).sum(2)
-        write = lambda t, M: variants.ema_kv_step(q[:, t, None, None].expand(B, 1, len(alphas), D), k[:, t, None],
-                                                  v[:, t, None], M, alphas)[1]
-    else:
-        M = q.new_zeros(B, 1, D, D)
-        read = lambda t, M: (M @ q[:, t, None, :, None]).squeeze(-1)
-        write = lambda t, M: variants.delta_rule_step(q[:, t, None], k[:, t, None], v[:, t, None], beta[:, t, None], M)[1]
-    ys = []
-    for t in range(T):
-        M = write(t, M)
-        ys.append(read(t, M)[:, 0])  # read after the write
-    return torch.stack(ys, 1)
+def _probe_all_statistics(X_train, y_train, X_test, y_test, l2=1e-3):
+    """Mean and std over the training and test rows together."""
+    X = torch.cat([X_train, X_test]).double()
+    mu, sd = X.mean(0), X.std(0) + 1e-3
+    Z, Zt = _with_one((X_train - mu) / sd), _with_one((X_test - mu) / sd)
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
 
 
-def _no_decay(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
-    """ema_kv written as M += a k v^T, never decayed (delta: the solution)."""
-    if rule != "ema_kv":
-        return solutions.write_and_read(rule, q, k, v, beta, alphas)
-    a = torch.tensor(alphas, dtype=q.dtype).view(1, -1, 1, 1)  # (1, S, 1, 1)
-    M, ys = q.new_zeros(q.shape[0], len(alphas), q.shape[2], q.shape[2]), []
-    for t in range(q.shape[1]):
-        ys.append((q[:, t, None, None, :] @ M).squeeze(-2).sum(1))  # (B, D) read first
-        M = M + a * (k[:, t, None, :, None] * v[:, t, None, None, :])
-    return torch.stack(ys, 1)
+def _probe_free_intercept(X_train, y_train, X_test, y_test, l2=1e-3):
+    """The constant column left out of the ridge (as sklearn's Ridge does)."""
+    Z, Zt = (_with_one(X).double() for X in _standardise(X_train, X_test))
+    eye = torch.eye(Z.shape[1], dtype=Z.dtype)
+    eye[-1, -1] = 0
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * eye, Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
 
 
-def _without_beta(rule, q, k, v, beta=None, alphas=(0.5, 0.1, 0.02)):
-    """The delta rule at full strength, beta ignored."""
-    return solutions.write_and_read(rule, q, k, v, None if beta is None else torch.ones_like(beta), alphas)
+def _probe_harmless(X_train, y_train, X_test, y_test, l2=1e-3):
+    """Right, written otherwise: the population std, float32, the ridge as an augmented lstsq."""
+    Z, Zt = (_with_one(X).float() for X in _standardise(X_train.float(), X_test.float(), pop=True))
+    A = torch.cat([Z, math.sqrt(l2 * len(Z)) * torch.eye(Z.shape[1])])
+    Y = torch.cat([_onehot(y_train, y_test).float(), torch.zeros(Z.shape[1], _onehot(y_train, y_test).shape[1])])
+    return _score(torch.linalg.lstsq(A, Y).solution, Zt, y_test)
 
 
-WRONG = [  # plausible mistakes, each of which its check must catch
-    ("effective_window", lambda a, mass=0.9: 1 if a == 1 else max(1, int(math.log(1 - mass) / math.log(1 - a)))),
+def _mqar_values_first(keys, values, slots, T, blank):
+    idx, targets = solutions.mqar_sequence(keys, values, slots, T, blank)
+    idx[0:2 * len(keys):2], idx[1:2 * len(keys):2] = values, keys  # v k instead of k v
+    return idx, targets
+
+
+def _window_loop(alpha, mass=0.9):
+    """A loop without the argument checks: at alpha = 0 it never ends (issue 39)."""
+    k, carried = 0, 0.0
+    while carried < mass - 1e-12:
+        carried += alpha * (1 - alpha) ** k
+        k += 1
+    return k
+
+
+def _ema_kv(read_after=False, read="MT", decay=True, outer="kv", order="yM"):
+    def step(q, k, v, M, alphas):
+        a = torch.tensor(alphas, dtype=M.dtype).view(-1, 1, 1)
+        kv = torch.outer(k, v) if outer == "kv" else torch.outer(v, k)
+        new = ((1 - a) * M if decay else M) + a * kv
+        src = new if read_after else M
+        y = (src.transpose(-1, -2) @ q).sum(0) if read == "MT" else (src @ q).sum(0)
+        return (y, new) if order == "yM" else (new, y)
+    return step
+
+
+def _delta(read_after=False, use_beta=True, outer="vk", sign=1):
+    def step(q, k, v, beta, M):
+        b = beta if use_beta else 1.0
+        err = v - M @ k
+        new = M + sign * b * (torch.outer(err, k) if outer == "vk" else torch.outer(k, err))
+        return (new if read_after else M) @ q, new
+    return step
+
+
+WRONG = [  # plausible mistakes, each of which its check must catch with a message naming it (a key word)
+    ("effective_window", lambda a, mass=0.9: 1 if a == 1 else max(1, int(math.log(1 - mass) / math.log(1 - a))),
+     "one short"),
     ("same_state", lambda alphas, x: x + torch.linalg.svd(torch.randn(len(alphas), len(x), dtype=torch.float64),
-                                                          full_matrices=True).Vh[-1]),  # another matrix's null space
-    ("probe_accuracy", lambda X, y, Xt, yt, l2=1e-3: solutions.probe_accuracy(Xt, yt, Xt, yt, l2)),  # fit on test
-    ("probe_accuracy", _no_standardising),
-    ("probe_accuracy", _probe_without_intercept),
-    ("probe_accuracy", _probe_test_statistics),
-    ("probe_accuracy", lambda X, y, Xt, yt, l2=1e-3: solutions.probe_accuracy(X, y, Xt, yt, 1e6)),  # l2 ignored
-    ("mqar_sequence", _mqar_values_first),
-    ("binding", lambda acc, N: acc - 1 / N),  # not rescaled
-    ("recalled_pairs", lambda acc, N: acc * N),  # forgets the free guess
-    ("write_and_read", _read_after_write),
-    ("write_and_read", _no_decay),
-    ("write_and_read", _without_beta),
+                                                          full_matrices=True).Vh[-1], "null space"),  # another matrix's
+    ("probe_accuracy", lambda X, y, Xt, yt, l2=1e-3: solutions.probe_accuracy(Xt, yt, Xt, yt, l2), "test rows"),
+    ("probe_accuracy", _probe_least_squares, "no ridge"),
+    ("probe_accuracy", _probe_fixed_l2, "ignores its l2"),
+    ("probe_accuracy", _probe_l2_unscaled, "l2 I in place of l2 N I"),
+    ("probe_accuracy", _no_standardising, "raw units"),
+    ("probe_accuracy", _probe_without_intercept, "without an intercept"),
+    ("probe_accuracy", _probe_test_statistics, "their own mean"),
+    ("probe_accuracy", _probe_all_statistics, "together"),
+    ("probe_accuracy", _probe_free_intercept, "constant column"),
+    ("mqar_sequence", _mqar_values_first, "value first"),
+    ("binding", lambda acc, N: acc - 1 / N, "rescale"),  # not rescaled
+    ("recalled_pairs", lambda acc, N: acc * N, "free guess"),
+    ("recalled_pairs", lambda acc, N: round(N * acc - 1), "do not round"),  # issue 39: an integer answer
+    ("recalled_pairs", lambda acc, N: float(int(N * acc - 1)), "do not round"),
+    ("ema_kv_step", _ema_kv(read_after=True), "after writing"),
+    ("ema_kv_step", _ema_kv(read="M"), "reads M q"),
+    ("ema_kv_step", _ema_kv(decay=False), "never decays"),
+    ("ema_kv_step", _ema_kv(outer="vk"), "writes v k^T"),
+    ("ema_kv_step", _ema_kv(order="My"), "returns (M_new, y)"),
+    ("delta_step", _delta(read_after=True), "after writing"),
+    ("delta_step", _delta(use_beta=False), "ignores beta"),
+    ("delta_step", _delta(outer="kv"), "writes k (v - M k)^T"),
+    ("delta_step", _delta(sign=-1), "away from v"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
-     | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}),  # zlib's default level, not 9
+     | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}, "strongest setting"),  # zlib's default level
 ]
 
 
-@pytest.mark.parametrize("name, wrong", WRONG, ids=[f"{n}-{i}" for i, (n, _) in enumerate(WRONG)])
-def test_each_check_catches_a_wrong_answer(name, wrong):
-    with pytest.raises(AssertionError):
-        checks.CHECKS[name](wrong)
+@pytest.mark.parametrize("name, wrong, says", WRONG, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)])
+def test_each_check_names_a_wrong_answer(name, wrong, says):
+    passed, message = checks.verdict(name, wrong)
+    assert passed is False and says in message and "\n" not in message
+
+
+def test_a_right_probe_written_otherwise_passes():
+    assert checks.verdict("probe_accuracy", _probe_harmless) == (True, "")
+
+
+def test_a_hang_is_one_line_naming_the_call(monkeypatch):
+    """effective_window as a loop without argument checks never returns at alpha = 0 (issue 39)."""
+    monkeypatch.setattr(checks, "LIMIT_S", 0.5)
+    t0 = time.time()
+    passed, message = checks.verdict("effective_window", _window_loop)
+    assert passed is False and "effective_window(0.0, 0.9)" in message and "did not return" in message
+    passed, message = checks.verdict("binding", lambda acc, N: [time.sleep(0.01) for _ in iter(int, 1)])
+    assert passed is False and "binding(" in message and "did not return" in message and time.time() - t0 < 10
+
+
+def test_a_small_tensor_is_shown_in_full_in_a_crash(monkeypatch):
+    def crash(keys, values, slots, T, blank):
+        raise IndexError("no")
+    passed, message = checks.verdict("mqar_sequence", crash)
+    assert "tensor([" in message and "raised IndexError: no" in message
+    assert checks._brief(torch.arange(8)) == "tensor([0, 1, 2, 3, 4, 5, 6, 7])"
+    assert checks._brief(torch.zeros(3, 3)) == "<tensor (3, 3)>"
+
+
+def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each():
+    """python -m lab.checks FILE: one line per exercise, exit status 0 only when all pass."""
+    import subprocess
+    run = lambda path: subprocess.run([sys.executable, "-m", "lab.checks", path], cwd=ROOT, capture_output=True,
+                                      text=True, timeout=120)
+    good, bad = run(os.path.join(LAB, "solutions.py")), run(os.path.join(LAB, "exercises.py"))
+    assert good.returncode == 0 and bad.returncode == 1, good.stderr + bad.stderr
+    for r, tag in ((good, "[pass]"), (bad, "[FAIL]")):
+        lines = [line for line in r.stdout.splitlines() if line.startswith("[")]
+        assert [line.split()[1].rstrip(":") for line in lines[:len(checks.CHECKS)]] == list(checks.CHECKS)
+        assert all(line.startswith(tag) for line in lines[:len(checks.CHECKS)])
+        assert lines[-1].startswith("[read] ANSWER_5C")
+    assert "9 of 9 exercises pass" in good.stdout and "0 of 9 exercises pass" in bad.stdout
+    assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
+    assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
+
+
+def test_the_written_answer_counts_bits_right():
+    """192 float32 numbers are 6,144 bits (issue 39: the answer said 3,072)."""
+    assert "6,144 bits" in solutions.ANSWER_5C and "3,072" not in solutions.ANSWER_5C
+    import jupytext
+    text = "\n".join(c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells)
+    assert "6,144 bits" in text and "3,072" not in text
 
 
 def test_every_exercise_has_a_solution_and_a_check():
     names = {n for n in vars(exercises) if callable(getattr(exercises, n)) and not n.startswith("_")} - {"torch"}
-    assert names == set(checks.CHECKS) <= set(vars(solutions)) and 5 <= len(names) - 1 <= 8  # 5a/5b count as one
+    assert names == set(checks.CHECKS) <= set(vars(solutions)) and len(names) == 9
     written = [n for n in vars(exercises) if n.startswith("ANSWER_")]
     assert written and all(len(getattr(solutions, n)) > 2 * len(getattr(exercises, n)) for n in written)
 
