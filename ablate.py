@@ -86,6 +86,18 @@ VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all 
     "ema_kv_wide": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=WIDE),
     "delta_decay": dict(model="spen", predictor="delta", reads="state", context="ema", write_alphas=(0.02,)),
     "delta_norm": dict(model="spen", predictor="delta", reads="state", context="ema", read_norm=True),
+    # what might bring the copies back (results/map): a wider head, a short convolution, a gate, a window, one
+    # attention layer among write readers (the last of n_layer = 4 blocks)
+    "delta_wide": dict(model="spen", predictor="delta", reads="state", context="ema", n_head=1),
+    "delta_conv": dict(model="spen", predictor="delta", reads="state", context="ema", conv=4),
+    "ema_kv_conv": dict(model="spen", predictor="ema_kv", reads="state", context="ema", conv=4),
+    "gated_delta": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4),
+    "gated_delta_wide": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4, n_head=1),
+    "softmax_window": dict(model="spen", predictor="softmax_attn", reads="history", context="ema", window=32),
+    "hybrid_ema_kv": dict(model="spen", predictor="ema_kv,ema_kv,ema_kv,softmax_attn", reads="state,state,state,history",
+                          context="ema"),
+    "hybrid_gated_delta": dict(model="spen", predictor="gated_delta,gated_delta,gated_delta,softmax_attn",
+                               reads="state,state,state,history", context="ema", conv=4),
     "gpt": dict(model="gpt"),
 }
 FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
@@ -93,7 +105,12 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
           "ema_kv": "write (k vᵀ, fixed decays)", "delta": "write (delta rule)",
           "ema_kv_span": "write, RetNet-like span", "ema_kv_span_norm": "write, span + read norm",
           "ema_kv_wide": "write, spans 2 to 2,048",
-          "delta_decay": "write, delta + a = 0.02", "delta_norm": "write, delta + read norm", "gpt": "tokens (KV cache)"}
+          "delta_decay": "write, delta + a = 0.02", "delta_norm": "write, delta + read norm",
+          "delta_wide": "write, delta, one head of width C", "delta_conv": "write, delta + short conv (K = 4)",
+          "ema_kv_conv": "write, ema_kv + short conv (K = 4)", "gated_delta": "write, gated delta rule + conv (GDN)",
+          "gated_delta_wide": "write, GDN, one head of width C", "softmax_window": "history, last 32 positions",
+          "hybrid_ema_kv": "hybrid: 3 ema_kv + 1 softmax_history", "hybrid_gated_delta": "hybrid: 3 GDN + 1 softmax_history",
+          "gpt": "tokens (KV cache)"}
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes

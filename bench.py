@@ -8,7 +8,7 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
              S=3, T in {256, 1024, 4096}: ms and ratio to the bandwidth floor (bytes that must
              move / copy bandwidth); the loop beside them, the largest difference to it (fp32,
              TF32 off: <= 1e-5; with TF32, reported); L swept at T=1024; one streaming step
-  chunk      the write readers' chunk length: variants.ema_kv_chunked and delta_rule_chunked at
+  chunk      the write readers' chunk length: writes.ema_kv_chunked and delta_rule_chunked at
              L in CHUNK_LENS against their loops, forward and forward+backward, fp32, at the
              (H, D, T, B) of CHUNK_CASES; medians of interleaved repeats, as ratios to the loop
   blocks     one SPEN block vs one GPT block (C=256), forward+backward tokens/s at
@@ -78,6 +78,7 @@ import lm
 import spen
 import train
 import variants
+import writes
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
 METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
@@ -215,7 +216,7 @@ def bench_ema(device, quick, copy_gbs=None):
 
 
 def bench_chunk(device, quick):
-    """The write readers' chunk length: variants.ema_kv_chunked and delta_rule_chunked at each L of
+    """The write readers' chunk length: writes.ema_kv_chunked and delta_rule_chunked at each L of
     CHUNK_LENS against their loops (ema_kv_ref, delta_rule_ref), forward (no grad) and
     forward+backward, at each (H, D, T, B) of CHUNK_CASES, fp32. ratio = loop ms / chunked ms
     (> 1: the chunked form is faster)."""
@@ -225,14 +226,14 @@ def bench_chunk(device, quick):
     for H, D, T, B in cases:
         def rand(*shape, unit=False):
             x = torch.randn(*shape, device=device)
-            return variants.l2norm(x) if unit else x
+            return writes.l2norm(x) if unit else x
         inputs = dict(ema_kv=(rand(B, H, len(ALPHAS), T, D), rand(B, H, T, D, unit=True), rand(B, H, T, D)),  # q, k, v
                       delta=(rand(B, H, T, D, unit=True), rand(B, H, T, D, unit=True), rand(B, H, T, D),
                              torch.rand(B, H, T, device=device)))  # q, k, v (B, H, T, D); beta (B, H, T) in (0, 1)
-        run = dict(ema_kv=lambda a, L: (variants.ema_kv_ref(*a, ALPHAS) if L == "loop"
-                                        else variants.ema_kv_chunked(*a, ALPHAS, chunk=L)),
-                   delta=lambda a, L: (variants.delta_rule_ref(*a) if L == "loop"
-                                       else variants.delta_rule_chunked(*a, chunk=L)))
+        run = dict(ema_kv=lambda a, L: (writes.ema_kv_ref(*a, ALPHAS) if L == "loop"
+                                        else writes.ema_kv_chunked(*a, ALPHAS, chunk=L)),
+                   delta=lambda a, L: (writes.delta_rule_ref(*a) if L == "loop"
+                                       else writes.delta_rule_chunked(*a, chunk=L)))
         for reader, args in inputs.items():
             grad_args = [x.clone().requires_grad_(True) for x in args]
             gy = torch.randn(B, H, T, D, device=device)

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import VARIANT_READERS, SelectiveContext
+from variants import VARIANT_READERS, Reader, SelectiveContext
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
 
@@ -57,13 +57,16 @@ class SPENConfig:
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # x̂_t's reader: 'linear' (paper) | 'linear_attn' | 'softmax_attn' | 'ema_kv' | 'delta'
-    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; ema_kv, delta: own M) | 'history': past slots
+    predictor: str = "linear"  # x̂_t's reader (PREDICTORS: 'linear', the paper's), or a tuple: one per block
+    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; write readers: own M) | 'history': past
+    # slots; or a tuple, one per block
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
     trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
     n_head: int = None  # H: heads of the attention and write readers; None -> max(1, C // 64)
     write_alphas: tuple = None  # write decays: ema_kv's a_s (S_w D x D states; None: alphas), delta's (a,) (None: g=1)
     read_norm: bool = False  # write readers: RMSNorm over D of each head's read, learned gain (1 at init)
+    conv: int = 0  # K: write readers' short causal convolution on q, k, v (fla's, K = 4); 0: none
+    window: int = 0  # w: softmax over the history sees the last w positions only (bounded); 0: all
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
     def __post_init__(self):  # the sizes left to None follow the width; a JSON list of decays is a tuple
@@ -72,6 +75,11 @@ class SPENConfig:
         self.n_head = max(1, self.n_embd // 64) if self.n_head is None else self.n_head
         self.alphas = tuple(self.alphas) if isinstance(self.alphas, list) else self.alphas
         self.write_alphas = tuple(self.write_alphas) if isinstance(self.write_alphas, list) else self.write_alphas
+        self.predictor, self.reads = (tuple(x) if isinstance(x, list) else x for x in (self.predictor, self.reads))
+
+    def reader(self, index):
+        """(predictor, reads) of block `index`: the one name, or the index-th of a per-block tuple."""
+        return tuple(x[index] if isinstance(x, tuple) else x for x in (self.predictor, self.reads))
 
 
 def shift_right(h):
@@ -96,9 +104,10 @@ class EMAContext(nn.Module):
         return ema.step(u_t.float(), h, self.alphas)  # u_t (B, C), h_{t-1} (B, S, C) -> h_t
 
 
-class LinearPredictor(nn.Module):
+class LinearPredictor(Reader):
     """The paper's predictor (choice 4, PAPER.md): x̂_t = W_p [h_{t-1}^1 ; ... ; h_{t-1}^S], a static
-    linear map of the trace state. variants.py's attention readers share its interface."""
+    linear map of the trace state (W_p ~ N(0, 0.02), GPT-2's default for linear maps). Position-wise,
+    no state of its own: the Reader defaults (variants.py) are its contract."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -107,27 +116,10 @@ class LinearPredictor(nn.Module):
     def forward(self, u, h_prev):
         return self.proj(h_prev.flatten(-2))  # (..., S, C) -> (..., S*C) -> (..., C)
 
-    def init_state(self, batch_size, device):
-        return None  # the traces, held by the block, are the whole state
-
-    def step(self, u_t, h_prev_t, state):
-        return self.forward(u_t, h_prev_t), state  # (B, C)
-
-    @torch.no_grad()
-    def init_weights(self, cfg):
-        """W_p ~ N(0, 0.02), GPT-2's default for linear maps. Returns what it set (see init_weights)."""
-        return [self.proj.weight.normal_(0.0, 0.02)]
-
-    def state_floats(self, T):
-        return 0  # numbers held beyond the traces
-
-    def attn_flops(self, T):
-        return 0  # FLOPs beyond the weight matmuls
-
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
 READERS = {("linear", "state"): LinearPredictor, **VARIANT_READERS}  # (predictor, reads) -> class
-PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn', 'ema_kv', 'delta')
+PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn', 'ema_kv', ...)
 READS = tuple(dict.fromkeys(r for _, r in READERS))  # ('state', 'history')
 
 
@@ -151,14 +143,15 @@ class SparseFFN(nn.Module):
 
 
 class Block(nn.Module):
-    """One SPEN block (module docstring), (B, T, C) -> (B, T, C). SPEN initialises it; standalone: init_weights."""
+    """One SPEN block (module docstring), (B, T, C) -> (B, T, C), block `index` of the model (its
+    reader: cfg.reader(index)). SPEN initialises it; standalone: init_weights."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, index=0):
         super().__init__()
         C = cfg.n_embd
         self.ln1 = nn.LayerNorm(C)
         self.ctx = CONTEXTS[cfg.context](cfg)
-        self.pred = READERS[cfg.predictor, cfg.reads](cfg)
+        self.pred = READERS[cfg.reader(index)](cfg)
         self.mix = nn.Linear(2 * C, C, bias=False)  # W_mix: [e ; x̂] -> residual stream (choice 3, PAPER.md)
         self.ln2 = nn.LayerNorm(C)
         self.ffn = SparseFFN(cfg)
@@ -240,7 +233,7 @@ class SPEN(nn.Module):
         Vp = lm.padded_vocab(cfg.vocab_size)  # choice 8, PAPER.md
         self.wte = nn.Embedding(Vp, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, Vp, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings, one parameter (choice 6, PAPER.md)
@@ -279,9 +272,12 @@ class SPEN(nn.Module):
         return [block.init_state(batch_size, device) for block in self.blocks]
 
     def state_floats(self, T):
-        """Numbers per sequence and layer that step() holds after T tokens: the S*C traces (all of
-        it for state readers), plus the history readers' caches or sums (variants.py)."""
-        return len(self.config.alphas) * self.config.n_embd + self.blocks[0].pred.state_floats(T)
+        """Numbers per sequence and layer that step() holds after T tokens, averaged over the blocks
+        (their sum / n_layer: a hybrid's blocks differ): the S*C traces of each block (all of it for
+        the trace-state readers), plus what each reader holds (variants.py: a write reader's M, a
+        history reader's cache or sums)."""
+        S, C = len(self.config.alphas), self.config.n_embd
+        return round(sum(S * C + b.pred.state_floats(T) for b in self.blocks) / len(self.blocks))
 
     def step(self, token, state):
         """token (B,) int64, state -> (logits (B, V), new state). Equals forward() token by token."""
@@ -319,17 +315,15 @@ class SPEN(nn.Module):
 
     def flops_per_token(self, T):
         """Training FLOPs per token (forward + backward = 3 x forward) at sequence length T:
-            6 N_matmul + 3 n_layer attn_flops(T)
+            6 N_matmul + 3 sum over blocks of attn_flops(T)
         N_matmul: the weights used in matmuls (tied head once, the FFN DENSE, as it runs; vectors
         and what a submodule names in `no_matmul_params()`, added not multiplied, left out).
-        attn_flops: what the reader's training forward computes beyond them, per token (variants.py;
-        with L = min(chunk, T) positions per chunk, S_w write decays, D head width: ema_kv
-        2 (S_w + 1) L C + 4 S_w C D, delta 8 L C + 6 C D, their in-chunk squares included; linear
-        attention over the history 4 L S C + 2 (S + 1) C D; softmax over it 4 T S C). The EMA traces
-        (a few S C elementwise FLOPs per token, memory-bound) are left out."""
+        attn_flops: what each block's reader computes in its training forward beyond them, per token
+        (each reader's own formula: `python spen.py` prints them). The EMA traces (a few S C
+        elementwise FLOPs per token, memory-bound) are left out."""
         skip = {id(p) for m in self.modules() if hasattr(m, "no_matmul_params") for p in m.no_matmul_params()}
         n_matmul = sum(p.numel() for p in self.parameters() if p.dim() >= 2 and id(p) not in skip)
-        return 6 * n_matmul + 3 * self.config.n_layer * self.blocks[0].pred.attn_flops(T)
+        return 6 * n_matmul + 3 * sum(b.pred.attn_flops(T) for b in self.blocks)
 
 
 def check(cfg):
@@ -341,29 +335,43 @@ def check(cfg):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
     require(cfg.ffn_topk <= cfg.ffn_hidden, f"ffn_topk ({cfg.ffn_topk}) must be <= ffn_hidden ({cfg.ffn_hidden})")
-    require(cfg.predictor == "linear" or cfg.n_embd % cfg.n_head == 0,
+    require(cfg.predictor in ("linear", ("linear",) * cfg.n_layer) or cfg.n_embd % cfg.n_head == 0,
             f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
     a = cfg.alphas
     require(isinstance(a, tuple) and a and all(type(x) in (int, float) and 0 < x <= 1 for x in a),
             f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
+    for name in ("predictor", "reads"):
+        value = getattr(cfg, name)
+        require(isinstance(value, str) or (isinstance(value, tuple) and len(value) == cfg.n_layer),
+                f"{name} must be one name or a tuple of n_layer = {cfg.n_layer} names (one per block), got {value!r}")
     predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
-    for name, choices in (("predictor", predictors), ("reads", reads), ("context", tuple(CONTEXTS)),
-                          ("trace_method", TRACE_METHODS)):
+    for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
         require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
     history = ", ".join(p for p, r in READERS if r == "history")
-    require((cfg.predictor, cfg.reads) in READERS, f"reads={cfg.reads!r} needs a predictor that reads the history "
-            f"({history}); predictor={cfg.predictor!r} reads the state only")
-    reader, wa = READERS[cfg.predictor, cfg.reads], cfg.write_alphas
+    blocks = [cfg.reader(i) for i in range(cfg.n_layer)]  # (predictor, reads) of each block
+    for p, r in blocks:
+        require(p in predictors, f"predictor must be one of {', '.join(predictors)}, got {p!r}")
+        require(r in reads, f"reads must be one of {', '.join(reads)}, got {r!r}")
+        require((p, r) in READERS, f"reads={r!r} needs a predictor that reads the history ({history}); "
+                f"predictor={p!r} reads the state only")
+    classes = [READERS[b] for b in blocks]
+    wa = cfg.write_alphas
     writers = ", ".join(p for p, r in READERS if getattr(READERS[p, r], "writes", False))
-    require(getattr(reader, "writes", False) or (wa is None and cfg.read_norm is False),
-            f"write_alphas and read_norm set a write reader's state ({writers}); "
-            f"predictor={cfg.predictor!r} writes none")
+    require(any(getattr(c, "writes", False) for c in classes) or (wa is None and cfg.read_norm is False and cfg.conv == 0),
+            f"write_alphas, read_norm and conv set a write reader's state ({writers}); the model has none")
     require(wa is None or (isinstance(wa, tuple) and wa and all(type(x) in (int, float) and 0 < x <= 1 for x in wa)),
             f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {wa!r}")
-    most = getattr(reader, "max_write_decays", None)
-    require(wa is None or most is None or len(wa) <= most,
-            f"write_alphas: predictor={cfg.predictor!r} takes at most {most} decay, got {len(wa or ())}")
+    for (p, _), reader in zip(blocks, classes):
+        most = getattr(reader, "max_write_decays", None)
+        require(wa is None or most is None or len(wa) <= most,
+                f"write_alphas: predictor={p!r} takes at most {most} decay(s), got {len(wa or ())}")
+    require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
+    require(type(cfg.window) is int and 0 <= cfg.window, f"window must be an int >= 0 (0: none), got {cfg.window!r}")
+    require(cfg.window == 0 or ("softmax_attn", "history") in blocks,
+            f"window applies to predictor='softmax_attn' with reads='history'; no block has it")
+    require(cfg.window < cfg.block_size, f"window ({cfg.window}) must be below block_size ({cfg.block_size}); "
+            f"0 for no window")
     require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
             f"dropout must be in [0, 1), got {cfg.dropout!r}")

@@ -72,7 +72,7 @@ from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
-                "dropout", "tokenizer")
+                "conv", "window", "dropout", "tokenizer")
 
 
 @dataclass
@@ -96,9 +96,10 @@ class TrainConfig:
     block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data")
     model: str = cli.arg("spen", "spen (the paper's model) or gpt (attention baseline)",
                          choices=tuple(checkpoint.MODELS), group="model")
-    predictor: str = cli.arg("linear", "SPEN: what reads the traces", choices=tuple(PREDICTORS), group="model")
-    reads: str = cli.arg("state", "SPEN: readers see the trace state h_{t-1} (O(1)) or the whole trace "
-                         "history", choices=tuple(READS), group="model")
+    predictor: str = cli.arg("linear", "SPEN: what reads the traces, one of " + " ".join(PREDICTORS) + "; or one per "
+                             "block as a comma list (ema_kv,ema_kv,ema_kv,softmax_attn)", group="model")
+    reads: str = cli.arg("state", "SPEN: readers see the trace state h_{t-1} (O(1)) or the whole trace history: "
+                         + " | ".join(READS) + "; or one per block as a comma list", group="model")
     context: str = cli.arg("ema", "SPEN: fixed-decay EMA (paper) or selective decays (control)",
                            choices=tuple(CONTEXTS), group="model")
     trace_method: str = cli.arg("auto", "SPEN: how the traces are computed, same numbers (auto: matmul on CUDA, "
@@ -109,6 +110,10 @@ class TrainConfig:
     write_alphas: tuple[float, ...] = cli.arg(None, "SPEN write decays: ema_kv's a_s, a D x D state each (None: the "
                                               "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model")
     read_norm: bool = cli.arg(False, "SPEN write readers: RMSNorm of each head's read, gain 1 at init", group="model")
+    conv: int = cli.arg(0, "SPEN write readers: kernel of a short causal convolution on q, k, v (4 in the field); "
+                        "0: none", group="model")
+    window: int = cli.arg(0, "SPEN softmax over the history: attend to the last w positions only (bounded); 0: all",
+                          group="model")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
     max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization")
     lr_decay_iters: int = cli.arg(0, "step where the cosine reaches --min_lr; 0: --max_iters", group="optimization")
@@ -200,9 +205,10 @@ def model_config(cfg):
         config = GPTConfig(**shape)
         gpt.check(config)
         return config
-    config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,
-                        trace_method=cfg.trace_method, read_norm=cfg.read_norm,  # typed decays are strings (cli.py)
-                        write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))
+    per_block = lambda s: tuple(s.split(",")) if "," in s else s  # "a,b,c,d": one reader per block
+    config = SPENConfig(**shape, predictor=per_block(cfg.predictor), reads=per_block(cfg.reads), context=cfg.context,
+                        trace_method=cfg.trace_method, read_norm=cfg.read_norm, conv=cfg.conv, window=cfg.window,
+                        write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))  # typed decays: strings
     spen.check(config)
     return config
 

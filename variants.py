@@ -70,6 +70,7 @@ Run: nothing to run; tests/test_variants.py checks each reader against its defin
 gradients), what each family tells apart, what the write readers store; tests/test_spen.py, SPEN.
 """
 
+import functools
 import math
 
 import torch
@@ -77,6 +78,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ema
+import writes
+from writes import delta_rule_ref, delta_rule_step, ema_kv_ref, ema_kv_step  # noqa: F401 (lab/'s names)
 
 
 def reader_chunk_len(D):
@@ -93,9 +96,11 @@ def elu1(x):
     return F.elu(x) + 1
 
 
-def slot_mask(T, S, device=None):
-    """(T, T*S) bool: query t sees slot j*S + s iff j <= t (the trace state h_{j-1}, all past)."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril().repeat_interleave(S, dim=1)
+def slot_mask(T, S, device=None, window=0):
+    """(T, T*S) bool: query t sees slot j*S + s iff j <= t (the trace state h_{j-1}, all past), and
+    with a window w >= 1 only iff t - w < j <= t (the last w positions)."""
+    seen = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    return (seen.triu(1 - window) if window else seen).repeat_interleave(S, dim=1)
 
 
 def linear_attention_ref(q, k, v, eps=1e-6):
@@ -107,7 +112,48 @@ def linear_attention_ref(q, k, v, eps=1e-6):
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
 
 
-class _TraceAttention(nn.Module):
+class Reader(nn.Module):
+    """The reader contract, with its defaults: x̂ = forward(u (B, T, C), h_prev (B, T, S, C)) ->
+    (B, T, C), strictly causal (x̂_t from u_t and h_{<t} only). A position-wise reader writes
+    forward and what differs from these defaults:
+        init_state(B, device) -> None            no state beyond the S*C traces the block holds
+        step(u_t, h_prev_t, state) -> (x̂_t, state)   forward at one token
+        state_floats(T) -> 0                     numbers step() holds per sequence beyond the traces
+        attn_flops(T) -> 0                       forward FLOPs per token beyond its weight matmuls
+        no_matmul_params() -> []                 parameters left out of the 6N FLOPs (added, not multiplied)
+        init_weights(cfg) -> the parameters it set: matrices ~ N(0, 0.02), GPT-2's default;
+                                                 any other parameter needs a rule (an error until it has one)
+    spen.Block holds one per block; spen.READERS names them."""
+
+    def init_state(self, batch_size, device):
+        return None
+
+    def step(self, u_t, h_prev_t, state):
+        return self.forward(u_t[:, None], h_prev_t[:, None])[:, 0], state  # (B, C)
+
+    def state_floats(self, T):
+        return 0
+
+    def attn_flops(self, T):
+        return 0
+
+    def no_matmul_params(self):
+        return []
+
+    @torch.no_grad()
+    def init_weights(self, cfg, done=()):
+        """Every matrix not in `done` (set by a subclass) ~ N(0, 0.02), in parameters() order (the
+        draws a seed has always given); refuses a vector, which needs a rule of its own."""
+        done, out = {id(p) for p in done}, list(done)
+        for name, p in self.named_parameters():
+            if id(p) not in done:
+                if p.dim() < 2:
+                    raise ValueError(f"{type(self).__name__}.init_weights has no rule for {name!r}; add one")
+                out.append(p.normal_(0.0, 0.02))
+        return out
+
+
+class _TraceAttention(Reader):
     """Parameters shared by every attention reader: q_t = W_q u_t, k = W_k z, v = W_v z with
     z = h^s + E_s. A slot whose trace state is still zero (before the first token) holds E_s
     alone: a fixed "nothing yet" slot, so position 0 has something to attend to."""
@@ -120,12 +166,6 @@ class _TraceAttention(nn.Module):
         self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
         self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
-
-    @torch.no_grad()
-    def init_weights(self, cfg):
-        """E_s, W_q, W_k, W_v ~ N(0, 0.02), GPT-2's default (E_s small, like a positional embedding), in
-        parameters() order: the draws a seed has always given. Returns them (spen.init_weights)."""
-        return [p.normal_(0.0, 0.02) for p in self.parameters()]
 
     def no_matmul_params(self):
         return [self.trace_emb]  # added to the slots, not multiplied: left out of the 6N FLOPs
@@ -151,15 +191,6 @@ class _StateAttention(_TraceAttention):
         # matmul would run B*T*H products of a (1 x D) by a (D x S) matrix
         w = self.weights(q.unsqueeze(2), k)  # (B, T, S, H), sums to 1 over s
         return (w.unsqueeze(-1) * v).sum(2).flatten(-2)  # (B, T, H, D) -> (B, T, C)
-
-    def init_state(self, batch_size, device):
-        return None  # reads only the traces the block holds
-
-    def step(self, u_t, h_prev_t, state):
-        return self.forward(u_t[:, None], h_prev_t[:, None])[:, 0], state  # (B, C)
-
-    def state_floats(self, T):
-        return 0
 
     def attn_flops(self, T):
         return 4 * self.n_slot * self.q.in_features  # q.k and w.v over S slots: 2 S C each
@@ -258,11 +289,17 @@ class LinearAttnHistory(_HistoryAttention):
 
 class SoftmaxAttnHistory(_HistoryAttention):
     """Causal softmax attention over all past slots (F.scaled_dot_product_attention):
-    x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v."""
+    x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v. With
+    cfg.window = w >= 1, a sliding window: only the slots of the last w positions (t - w < j <= t),
+    and the cache keeps just those (bounded: 2 w S C floats)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.window = cfg.window  # w; 0: every past position
 
     def attend(self, q, k, v):
         T = q.shape[2]
-        mask = slot_mask(T, k.shape[2] // max(T, 1), q.device)  # (T, T*S)
+        mask = slot_mask(T, k.shape[2] // max(T, 1), q.device, self.window)  # (T, T*S)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
 
     def init_state(self, batch_size, device):
@@ -274,211 +311,122 @@ class SoftmaxAttnHistory(_HistoryAttention):
         q, k, v = self.qkv(u_t[:, None], h_prev_t[:, None])  # q (B, H, 1, D), k, v (B, H, S, D)
         k = torch.cat([state["k"], k.to(state["k"].dtype)], dim=2)  # (B, H, S*(t+1), D)
         v = torch.cat([state["v"], v.to(state["v"].dtype)], dim=2)
+        if self.window:  # keep the slots of the last w positions only
+            k, v = k[:, :, -self.window * self.n_slot:], v[:, :, -self.window * self.n_slot:]
         y = F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype))  # all cached slots are past
         return y.reshape(u_t.shape), dict(k=k, v=v)  # (B, C)
 
     def state_floats(self, T):
-        return 2 * T * self.n_slot * self.q.in_features  # k and v of T*S slots
+        return 2 * min(T, self.window or T) * self.n_slot * self.q.in_features  # k and v of the slots kept
 
     def attn_flops(self, T):
         return 4 * T * self.n_slot * self.q.in_features  # full T*S square, as nanoGPT counts it
 
 
 # ------------------------------------------------------------------------------------------
-# Readers that WRITE a state of key-value outer products of their own (module docstring). Layouts:
-# q (B, H, S_w, T, D) for ema_kv (a query per decay), (B, H, T, D) for delta; k, v (B, H, T, D); beta (B, H, T).
+# Readers that WRITE a state of key-value outer products of their own (module docstring); the
+# rules themselves (step, loop, chunked form) are writes.py's.
 
 
-def ema_kv_step(q_t, k_t, v_t, M, alphas):
-    """One token of the fixed-decay EMA of outer products: read the state, then write.
-        y_t     = sum_s (M^s_{t-1})^T q^s_t            read the state BEFORE t's own write
-        M^s_t   = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T  write, per decay s
-    q_t (B, H, S, D), k_t, v_t (B, H, D), M (B, H, S, D, D) (key index first) -> y_t (B, H, D), M_t."""
-    a = torch.tensor(alphas, dtype=M.dtype, device=M.device).view(1, 1, -1, 1, 1)  # (1, 1, S, 1, 1)
-    y = (q_t.unsqueeze(-2) @ M).squeeze(-2).sum(2)  # (B, H, S, 1, D) @ (B, H, S, D, D) -> sum over s
-    kv = (k_t.unsqueeze(-1) * v_t.unsqueeze(-2)).unsqueeze(2)  # (B, H, 1, D, D) k_t v_t^T
-    return y, (1 - a) * M + a * kv
+class ShortConv(nn.Module):
+    """The short causal convolution the field puts on q, k and v (fla's ShortConvolution, Mamba's
+    conv1d): depthwise over time, kernel K, then SiLU,
+        y_t = SiLU(sum_{i<K} w_i * x_{t-K+1+i}),   x_{<0} = 0.
+    forward (B, T, X) -> (B, T, X) is F.conv1d (the loop: the sum over the K shifted copies,
+    `trace_method='loop'`); step keeps the last K - 1 inputs (B, K - 1, X)."""
 
-
-def ema_kv_ref(q, k, v, alphas):
-    """Reference: the plain loop over time of `ema_kv_step`, from M_{-1} = 0 (the definition).
-    q (B, H, S, T, D), k, v (B, H, T, D) -> y (B, H, T, D).
-    Unrolled: y_t = sum_s sum_{j<t} a_s (1 - a_s)^(t-1-j) (q^s_t . k_j) v_j."""
-    B, H, S, T, D = q.shape
-    M = q.new_zeros(B, H, S, D, D)
-    out = []
-    for q_t, k_t, v_t in zip(q.unbind(3), k.unbind(2), v.unbind(2)):  # unbind: a backward linear in T
-        y_t, M = ema_kv_step(q_t, k_t, v_t, M, alphas)
-        out.append(y_t)
-    return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
-
-
-def _decay_tables(alphas, L, dtype, device, weight=True):
-    """The chunked forms' constant tables, computed in float64: for position i (and write j) of a
-    chunk of L, W[s, i, j] = a_s r_s^(i-1-j) for j < i (else 0), r_s = 1 - a_s, the weight of
-    write j in the state read at i; start[s, i] = r_s^i, how much of the chunk's start state is
-    left at i; end[s, j] = a_s r_s^(L-1-j), the weight of write j in the chunk's end state; and
-    r_s^L (weight=False: without the factors a_s). No division: a = 1 (0^0 = 1) and long chunks are safe."""
-    a = torch.tensor(alphas, dtype=torch.float64)[:, None, None]  # (S, 1, 1)
-    r, i = 1 - a, torch.arange(L, dtype=torch.float64)
-    a = a if weight else torch.ones_like(a)
-    e = i[:, None] - 1 - i[None, :]  # (L, L) exponent i - 1 - j
-    W = torch.where(e >= 0, a * r ** e.clamp(min=0), torch.zeros(()))  # (S, L, L), strictly causal
-    start, end = r[:, :, 0] ** i, a[:, :, 0] * r[:, :, 0] ** (L - 1 - i)  # (S, L) each
-    return [x.to(dtype=dtype, device=device) for x in (W, start, end, r[:, :, 0] ** L)]  # ..., r^L (S, 1)
-
-
-def ema_kv_chunked(q, k, v, alphas, chunk=64):
-    """Fast path of `ema_kv_ref` (the same values): chunks of L = min(chunk, T) positions. Inside
-    a chunk the masked parallel form y_i = sum_s sum_{j<i} W[s,i,j] (q^s_i . k_j) v_j; across
-    chunks the state M^s (D x D) of everything before the chunk, read decayed by r_s^i and carried
-    over as M <- r_s^L M + sum_j a_s r_s^(L-1-j) k_j v_j^T: N = ceil(T / L) Python steps.
-    q (B, H, S, T, D), k, v (B, H, T, D) -> y (B, H, T, D)."""
-    B, H, S, T, D = q.shape
-    L = max(1, min(chunk, T))
-    pad = (-T) % L  # zero keys and values after the end write nothing; their outputs are cut off
-    q = F.pad(q, (0, 0, 0, pad)).unflatten(3, (-1, L))  # (B, H, S, N, L, D)
-    k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (k, v))  # (B, H, N, L, D)
-    W, start, end, rL = _decay_tables(alphas, L, q.dtype, q.device)
-    M = q.new_zeros(B, H, S, D, D)  # the state before the chunk, key index first
-    out = []
-    for q_n, k_n, v_n in zip(q.unbind(3), k.unbind(2), v.unbind(2)):  # (B, H, S, L, D), (B, H, L, D)
-        scores = (q_n @ k_n.unsqueeze(2).transpose(-1, -2)) * W  # (B, H, S, L, L), decayed and masked
-        y = scores.sum(2) @ v_n + ((q_n * start[..., None]) @ M).sum(2)  # in-chunk + earlier chunks
-        M = rL[..., None] * M + (k_n.unsqueeze(2) * end[..., None]).transpose(-1, -2) @ v_n.unsqueeze(2)
-        out.append(y)  # (B, H, L, D)
-    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
-
-
-def delta_rule_step(q_t, k_t, v_t, beta_t, M, a=0.0):
-    """One token of the delta rule with a fixed decay g = 1 - a (gated DeltaNet, Yang et al. 2025, with
-    a constant gate; a = 0: DeltaNet): read the state, decay it, correct what it holds at k_t to v_t.
-        y_t = M_{t-1} q_t                                         read the state BEFORE t's write
-        M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T      the write
-    q_t, k_t, v_t (B, H, D) (q, k unit vectors), beta_t (B, H) in (0, 1), M (B, H, D, D) (value
-    index first: M k is the value stored at key k) -> y_t (B, H, D), M_t."""
-    y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
-    M = (1 - a) * M
-    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - g M k_t: what the state gets wrong
-    return y, M + (beta_t[..., None] * err).unsqueeze(-1) * k_t.unsqueeze(-2)
-
-
-def delta_rule_ref(q, k, v, beta, a=0.0):
-    """Reference: the plain loop over time of `delta_rule_step`, from M_{-1} = 0 (the definition).
-    q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
-    B, H, T, D = q.shape
-    M = q.new_zeros(B, H, D, D)
-    out = []
-    for q_t, k_t, v_t, b_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):
-        y_t, M = delta_rule_step(q_t, k_t, v_t, b_t, M, a)
-        out.append(y_t)
-    return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
-
-
-def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
-    """Fast path of `delta_rule_ref` (the same values): the chunked WY form of (gated) DeltaNet
-    (Yang et al. 2024, 2025), in chunks of L = min(chunk, T), with P = M^T (D x D, key index
-    first) and g = 1 - a. Within a chunk that starts from state P_0, with local time i = 0..L-1,
-    the state after position i is g^(i+1) P_0 + sum_{j<=i} g^(i-j) k_j w_j^T, with writes
-    w_i = beta_i (v_i - g P_{i-1}^T k_i); stacked as rows, they solve the unit lower-triangular
-        (I + tril_{-1}(diag(beta) (K K^T * G))) Wr = diag(beta) (V - diag(g^(i+1)) K P_0),
-    G_ij = g^(i-j); then Y = diag(g^i) Q P_0 + tril_{-1}(Q K^T * G / g) Wr (the state before each
-    write) and P_end = g^L P_0 + (diag(g^(L-1-j)) K)^T Wr. Every factor is a power g^n <= 1 of
-    local time, never g^-n: fast decays and long chunks lose nothing. N = ceil(T / L) Python steps.
-    q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
-    B, H, T, D = q.shape
-    L = max(1, min(chunk, T))
-    pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
-    q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (q, k, v))  # (B, H, N, L, D)
-    beta = F.pad(beta, (0, pad)).unflatten(2, (-1, L))[..., None]  # (B, H, N, L, 1)
-    read, start, end, gL = (x[0] for x in _decay_tables((a,), L, q.dtype, q.device, weight=False))
-    write = (1 - a) * read  # (L, L) g^(i-j) for j < i, else 0
-    start, end, eye = start[:, None], end[:, None], torch.eye(L, dtype=q.dtype, device=q.device)  # (L, 1)
-    P = q.new_zeros(B, H, D, D)  # the state before the chunk, P = M^T
-    out = []
-    for q_n, k_n, v_n, b_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):  # (B, H, L, .)
-        A = eye + ((b_n * k_n) @ k_n.transpose(-1, -2)) * write  # (B, H, L, L) unit lower triangular
-        UW = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * (1 - a) * start * k_n], -1),
-                                           upper=False, unitriangular=True)  # (B, H, L, 2D)
-        w = UW[..., :D] - UW[..., D:] @ P  # (B, H, L, D) the writes w_i
-        out.append((start * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * read) @ w)  # (B, H, L, D)
-        P = gL * P + (end * k_n).transpose(-1, -2) @ w
-    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
-
-
-def l2norm(x, eps=1e-6):
-    """x / sqrt(|x|^2 + eps) over the last dim (fla's DeltaNet form). Not F.normalize: SPEN's key
-    at t = 0 is exactly zero (h_{-1} = 0), where x / max(|x|, 1e-12) has slope 1e12, which
-    overflows an fp16 gradient; here the slope at 0 is eps^-1/2 = 1e3."""
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
-
-
-class _WriteReader(nn.Module):
-    """Parameters shared by the two write readers: k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C,
-    the trace state just before t: mostly the previous token, what the short convolution before
-    the keys gives the field's models (Mamba, GatedDeltaNet), so none is added), v_t = W_v u_t
-    (C -> C, written after t's read) and the query projection W_q of u_t (n_query * C outputs).
-    No biases. With read_norm, each head's read y leaves as RMSNorm(y) g (gain g (D,) shared by the
-    heads, 1 at init), GatedDeltaNet's output norm. The state and its arithmetic are float32
-    under autocast and for half-precision weights (the projections follow autocast; what they
-    feed runs with autocast off, as in ema.py): the slow decay sums ~50 writes and the delta
-    rule corrects its state every token, which bf16 would round visibly."""
-
-    writes = True  # a state of its own (spen.check: only these take write_alphas and read_norm)
-
-    def __init__(self, cfg, n_query):
+    def __init__(self, X, K, loop=False):
         super().__init__()
-        C, S, D = cfg.n_embd, len(cfg.alphas), cfg.n_embd // cfg.n_head
-        self.n_head = cfg.n_head
-        self.chunk = reader_chunk_len(D)  # L: positions per chunk of the fast path (any L: the same values)
+        self.loop = loop
+        self.weight = nn.Parameter(torch.empty(X, K))  # w_i per channel; w[:, K - 1] weights x_t
+
+    def forward(self, x):
+        K = self.weight.shape[1]
+        if self.loop:  # the definition: tap i sees x shifted K - 1 - i steps into the past
+            y = sum(self.weight[:, i] * F.pad(x, (0, 0, K - 1 - i, 0))[:, :x.shape[1]] for i in range(K))
+        else:
+            y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), self.weight[:, None], groups=x.shape[-1]).transpose(1, 2)
+        return F.silu(y)  # (B, T, X)
+
+    def step(self, x_t, cache):
+        """x_t (B, X), cache (B, K - 1, X) of the inputs before t -> y_t (B, X), the new cache."""
+        window = torch.cat([cache.to(x_t.dtype), x_t[:, None]], 1)  # (B, K, X)
+        return F.silu((window * self.weight.T).sum(1)), window[:, 1:]
+
+
+class _WriteReader(Reader):
+    """What the write readers share: the projections, the optional short convolution, the float32
+    policy and the state. k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C: the trace state just
+    before t, mostly the previous token), v_t = W_v u_t (C -> C, written after t's read), W_q of u_t
+    (n_query * C outputs). No biases. With conv = K >= 1, each of q, k, v passes a ShortConv of
+    kernel K over time (k's spans h_{t-K..t-1}: still u_{<t} only, so read-before-write holds).
+    With read_norm, each head's read y leaves as RMSNorm(y) g (gain g (D,), 1 at init). The
+    state and its arithmetic are float32 under autocast and for half-precision weights (the
+    projections follow autocast; the rule runs with autocast off, as in ema.py): the slow decay
+    sums ~50 writes and the delta rule corrects its state every token, which bf16 would round."""
+
+    writes = True  # a state of its own (spen.check: only these take write_alphas, read_norm and conv)
+
+    def __init__(self, cfg, n_query, state_shape):
+        super().__init__()
+        C, S, H = cfg.n_embd, len(cfg.alphas), cfg.n_head
+        self.n_head, self.D, self.state_shape = H, C // H, state_shape
+        self.chunk = reader_chunk_len(self.D)  # L: positions per chunk of the fast path (any L: the same values)
         self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
-        self.gain = nn.Parameter(torch.ones(D)) if cfg.read_norm else None  # g, the read norm's gain
+        self.gain = nn.Parameter(torch.ones(self.D)) if cfg.read_norm else None  # g, the read norm's gain
         self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
+        self.convs = nn.ModuleList(ShortConv(n, cfg.conv, self.loop) for n in (n_query * C, C, C)) if cfg.conv else None
 
     @torch.no_grad()
-    def init_weights(self, cfg):
-        """W_q, W_k, W_v (and delta's W_beta) ~ N(0, 0.02), GPT-2's default; the gain g = 1. Returns them."""
-        gain = [self.gain.fill_(1.0)] if self.gain is not None else []
-        return gain + [m.weight.normal_(0.0, 0.02) for m in self.children()]
+    def init_weights(self, cfg, done=()):
+        """Matrices ~ N(0, 0.02), GPT-2's default; the read norm's gain 1; a convolution's taps
+        ~ U(-1/sqrt(K), 1/sqrt(K)), torch's Conv1d default (N(0, 0.02) taps would shrink q, k, v
+        fifty-fold at init). Returns them."""
+        done = list(done) + ([self.gain.fill_(1.0)] if self.gain is not None else [])
+        for m in self.convs or ():
+            done.append(m.weight.uniform_(-m.weight.shape[1] ** -0.5, m.weight.shape[1] ** -0.5))
+        return super().init_weights(cfg, done)
 
-    def extra(self, u):
-        return None  # what else a write needs from u_t (the delta rule's beta)
+    def project(self, u, h_prev, conv=None):
+        """q, k, v (B, T, n_query C), (B, T, C), (B, T, C) from u (B, T, C) and h_prev (B, T, S, C),
+        through the short convolution if there is one (step: its caches `conv` -> the new ones)."""
+        qkv = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)
+        if self.convs is None:
+            return qkv, conv
+        if conv is None:  # forward: the whole sequence
+            return [c(x) for c, x in zip(self.convs, qkv)], None
+        out = [c.step(x[:, 0], cache) for c, x, cache in zip(self.convs, qkv, conv)]  # T = 1
+        return [y[:, None] for y, _ in out], [cache for _, cache in out]
 
     def heads(self, x):
         """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
-        (B, T, nC), C = x.shape, self.v.in_features
+        (B, T, nC), H = x.shape, self.n_head
         x = x.float() if x.dtype in ema.HALF else x
-        return x.view(B, T, nC // C, self.n_head, C // self.n_head).permute(0, 3, 2, 1, 4)
+        return x.view(B, T, nC // (H * self.D), H, self.D).permute(0, 3, 2, 1, 4)
 
     def read_out(self, y):
-        """y (..., D) -> RMSNorm(y) g with read_norm, else y."""
-        return y if self.gain is None else F.rms_norm(y, self.gain.shape, self.gain.to(y.dtype), eps=1e-6)
-
-    def forward(self, u, h_prev):
-        q, k, v = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)  # (B, T, n C), (B, T, C), (B, T, C)
-        extra = self.extra(u)
-        with ema._no_autocast(u.device):
-            y = self.read_out(self.core(*self.prepare(q, k, v, extra)))  # `core`: the fast path or, with
-            # trace_method='loop', the reference loop (the same values)
-        return y.transpose(1, 2).flatten(2)  # (B, H, T, D) -> (B, T, C), float32
+        """y (B, H, T, D) -> (B, T, C), RMSNorm(y) g per head with read_norm."""
+        if self.gain is not None:
+            y = F.rms_norm(y, self.gain.shape, self.gain.to(y.dtype), eps=1e-6)
+        return y.transpose(1, 2).flatten(2)
 
     def init_state(self, batch_size, device):
-        return dict(M=torch.zeros(batch_size, *self.state_shape, device=device))  # float32
+        K = self.convs[0].weight.shape[1] if self.convs else 1
+        conv = [torch.zeros(batch_size, K - 1, c.weight.shape[0], device=device) for c in self.convs] if self.convs else None
+        return self.state(torch.zeros(batch_size, *self.state_shape, device=device), conv)  # float32
 
-    def step(self, u_t, h_prev_t, state):
-        """The recurrence, one token: read M_{t-1}, then write (`one_step`)."""
-        u, h = u_t[:, None], h_prev_t[:, None]  # T = 1
-        q, k, v, extra = self.q(u), self.k(h.flatten(-2)), self.v(u), self.extra(u)
-        with ema._no_autocast(u_t.device):
-            args = [x.select(-2 if x.dim() > 3 else -1, 0) for x in self.prepare(q, k, v, extra)]  # drop T
-            M = state["M"].to(args[0].dtype)  # float32 (float64 for a float64 model)
-            y, M = self.one_step(*args, M)  # (B, H, D)
-        return self.read_out(y).flatten(1), dict(M=M)  # (B, C)
+    def state(self, M, conv):
+        """The step state: M and, with a convolution, its caches (one per projection)."""
+        return dict(M=M) if conv is None else dict(M=M, conv=conv)
 
     def state_floats(self, T):
-        return math.prod(self.state_shape)
+        conv = sum(c.weight.numel() - c.weight.shape[0] for c in self.convs) if self.convs else 0  # (K - 1) X each
+        return math.prod(self.state_shape) + conv
+
+    def conv_flops(self):
+        return sum(2 * c.weight.numel() for c in self.convs) if self.convs else 0  # K taps per channel
 
 
 class EMAKVState(_WriteReader):
@@ -486,27 +434,33 @@ class EMAKVState(_WriteReader):
     a state of S_w (D x D) matrices per head of key-value outer products:
         M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t,
     q^s_t = W_q^s u_t / sqrt(D); the decays a_s are cfg.write_alphas (S_w of them), by default the
-    paper's trace decays. `ema_kv_ref` is the definition, `ema_kv_chunked` the fast path."""
+    paper's trace decays. writes.ema_kv_ref is the definition, writes.ema_kv_chunked the fast path."""
 
     def __init__(self, cfg):
-        super().__init__(cfg, n_query=len(cfg.write_alphas or cfg.alphas))  # W_q: C -> S_w*C
-        self.alphas = cfg.write_alphas or cfg.alphas  # the S_w write decays
+        self_alphas = cfg.write_alphas or cfg.alphas  # the S_w write decays
         D = cfg.n_embd // cfg.n_head
-        self.state_shape = cfg.n_head, len(self.alphas), D, D  # H, S_w, D, D: S_w*C*D floats
+        super().__init__(cfg, len(self_alphas), (cfg.n_head, len(self_alphas), D, D))  # W_q: C -> S_w*C; S_w*C*D floats
+        self.alphas = self_alphas
 
-    def prepare(self, q, k, v, extra):
-        q = self.heads(q) * (self.v.in_features // self.n_head) ** -0.5  # (B, H, S_w, T, D) / sqrt(D)
-        return q, self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # k, v (B, H, T, D)
+    def forward(self, u, h_prev):
+        (q, k, v), _ = self.project(u, h_prev)  # (B, T, S_w C), (B, T, C), (B, T, C)
+        with ema._no_autocast(u.device):
+            q = self.heads(q) * self.D ** -0.5  # (B, H, S_w, T, D) / sqrt(D)
+            k, v = self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # (B, H, T, D)
+            rule = writes.ema_kv_ref if self.loop else functools.partial(writes.ema_kv_chunked, chunk=self.chunk)
+            return self.read_out(rule(q, k, v, self.alphas))  # (B, T, C), float32
 
-    def core(self, q, k, v):
-        return ema_kv_ref(q, k, v, self.alphas) if self.loop else ema_kv_chunked(q, k, v, self.alphas, self.chunk)
-
-    def one_step(self, q_t, k_t, v_t, M):
-        return ema_kv_step(q_t, k_t, v_t, M, self.alphas)
+    def step(self, u_t, h_prev_t, state):
+        (q, k, v), conv = self.project(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        with ema._no_autocast(u_t.device):
+            q = self.heads(q)[:, :, :, 0] * self.D ** -0.5  # (B, H, S_w, D)
+            k, v = self.heads(k)[:, :, 0, 0], self.heads(v)[:, :, 0, 0]  # (B, H, D)
+            y, M = writes.ema_kv_step(q, k, v, state["M"].to(q.dtype), self.alphas)  # (B, H, D)
+            return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
     def attn_flops(self, T):  # chunked: in-chunk q^s.k per decay and their sum times v; per decay, read and carry M
-        C, D, L, Sw = self.v.in_features, self.v.in_features // self.n_head, min(self.chunk, T), len(self.alphas)
-        return 2 * (Sw + 1) * L * C + 4 * Sw * C * D
+        C, L, Sw = self.v.in_features, min(self.chunk, T), len(self.alphas)
+        return 2 * (Sw + 1) * L * C + 4 * Sw * C * self.D + self.conv_flops()
 
 
 class DeltaRuleState(_WriteReader):
@@ -514,35 +468,109 @@ class DeltaRuleState(_WriteReader):
     matrix per head, with no decay (g = 1) or the fixed decay g = 1 - a of write_alphas = (a,):
         M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
     k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
-    C -> H). `delta_rule_ref` is the definition, `delta_rule_chunked` the fast path."""
+    C -> H). writes.delta_rule_ref is the definition, writes.delta_rule_chunked the fast path."""
 
     max_write_decays = 1  # spen.check: a single state, one decay
 
     def __init__(self, cfg):
-        super().__init__(cfg, n_query=1)  # W_q: C -> C
+        D = cfg.n_embd // cfg.n_head
+        super().__init__(cfg, 1, (cfg.n_head, D, D))  # W_q: C -> C; H D x D: C*D floats
         self.beta = nn.Linear(cfg.n_embd, cfg.n_head, bias=False)  # W_beta: the write strength per head
         self.a = cfg.write_alphas[0] if cfg.write_alphas else 0.0  # a = 1 - g; 0: no decay (DeltaNet)
-        D = cfg.n_embd // cfg.n_head
-        self.state_shape = cfg.n_head, D, D  # H, D, D: C*D floats
 
-    def extra(self, u):
-        return self.beta(u)  # (B, T, H) logits
+    def qkvb(self, u, h_prev, conv=None):
+        """Unit q and k, v (B, H, T, D) and beta (B, H, T), float32; and the convolution's caches."""
+        (q, k, v), conv = self.project(u, h_prev, conv)
+        beta = self.beta(u)  # (B, T, H) logits, projected under autocast like q, k, v
+        with ema._no_autocast(u.device):
+            q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
+            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta).transpose(1, 2)  # (B, H, T) in (0, 1)
+            return writes.l2norm(q), writes.l2norm(k), v, beta, conv
 
-    def prepare(self, q, k, v, extra):
-        q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
-        beta = torch.sigmoid(extra.float() if extra.dtype in ema.HALF else extra).transpose(1, 2)  # (B, H, T) in (0, 1)
-        return l2norm(q), l2norm(k), v, beta
+    def forward(self, u, h_prev):
+        q, k, v, beta, _ = self.qkvb(u, h_prev)
+        with ema._no_autocast(u.device):
+            if self.loop:
+                y = writes.delta_rule_ref(q, k, v, beta, self.a)
+            else:
+                y = writes.delta_rule_chunked(q, k, v, beta, self.a, self.chunk)
+            return self.read_out(y)  # (B, T, C), float32
 
-    def core(self, q, k, v, beta):
-        a, L = self.a, self.chunk
-        return delta_rule_ref(q, k, v, beta, a) if self.loop else delta_rule_chunked(q, k, v, beta, a, L)
+    def step(self, u_t, h_prev_t, state):
+        q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        with ema._no_autocast(u_t.device):
+            y, M = writes.delta_rule_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0],
+                                          state["M"].to(q.dtype), self.a)  # (B, H, D)
+            return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
-    def one_step(self, q_t, k_t, v_t, beta_t, M):
-        return delta_rule_step(q_t, k_t, v_t, beta_t, M, self.a)
+    def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times N; P: 3 products
+        return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D + self.conv_flops()
 
-    def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times W; P: 3 products
-        C, D, L = self.v.in_features, self.v.in_features // self.n_head, min(self.chunk, T)
-        return 8 * L * C + 6 * C * D
+
+class GatedDeltaState(DeltaRuleState):
+    """('gated_delta', 'state'): the gated delta rule with Gated DeltaNet's parameterisation (Yang et
+    al., ICLR 2025; fla's GatedDeltaNet layer), reading before it writes:
+        M_t = alpha_t M_{t-1} + beta_t (v_t - alpha_t M_{t-1} k_t) k_t^T,   y_t = M_{t-1} q_t,
+        alpha_t = exp(-exp(A_log) softplus(W_a u_t + dt_bias)) per head,  beta_t = sigmoid(W_beta u_t),
+        x̂_t = RMSNorm(y_t) g * SiLU(W_gate u_t)   (per head norm; no output projection: W_mix follows).
+    q and k are L2-normalised as in delta; the short convolution is cfg.conv (the published model
+    uses K = 4). writes.gated_delta_ref is the definition, writes.gated_delta_chunked the fast path."""
+
+    max_write_decays = 0  # its decay is learned: write_alphas does not apply
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        C, H = cfg.n_embd, cfg.n_head
+        self.decay = nn.Linear(C, H, bias=False)  # W_a
+        self.A_log = nn.Parameter(torch.empty(H))  # the decay rate per head, log-parameterised
+        self.dt_bias = nn.Parameter(torch.empty(H))  # the gate's bias, inverse softplus of a time step
+        self.gate = nn.Linear(C, C, bias=False)  # W_gate, the output gate
+        self.out_norm = nn.Parameter(torch.ones(self.D))  # g, the output RMSNorm's gain
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1], so
+        alpha starts between about exp(-1.6) and exp(-1e-3) per head; the norm's gain 1; matrices as
+        the other write readers. Returns them."""
+        dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(math.log(1e-3), math.log(0.1)))
+        done = [self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log()),
+                self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt))), self.out_norm.fill_(1.0)]
+        return super().init_weights(cfg, done)
+
+    def no_matmul_params(self):
+        return [self.A_log, self.dt_bias]
+
+    def log_decay(self, u):
+        """g_t = log alpha_t = -exp(A_log) softplus(W_a u_t + dt_bias) (B, H, T) <= 0, float32."""
+        with ema._no_autocast(u.device):
+            a = self.decay(u)
+            a = a.float() if a.dtype in ema.HALF else a
+            return (-self.A_log.exp() * F.softplus(a + self.dt_bias)).transpose(1, 2)
+
+    def gated(self, y, u):
+        """y (B, H, T, D) -> RMSNorm(y) g * SiLU(W_gate u) (B, T, C)."""
+        y = F.rms_norm(y, self.out_norm.shape, self.out_norm.to(y.dtype), eps=1e-6).transpose(1, 2).flatten(2)
+        gate = self.gate(u)
+        return y * F.silu(gate.float() if gate.dtype in ema.HALF else gate)
+
+    def forward(self, u, h_prev):
+        q, k, v, beta, _ = self.qkvb(u, h_prev)  # unit q, k; (B, H, T, D), beta (B, H, T)
+        g = self.log_decay(u)  # (B, H, T)
+        with ema._no_autocast(u.device):
+            rule = writes.gated_delta_ref if self.loop else functools.partial(writes.gated_delta_chunked, chunk=self.chunk)
+            y = rule(q, k, v, beta, g)  # (B, H, T, D)
+        return self.gated(y, u)  # (B, T, C)
+
+    def step(self, u_t, h_prev_t, state):
+        q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        g = self.log_decay(u_t[:, None])[:, :, 0]  # (B, H)
+        with ema._no_autocast(u_t.device):
+            y, M = writes.gated_delta_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g,
+                                           state["M"].to(q.dtype))  # (B, H, D)
+        return self.gated(y[:, :, None], u_t[:, None])[:, 0], self.state(M, conv)  # (B, C)
+
+    def attn_flops(self, T):  # the delta rule's, plus the decays inside the chunk (elementwise: left out)
+        return super().attn_flops(T)
 
 
 # ------------------------------------------------------------------------------------------
@@ -598,4 +626,5 @@ VARIANT_READERS = {
     ("softmax_attn", "history"): SoftmaxAttnHistory,
     ("ema_kv", "state"): EMAKVState,
     ("delta", "state"): DeltaRuleState,
+    ("gated_delta", "state"): GatedDeltaState,
 }

@@ -148,11 +148,15 @@ def test_reference_loop_equals_default_path_values_and_gradients(predictor, read
 def test_loop_switch_reaches_every_chunked_reader(monkeypatch):
     """The one switch: trace_method='loop' runs the readers' references, never their fast paths."""
     import variants
+    import writes
     calls = []
-    for name in ("ema_kv_chunked", "delta_rule_chunked", "ema_kv_ref", "delta_rule_ref", "linear_attention_ref"):
-        real = getattr(variants, name)
-        monkeypatch.setattr(variants, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
-    for predictor, reads in (("ema_kv", "state"), ("delta", "state"), ("linear_attn", "history")):
+    for module, name in ((writes, "ema_kv_chunked"), (writes, "delta_rule_chunked"), (writes, "gated_delta_chunked"),
+                         (writes, "ema_kv_ref"), (writes, "delta_rule_ref"), (writes, "gated_delta_ref"),
+                         (variants, "linear_attention_ref")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    for predictor, reads in (("ema_kv", "state"), ("delta", "state"), ("gated_delta", "state"),
+                             ("linear_attn", "history")):
         for method in ("auto", "loop"):
             calls.clear()
             make(trace_method=method, predictor=predictor, reads=reads)(tokens(1, 9, 1))
@@ -330,9 +334,15 @@ def test_bad_config_gives_clear_error(field, value):
     (dict(predictor="ema_kv", write_alphas=(0.5, 0.0)), r"write_alphas must be .* decays in \(0, 1\]"),
     (dict(predictor="delta", write_alphas=(1.5,)), r"write_alphas must be .* decays in \(0, 1\]"),
     (dict(predictor="ema_kv", write_alphas=()), "write_alphas must be None or a non-empty tuple"),
-    (dict(predictor="delta", write_alphas=(0.1, 0.01)), "write_alphas: predictor='delta' takes at most 1 decay, got 2"),
-    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas and read_norm set a write reader's state"),
-    (dict(predictor="softmax_attn", reads="history", read_norm=True), "predictor='softmax_attn' writes none"),
+    (dict(predictor="delta", write_alphas=(0.1, 0.01)), r"write_alphas: predictor='delta' takes at most 1 decay\(s\), got 2"),
+    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas.* the model has none"),
+    (dict(predictor="softmax_attn", reads="history", read_norm=True), "read_norm.* the model has none"),
+    (dict(predictor="linear", conv=4), "conv.* the model has none"),
+    (dict(predictor="delta", conv=-1), "conv must be"), (dict(predictor="delta", conv=4.0), "conv must be"),
+    (dict(predictor="gated_delta", write_alphas=(0.1,)), "gated_delta.* takes at most 0"),
+    (dict(predictor="softmax_attn", reads="history", window=32), "window .* below block_size"),
+    (dict(predictor="softmax_attn", reads="history", window=-1), "window must be"),
+    (dict(predictor="delta", window=4), "window applies to"),
     (dict(predictor="delta", read_norm=1), "read_norm must be True or False"),
     (dict(predictor="delta", n_head=5), r"n_embd \(32\) must be divisible by n_head \(5\)"),
     (dict(predictor="ema_kv", n_head=0), "n_head must be an int >= 1")])
@@ -441,3 +451,32 @@ def test_flops_and_mfu():
     hist = make(predictor="softmax_attn", reads="history")
     assert hist.flops_per_token(64) > hist.flops_per_token(32) > make(predictor="softmax_attn").flops_per_token(32)
     assert runtime.estimate_mfu(model, 32, 1000.0, peak=n * 1000.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor=("delta", "delta", "delta")), r"predictor must be one name or a tuple of n_layer = 2"),
+    (dict(predictor=("delta", "nope")), "predictor must be one of"),
+    (dict(predictor=("delta", "linear"), reads=("state", "history")), "needs a predictor that reads the history"),
+    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none")])
+def test_per_block_readers_are_checked(kw, match):
+    """A per-block tuple of the wrong length, an unknown reader in it, or a block that cannot read
+    what it is told: one line, before anything is built."""
+    with pytest.raises(ValueError, match=match) as e:
+        SPEN(tiny(**kw))
+    assert "\n" not in str(e.value)
+
+
+def test_hybrid_reports_the_sum_over_its_blocks():
+    """A model with a different reader per block reports state and FLOPs summed over its blocks
+    (state per layer: the mean), not block 0 times the depth: here block 0 holds no state of its
+    own and block 1 a softmax cache, so the block-0 shortcut would report the traces alone."""
+    T = 32
+    hybrid = SPEN(tiny(predictor=("linear", "softmax_attn"), reads=("state", "history")))
+    plain, full = SPEN(tiny()), SPEN(tiny(predictor="softmax_attn", reads="history"))
+    assert [type(b.pred).__name__ for b in hybrid.blocks] == ["LinearPredictor", "SoftmaxAttnHistory"]
+    assert 2 * hybrid.state_floats(T) == plain.state_floats(T) + full.state_floats(T) > 2 * plain.state_floats(T)
+    per_block = [b.pred.attn_flops(T) for b in hybrid.blocks]
+    assert per_block[0] == 0 < per_block[1] == full.blocks[0].pred.attn_flops(T)
+    extra = hybrid.flops_per_token(T) - 6 * (hybrid.num_params() - sum(p.numel() for p in hybrid.parameters() if p.dim() < 2)
+                                             - sum(b.pred.trace_emb.numel() for b in hybrid.blocks[1:]))
+    assert extra == 3 * per_block[1]

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 
 import ema
 from spen import READERS, Block, EMAContext, SPENConfig, init_weights, shift_right
-from variants import (DeltaRuleState, EMAKVState, LinearAttnHistory, SelectiveContext, delta_rule_chunked,
-                      delta_rule_ref, ema_kv_chunked, ema_kv_ref, l2norm, linear_attention_ref)
+from variants import DeltaRuleState, EMAKVState, LinearAttnHistory, SelectiveContext, linear_attention_ref
+from writes import delta_rule_chunked, delta_rule_ref, ema_kv_chunked, ema_kv_ref, l2norm
 
-WRITERS = ("ema_kv", "delta")  # readers that write a state of their own (keys h_{t-1}, values u_t)
+WRITERS = tuple(p for (p, _), c in READERS.items() if getattr(c, "writes", False))  # a state of their own
 
 
 def tiny(**kw):
@@ -194,7 +194,8 @@ def test_decayed_delta_rule_chunk_64_keeps_float32_precision(a):
 
 @pytest.mark.parametrize("predictor", WRITERS)
 def test_write_reader_sees_u_t_only_through_its_query(predictor):
-    """x̂_t reads M_{t-1}, the state before t's own write: with the queries held fixed (a hook
+    """x̂_t reads M_{t-1}, the state before t's own write: with the queries (and gated_delta's output
+    gate) held fixed (a hook
     replaces W_q u by its unperturbed value), perturbing u_5 (values v_5, and beta_5) leaves
     x̂_0..x̂_5 unchanged and changes x̂_6 on, where the write is read. Without the hook x̂_5 changes:
     through the query only. (With W_q = 0, x̂ = 0 everywhere: every path from u_t runs through q.)"""
@@ -203,11 +204,11 @@ def test_write_reader_sees_u_t_only_through_its_query(predictor):
     u, h_prev = torch.randn(2, 10, 32), torch.randn(2, 10, 3, 32)
     u2 = u.clone()
     u2[:, 5] += 1.0
+    held = [pred.q] + ([pred.gate] if predictor == "gated_delta" else [])  # gated_delta: its output gate reads u_t too
     with torch.no_grad():
-        q_of_u = pred.q(u)
-        hook = pred.q.register_forward_hook(lambda module, inputs, out: q_of_u)
-        x1, x2 = pred(u, h_prev), pred(u2, h_prev)  # the same queries
-        hook.remove()
+        hooks = [m.register_forward_hook(lambda module, inputs, out, _o=m(u): _o) for m in held]
+        x1, x2 = pred(u, h_prev), pred(u2, h_prev)  # the same queries (and gates)
+        [h.remove() for h in hooks]
         x3 = pred(u2, h_prev)  # the query at 5 from u2 too
     assert torch.allclose(x1[:, :6], x2[:, :6], atol=1e-6, rtol=0)
     assert not torch.allclose(x1[:, 6], x2[:, 6], atol=1e-4)
