@@ -14,7 +14,7 @@ import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzm
 
 
 def effective_window(alpha, mass=0.9):
-    """Exercise 1 (difficulty ●●○○○, importance ●●●○○, about 10 min).
+    """Exercise 1 (difficulty ●●○○○, importance ●●●○○, about 8 min).
     The effective window of an EMA trace of decay `alpha`.
 
     The trace h_t = (1 - a) h_{t-1} + a x_t weighs the input j steps back by a (1 - a)^j.
@@ -27,7 +27,7 @@ def effective_window(alpha, mass=0.9):
 
 
 def same_state(alphas, x):
-    """Exercise 2 (difficulty ●●●○○, importance ●●●●○, about 15 min). Two pasts, one state.
+    """Exercise 2 (difficulty ●●●○○, importance ●●●●○, about 10 min). Two pasts, one state.
 
     x: a float64 tensor (T,), one channel's inputs x_0 .. x_{T-1}. The S traces' state after them
     is V @ x with V = ema.trace_map(alphas, T), V[s, j] = a_s (1 - a_s)^(T-1-j). Return another
@@ -38,7 +38,7 @@ def same_state(alphas, x):
 
 
 def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
-    """Exercise 3 (difficulty ●●●○○, importance ●●●○○, about 15 min).
+    """Exercise 3 (difficulty ●●●○○, importance ●●●○○, about 10 min).
     A linear probe: how much of a label can a linear map read?
 
     X_* (N, F) float features, y_* (N,) int labels in [0, R). Fit on the training rows only:
@@ -50,7 +50,7 @@ def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
 
 
 def mqar_sequence(keys, values, slots, T, blank):
-    """Exercise 4 (difficulty ●●○○○, importance ●●○○○, about 15 min).
+    """Exercise 4 (difficulty ●●○○○, importance ●●○○○, about 8 min).
     One multi-query associative recall sequence, as recall.mqar builds it.
 
     keys, values, slots: int tensors (N,). Return idx (T,) and targets (T,), both torch.long:
@@ -62,7 +62,7 @@ def mqar_sequence(keys, values, slots, T, blank):
 
 
 def binding(acc, N):
-    """Exercise 5a (difficulty ●○○○○, importance ●●●○○, about 5 min).
+    """Exercise 5a (difficulty ●○○○○, importance ●●●○○, about 3 min).
     The binding score of a recall accuracy `acc` at N pairs:
     0 at 1/N (a reader that knows which values occur but not which key each belongs to), 1 at
     perfect recall, linear in between (negative below 1/N). Raise ValueError if N < 2."""
@@ -70,7 +70,7 @@ def binding(acc, N):
 
 
 def recalled_pairs(acc, N):
-    """Exercise 5b (difficulty ●●○○○, importance ●●●○○, about 5 min).
+    """Exercise 5b (difficulty ●●○○○, importance ●●●○○, about 3 min).
     A reader that knows r of the N pairs exactly and, for every
     other query, guesses uniformly among the N - r values it cannot place, scores
     acc = (r + 1) / N on average. Return the r that accuracy `acc` at N pairs implies, as a float:
@@ -80,14 +80,14 @@ def recalled_pairs(acc, N):
     raise NotImplementedError("exercise 5b: recalled_pairs")
 
 
-ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 10 min). What does
+ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 8 min). What does
 softmax_state hold, and why does its recall not grow with more decays? (Two or three sentences
 here; the model answer is solutions.ANSWER_5C.)
 """
 
 
 def ema_kv_step(q, k, v, M, alphas):
-    """Exercise 6a (difficulty ●●●○○, importance ●●●●●, about 10 min). One token of `ema_kv`:
+    """Exercise 6a (difficulty ●●●○○, importance ●●●●●, about 6 min). One token of `ema_kv`:
     the paper's decays writing key-value pairs instead of adding up the inputs.
 
     q, k, v: float64 tensors (D,), this token's query, key and value. M: (S, D, D), one D x D
@@ -101,7 +101,7 @@ def ema_kv_step(q, k, v, M, alphas):
 
 
 def delta_step(q, k, v, beta, M):
-    """Exercise 6b (difficulty ●●●○○, importance ●●●●●, about 10 min). One token of the delta rule
+    """Exercise 6b (difficulty ●●●○○, importance ●●●●●, about 6 min). One token of the delta rule
     (DeltaNet): no decay; the state is corrected toward this token's value at this token's key.
 
     q, k: unit float64 tensors (D,), v (D,), beta a number in (0, 1], M (D, D) value index first
@@ -114,7 +114,7 @@ def delta_step(q, k, v, beta, M):
 
 
 def compressor_nats_per_byte(data):
-    """Exercise 7 (difficulty ●○○○○, importance ●●○○○, about 10 min).
+    """Exercise 7 (difficulty ●○○○○, importance ●●○○○, about 5 min).
     General-purpose compressors as yardsticks of a byte loss.
 
     data: bytes. Return {"zlib": ., "bz2": ., "lzma": .}: each compressor's output size at its

@@ -17,8 +17,11 @@ import contextlib
 import importlib
 import json
 import os
+import subprocess
 import sys
 import time
+import types
+import uuid
 
 import torch
 
@@ -93,12 +96,89 @@ def positive(name, value):
     return value
 
 
+_ANSWERS = {}  # what the notebook's cells registered with `answer`: survives every reload of exercises.py
+
+
+def answer(fn=None, **written):
+    """Register an answer written in a notebook cell, so that every later `exercises()` (each
+    check cell reloads the file) uses it instead of exercises.py's: `@H.answer` above a function
+    named as its exercise, or `H.answer(ANSWER_5C="...")` for the written one. -> fn."""
+    public = {n for n in vars(importlib.import_module("lab.exercises")) if not n.startswith("_")} - {"torch"}
+    named = {**({fn.__name__: fn} if fn is not None else {}), **written}
+    for name in named:
+        cli.require(name in public, "answer: {!r} is not an exercise's name (one of {})", name,
+                    ", ".join(sorted(public)))
+    _ANSWERS.update(named)
+    print(f"{', '.join(named)}: the checks now use this cell's answer (it lasts while the kernel runs; copy it into "
+          "lab/exercises.py to keep it)")
+    return fn
+
+
 def exercises():
     """The student's module (lab/exercises.py, reloaded so that edits count), or solutions.py
-    with LAB_SOLUTIONS=1."""
+    with LAB_SOLUTIONS=1, with the answers registered from notebook cells (`answer`) on top."""
     name = "lab.solutions" if os.environ.get("LAB_SOLUTIONS") == "1" else "lab.exercises"
-    return importlib.reload(importlib.import_module(name))
+    cli.require(name == "lab.exercises" or os.path.isfile(os.path.join(ROOT, "lab", "solutions.py")),
+                "LAB_SOLUTIONS=1, but lab/solutions.py is not in this copy (a student handout): unset it")
+    module = importlib.reload(importlib.import_module(name))
+    if not _ANSWERS:
+        return module
+    return types.SimpleNamespace(**{**{k: v for k, v in vars(module).items() if not k.startswith("__")}, **_ANSWERS})
 
+
+# ---- long runs in the background ----------------------------------------------------------------------
+
+JOBS = ("recall", "points", "bytes")  # the three long cells, in the order the notebook needs them
+_BACKGROUND = {}  # proc, token, t0: the background run this kernel started (start_background)
+
+
+def start_background():
+    """Start the three long runs (recall.py's quick run, the write points, the byte run) in one
+    background process, one after another, so that they train while the student reads and writes;
+    the cells that need them (run_recall, train_points, train_bytes) pick their results up, or wait
+    for them. Its output: OUT/background/*.txt. -> the process."""
+    if _BACKGROUND and _BACKGROUND["proc"].poll() is None:
+        print(f"the background run is already going (pid {_BACKGROUND['proc'].pid})")
+        return _BACKGROUND["proc"]
+    token = uuid.uuid4().hex  # results of an older kernel's run are not this one's
+    log = open(out("background", "log.txt"), "w")
+    proc = subprocess.Popen([sys.executable, "-m", "lab.background", token], cwd=ROOT, stdout=log, stderr=log,
+                            env={**os.environ, "LAB_OUT": OUT, "LAB_SMOKE": "1" if SMOKE else "0"})
+    _BACKGROUND.update(proc=proc, token=token, t0=time.time())
+    print(f"started in the background (pid {proc.pid}): {', '.join(JOBS)}, one after another; their cells will "
+          f"pick the results up (output: {os.path.join(OUT, 'background')})")
+    return proc
+
+
+def collect(job):
+    """The background run's result of `job` (waiting for it if it is still running), its output
+    printed -> the result, or None when no background run of this kernel has it (the caller then
+    runs the job here)."""
+    if not _BACKGROUND:
+        return None
+    path, proc, said = out("background", f"{job}.json"), _BACKGROUND["proc"], False
+    while True:
+        if os.path.isfile(path):
+            with open(path) as f:
+                record = json.load(f)
+            if record.get("token") == _BACKGROUND["token"]:
+                break
+        if proc.poll() is not None:
+            print(f"the background run stopped before {job} was done (see {os.path.join(OUT, 'background', 'log.txt')}):"
+                  f" running it here")
+            return None
+        if not said:
+            print(f"waiting for the background run of {job} ({time.time() - _BACKGROUND['t0']:.0f} s since it "
+                  "started) ...")
+            said = True
+        time.sleep(0.5)
+    if job == JOBS[-1]:
+        proc.wait()  # reap it (its CPU time then counts as this process's children's)
+    if "error" in record:
+        print(f"the background run of {job} failed: {record['error']}: running it here")
+        return None
+    print(record["output"], end="")
+    return record["result"]
 
 def out(*parts):
     """A path under OUT (created)."""
@@ -247,8 +327,55 @@ def run_probe(cfg):
     roles.png inline -> the results dict."""
     with only_lines(lambda line: not line.split("] ")[-1].startswith("wrote ")):
         res = probe.main(cfg)
-    show(os.path.join(cfg.out_dir, "roles.png"))
+    acc = role_accuracy(res)
+    w, t = acc["within"], acc["transfer"]["spcn"]
+    print(f"within A: activity only {w['instantaneous']['overall']:.3f} -> with traces {w['spcn']['overall']:.3f} "
+          f"(untrained {w['untrained']['overall']:.3f}); transferred to B (SPCN): content roles {t['content']:.3f}, "
+          f"structural roles {t['structural']:.3f}")
+    plot_roles(res)
     return res
+
+
+READERS = (("instantaneous", "activity only (no traces)", "0.75"), ("spcn", "SPCN: activity + traces", "tab:blue"),
+           ("untrained", "SPCN untrained: + traces", "lightsteelblue"), ("gru", "causal GRU (supervised)", "tab:green"),
+           ("bigru", "BiGRU (supervised, both sides)", "tab:orange"))
+
+
+def role_accuracy(res):
+    """{split: {reader: {part: accuracy}}} from probe.main's result, averaged over its seeds:
+    split 'within' (A -> A) or 'transfer' (A -> B), reader as READERS, part 'overall', 'content'
+    (the content words' roles) or 'structural' (the function words' and positions')."""
+    seeds = res["per_seed"]
+    return {split: {who: {part: sum(s[f"{split}_{who}"][part] for s in seeds) / len(seeds)
+                          for part in ("overall", "content", "structural")}
+                    for who, _, _ in READERS if f"{split}_{who}" in seeds[0]}
+            for split in ("within", "transfer")}
+
+
+def plot_roles(res):
+    """The probe's result as the lab reads it: role accuracy of each reader, overall and on content
+    and structural roles, within Grammar A and transferred to Grammar B, the activity-only probe
+    beside the traces' (the lift of section 3)."""
+    plt = pyplot()
+    acc = role_accuracy(res)
+    parts = ("overall", "content", "structural")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, split in zip(axes, ("within", "transfer")):
+        for i, (who, label, color) in enumerate(READERS):
+            if who not in acc[split]:
+                continue
+            xs = [j + 0.16 * (i - 2) for j in range(len(parts))]
+            bars = ax.bar(xs, [acc[split][who][p] for p in parts], width=0.16, color=color, label=label)
+            ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
+        ax.set_xticks(range(len(parts)), [f"{p} roles" if p != "overall" else p for p in parts])
+        ax.set_ylim(0, 1.1)
+        ax.set_title("within Grammar A (held-out sentences)" if split == "within" else
+                     "transfer: probes fit on A, tested on B (other content words)", fontsize=10)
+    axes[0].set_ylabel("role accuracy")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return show(fig, "roles")
 
 
 def probe_features(n_sentences=None, spcn_epochs=None, seed=0):
@@ -285,14 +412,50 @@ def recall_config(**overrides):
                         **overrides})
 
 
-def run_recall(cfg):
-    """recall.main(cfg) with its progress and verdict lines (its markdown report stays in
-    recall.md: the notebook shows the accuracies as a table in exercise 5), then recall.png
-    inline -> the results dict."""
+def recall_quiet(cfg):
+    """recall.main(cfg) printing only its progress and verdict lines (its markdown report stays
+    in recall.md: the notebook shows the accuracies as a table in exercise 5) -> the results dict."""
     with only_lines(lambda line: line.startswith(("[", "quick mode", "verdict"))):
-        res = recall.main(cfg)
-    show(os.path.join(cfg.out_dir, "recall.png"))
+        return recall.main(cfg)
+
+
+def run_recall(cfg):
+    """recall.py's run (the background's, when start_background ran it with these settings), then
+    the lab's recall figure inline (plot_recall) -> the results dict."""
+    res = collect("recall") if cfg == recall_config() else None
+    if res is None:
+        res = recall_quiet(cfg)
+    plot_recall(res)
     return res
+
+
+def plot_recall(res):
+    """The MQAR result, drawn so that no reader hides another: accuracy per N and per key-to-query
+    distance, GPT as large open circles under the others' small filled markers, the legend outside."""
+    plt = pyplot()
+    pairs = list(res["settings"]["pairs"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for i, (v, r) in enumerate(res["variants"].items()):
+        gpt = v == "gpt"
+        style = dict(marker="o", ms=13 if gpt else 5, mfc="none" if gpt else None, mew=2 if gpt else 1,
+                     lw=5 if gpt else 1.5, alpha=0.45 if gpt else 1, zorder=1 if gpt else 2 + i, color=f"C{i}",
+                     ls="--" if v in recall.BOUNDED else "-", label=v + (" (open circles)" if gpt else ""))
+        a1.plot(pairs, [r["acc"][str(N)] for N in pairs], **style)
+        d = sorted(int(k) for k in r["acc_distance"])
+        a2.plot(d, [r["acc_distance"][str(k)] for k in d], **style)
+    a1.plot(pairs, [1 / N for N in pairs], "k:", label="1/N: knows which values, not which key")
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+        a.set_ylim(-0.03, 1.08)
+        a.set_ylabel("MQAR accuracy")
+    a1.set_xlabel("key-value pairs N")
+    a2.set_xlabel("key-to-query distance (bin start, all N pooled)")
+    a1.set_title("recall per N (dashed: a state of fixed size)", fontsize=10)
+    a2.set_title("recall per distance", fontsize=10)
+    handles, labels = a1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return show(fig, "recall")
 
 
 def show_mqar(N=4, T=16, n_keys=8, n_values=16, seed=0):
@@ -434,6 +597,10 @@ def train_point(job):
 def train_points(points=POINTS, **overrides):
     """The write points, min(2, LAB_THREADS) at a time (plumbing.runs.run_jobs; one, in this
     process, in smoke mode) -> [result]."""
+    if points is POINTS and not overrides:
+        res = collect("points")
+        if res is not None:
+            return res
     sizes = {**SIZES["points"], **overrides}
     for k, v in sizes.items():
         positive(k, v) if k not in ("curriculum", "decay") else cli.require(
@@ -490,6 +657,10 @@ def train_bytes(**overrides):
     in this process, under OUT/bytes -> train.main's result dict and the checkpoint path. Its
     log is printed without the argv and config lines (both stay in OUT/bytes/log.txt)."""
     import train
+    if not overrides:
+        res = collect("bytes")
+        if res is not None:
+            return res
     settings = {**dict(out_dir=os.path.join(OUT, "bytes"), device="cpu"), **SIZES["data"], **SIZES["bytes"],
                 **overrides}
     settings = {k: v for k, v in settings.items() if v is not None}
@@ -512,13 +683,22 @@ def plot_bytes(run, y):
         evals = [r for r in map(json.loads, f) if "val_loss" in r]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", color="k", label="SPEN, val")
-    for i, k in enumerate(("bigram", "trigram", "zlib", "bz2", "lzma")):
-        ax.axhline(y[k], color=f"C{i}", ls="--" if k in ngram.COMPRESSORS else ":", lw=1, label=f"{k} {y[k]:.3f}")
+    names = ("bigram", "trigram", "zlib", "bz2", "lzma")
+    styles = dict(bigram=":", trigram=":", zlib="--", bz2=(0, (6, 2)), lzma=(0, (1, 1, 4, 1)))
+    x_end = max([r["step"] for r in evals] + [1])
+    ranked = sorted(names, key=lambda k: y[k])
+    for i, k in enumerate(names):
+        ax.axhline(y[k], color=f"C{i}", ls=styles[k], lw=1.2, label=f"{k} {y[k]:.3f}")
+        # each line named at the right edge, the names of lines closer than the text pushed apart
+        below = ranked.index(k) % 2 == 0 and any(abs(y[k] - y[o]) < 0.08 for o in names if o != k)
+        ax.annotate(f"{k} {y[k]:.3f}", (1.0, y[k]), xycoords=("axes fraction", "data"), fontsize=7, color=f"C{i}",
+                    xytext=(3, -7 if below else 1), textcoords="offset points", va="bottom")
+    ax.set_xlim(0, x_end * 1.02)
     ax.set_ylim(1, 3.5)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("nats per byte")
     ax.set_title("byte loss against its yardsticks (dotted: n-grams, dashed: compressors)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", ncol=3)
     return show(fig, "bytes")
 
 
@@ -536,23 +716,60 @@ def loss_split(ckpt, windows=None, k=8):
     return repeats.copy_split(repeats.token_nll(model, w), repeats.copy_distance(w, k))
 
 
-def split_table(s, tokens, scaling=os.path.join(ROOT, "results", "scaling", "scaling.json")):
-    """This run's copy split beside the committed ones of results/scaling (GPT and SPEN linear,
-    4 x 128 on the same bytes, 128 windows of 256): at the first point past this run's tokens and
-    at the last (10M bytes)."""
+SCALING = os.path.join(ROOT, "results", "scaling", "scaling.json")
+SCALED = (("gpt_c128", "GPT"), ("linear_c128", "SPEN linear"), ("ema_kv_c128", "SPEN ema_kv (the write)"),
+          ("delta_c128", "SPEN delta (the write)"))
+
+
+def _far(split, lo=128):
+    """The loss on copies whose earlier occurrence is `lo` or more bytes back (None: none)."""
+    return next((b["loss"] for b in split.get("by_distance", []) if b["lo"] == lo), None)
+
+
+def split_table(s, tokens, val_loss=None, scaling=SCALING):
+    """This run's copy split beside the committed ones of results/scaling (GPT, SPEN linear and
+    the write readers ema_kv and delta, 4 x 128 on the same bytes, 128 windows of 256): overall
+    validation loss, loss on copies, on all other bytes, the gap, and on the far copies (128+
+    bytes back); GPT and linear also at the first point past this run's bytes."""
     with open(scaling) as f:
         curves = json.load(f)["curves"]
     copies = "none in these windows" if s["loss_copy"] is None else s["loss_copy"]
-    rows = [["this run (SPEN linear)", f"{tokens / 1e6:.1f}M", f"{s['copy_fraction']:.1%}", copies, s["loss_other"]]]
-    for name, label in (("linear_c128", "results/scaling: SPEN linear"), ("gpt_c128", "results/scaling: GPT")):
-        points = curves[name]["copy"]
-        first = next((p for p in points if p["tokens"] >= tokens), points[-1])  # the first point past this run
-        for p in [first] + [points[-1]] * (first is not points[-1]):
-            rows.append([label, f"{p['tokens'] / 1e6:.1f}M", f"{p['copy_fraction']:.1%}", p["loss_copy"],
-                         p["loss_other"]])
+    rows = [["this run (SPEN linear)", f"{tokens / 1e6:.1f}M", val_loss, f"{s['copy_fraction']:.1%}", copies,
+             s["loss_other"], _far(s)]]
+    for name, label in SCALED:
+        if name not in curves:
+            continue
+        points, copy = curves[name]["points"], curves[name]["copy"]
+        first = next((p for p in copy if p["tokens"] >= tokens), copy[-1])  # the first point past this run
+        chosen = ([first] if name in ("gpt_c128", "linear_c128") and first is not copy[-1] else []) + [copy[-1]]
+        for p in chosen:
+            loss = next((q["val_loss"] for q in points if q["step"] == p["step"]), None)
+            rows.append([f"results/scaling: {label}", f"{p['tokens'] / 1e6:.1f}M", loss, f"{p['copy_fraction']:.1%}",
+                         p["loss_copy"], p["loss_other"], _far(p)])
     for r in rows:
-        r.append(r[4] - r[3] if isinstance(r[3], float) else None)
-    table(["model", "bytes trained", "copies", "loss on copies", "on all other bytes", "gap"], rows)
+        r.insert(6, r[5] - r[4] if isinstance(r[4], float) else None)
+    table(["model", "bytes trained", "val loss", "copies", "loss on copies", "on all other bytes", "gap",
+           "copies 128+ bytes back"], rows)
+
+
+def write_on_bytes(scaling=SCALING):
+    """The write readers on bytes at the last point of results/scaling, in words, every number read
+    from the file -> the sentence."""
+    with open(scaling) as f:
+        curves = json.load(f)["curves"]
+    end = {n: (curves[n]["points"][-1], curves[n]["copy"][-1]) for n, _ in SCALED if n in curves}
+    if len(end) < len(SCALED):
+        return "results/scaling holds no curves of the write readers"
+    (g, gc), (l, lc), (e, ec), (d, dc) = (end[n] for n, _ in SCALED)
+    text = (f"At {e['tokens'] / 1e6:.1f}M bytes the write readers ema_kv and delta reach {e['val_loss']:.3f} and "
+            f"{d['val_loss']:.3f} nats/byte, {'below' if max(e['val_loss'], d['val_loss']) < g['val_loss'] else 'not below'}"
+            f" GPT ({g['val_loss']:.3f}) and the paper's linear reader ({l['val_loss']:.3f}); on the other bytes "
+            f"{ec['loss_other']:.3f} and {dc['loss_other']:.3f} against GPT's {gc['loss_other']:.3f}, on copies "
+            f"{ec['loss_copy']:.3f} and {dc['loss_copy']:.3f} against GPT's {gc['loss_copy']:.3f} (linear "
+            f"{lc['loss_copy']:.3f}); on copies 128+ bytes back {_far(ec):.3f} and {_far(dc):.3f} against GPT's "
+            f"{_far(gc):.3f}.")
+    print(text)
+    return text
 
 
 def generate(ckpt, start="The list", **overrides):

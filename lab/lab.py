@@ -22,34 +22,53 @@
 # the way the state is written that loses the content, and write eight small functions (and
 # one answer in words) that explain why.
 #
-# | section | you run (one core) | you write | difficulty | importance | minutes |
-# |---|---|---|---|---|---|
-# | 1. the trace and its window | the impulse response | `effective_window` | ●●○○○ | ●●●○○ | 10 |
-# | 2. two pasts, one state | two sequences, one state | `same_state` | ●●●○○ | ●●●●○ | 15 |
-# | 3. structure: the role probe | `probe.py --quick` (~1.5 min) | `probe_accuracy` | ●●●○○ | ●●●○○ | 15 |
-# | 4. content: associative recall | `recall.py --quick` (~3 min) | `mqar_sequence`, `binding`, `recalled_pairs`, a written answer | ●●○○○ | ●●●●○ | 30 |
-# | 5. the write | four recall runs (~2 min) | `write_and_read` | ●●●○○ | ●●●●● | 20 |
-# | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (~5 min) | `compressor_nats_per_byte` | ●○○○○ | ●●○○○ | 10 |
+# **The 90 minutes**, compute included (measured times: lab/README.md, one core):
 #
-# Difficulty and importance are out of five; lab/README.md gives each section's measured time.
+# | minutes | section | runs | you write (minutes) | difficulty | importance |
+# |---|---|---|---|---|---|
+# | 0-5 | setup; **start the long runs** | the two cells below start recall, the write points and the byte run in the background (about 7.5 min of one core) | | | |
+# | 5-15 | 1. the trace and its window | the impulse response | `effective_window` (8) | ●●○○○ | ●●●○○ |
+# | 15-27 | 2. two pasts, one state | two sequences, one state | `same_state` (10) | ●●●○○ | ●●●●○ |
+# | 27-40 | 3. structure: the role probe | `probe.py --quick` and SPCN features (about 1 min, here) | `probe_accuracy` (10) | ●●●○○ | ●●●○○ |
+# | 40-65 | 4. content: associative recall | `recall.py --quick` (background: about 2 min) | `mqar_sequence` (8), `binding` and `recalled_pairs` (6), a written answer (8) | ●●○○○ | ●●●●○ |
+# | 65-80 | 5. the write | the untrained write (seconds); four trained points (background: about 2 min) | `ema_kv_step` and `delta_step` (12) | ●●●○○ | ●●●●● |
+# | 80-88 | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (background: about 4 min) | `compressor_nats_per_byte` (5) | ●○○○○ | ●●○○○ |
+# | 88-90 | what you saw | | | | |
+#
+# 5 + 10 + 12 + 13 + 25 + 15 + 8 + 2 = 90 minutes, 67 of them writing. The background run has
+# finished by section 4 if you start it in the first minutes; without it the three long cells
+# block the notebook for about 7.5 minutes in all (take them from sections 4 to 6). Difficulty and
+# importance are out of five.
 #
 # **How to work.** Each exercise is a function in `lab/exercises.py` whose body raises
 # `NotImplementedError`. Write it there (on Colab: the file browser on the left, double-click
 # the file), then re-run the cell that calls `check(...)`: it prints `[pass]` or one line saying
-# what is still wrong. The answers are in `lab/solutions.py` (try first). Every cell runs even
-# while an exercise is unfinished.
+# what is still wrong. Or write it in a notebook cell under `@H.answer` (the name must be the
+# exercise's): the checks then use the cell's version, and the next cell's reload does not erase it.
+# `python -m lab.checks` checks every exercise of the file at once. Every cell runs even while an
+# exercise is unfinished.
+#
+# **Save your work.** On Colab the repository lives in the runtime: a reset (or a closed tab left
+# idle) deletes it and your `lab/exercises.py` with it. Download the file before you stop
+# (right-click it in the file browser, Download), or write your answers in `@H.answer` cells,
+# which are saved with the notebook.
 #
 # Plain-text twin: `lab/lab.py` (jupytext percent format) is the source of this notebook;
 # `lab/README.md` says how to regenerate it.
 
 # %%
-# Setup: run this cell first. Locally it finds the repository around this notebook; on Colab
-# (or anywhere without it) it clones REPO_URL, then installs what Colab lacks.
+# Setup: run this cell first. Inside the repository it finds it; elsewhere (Colab) it unpacks
+# ema-is-not-all-you-need.zip (the instructor's handout, uploaded to the files panel) or clones
+# REPO_URL, then installs what Colab lacks.
+import glob
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 
-REPO_URL = "https://github.com/REPLACE-ME/ema-is-not-all-you-need.git"  # <- PLACEHOLDER: the repository's clone URL
+REPO_URL = ""  # the instructor sets the repository's clone URL here once (python -m lab.handout --repo_url URL)
+ZIP = "ema-is-not-all-you-need.zip"  # or upload this file (python -m lab.handout writes it)
 SMOKE = os.environ.get("LAB_SMOKE") == "1"  # CI's smoke mode: every size tiny, the same code path
 
 
@@ -65,15 +84,31 @@ def find_root():
     return None
 
 
+def unpack(archive, root):
+    """The zip's one folder that holds ema.py, moved to root (a handout zip, or GitHub's Download ZIP)."""
+    tmp = root + ".unpacked"
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp)
+    found = [os.path.dirname(p) for p in glob.glob(os.path.join(tmp, "**", "ema.py"), recursive=True)]
+    if not found:
+        raise SetupError(f"{archive} holds no ema.py: upload the repository's zip")
+    shutil.move(min(found, key=len), root)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 ROOT = find_root()
 if ROOT is None:  # Colab, or a notebook copied out of the repository
     ROOT = os.path.abspath("ema-is-not-all-you-need")
     if not os.path.isdir(ROOT):
-        if "REPLACE-ME" in REPO_URL:
-            raise SetupError("REPO_URL is a placeholder: set it in this cell to the repository's clone URL, "
-                             "or open the notebook inside a clone")
-        if subprocess.run(["git", "clone", "--depth", "1", REPO_URL, ROOT]).returncode:
-            raise SetupError(f"git clone {REPO_URL} failed (git's message is above): check REPO_URL")
+        zips = [z for z in [ZIP] + sorted(glob.glob("*.zip")) if os.path.isfile(z)]
+        if zips:
+            unpack(zips[0], ROOT)
+        elif REPO_URL:
+            if subprocess.run(["git", "clone", "--depth", "1", REPO_URL, ROOT]).returncode:
+                raise SetupError(f"git clone {REPO_URL} failed (git's message is above): check REPO_URL")
+        else:
+            raise SetupError(f"no repository here: upload {ZIP} (your instructor's handout) to the files panel and "
+                             "run this cell again, or set REPO_URL in this cell to the repository's clone URL")
 for package in ("torch", "numpy", "matplotlib", "tiktoken"):  # the lab's needs (Colab ships all but tiktoken)
     try:
         __import__(package)
@@ -94,6 +129,15 @@ print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE 
       f"outputs under {H.OUT}")
 
 # %% [markdown]
+# **Start the long runs now** (about 7.5 minutes of one core: recall.py's quick run for section 4,
+# the four write points for section 5, the byte run for section 6). They train in a background
+# process while you read and write; their cells further down pick the results up, or wait for
+# them. Skip this cell and each of those cells trains in place instead.
+
+# %%
+H.start_background();
+
+# %% [markdown]
 # ## 1. The trace and its window
 #
 # `ema.traces_ref` is the definition, a plain loop over time, for S decays at once. Feed it a
@@ -104,7 +148,7 @@ print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE 
 print(H.impulse_response(H.ALPHAS, T=6))  # rows: t = 0..5 steps back; columns: a = 0.5, 0.1, 0.02
 
 # %% [markdown]
-# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~10 min). How many of
+# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~8 min). How many of
 # the most recent inputs hold 90% of a trace's weight? That is its *effective window*: a fast
 # trace (0.5) is a few tokens wide, the slowest (0.02) about a hundred. Read the docstring in
 # `lab/exercises.py`, write it, run:
@@ -131,7 +175,7 @@ print(V)
 print("rank", int(torch.linalg.matrix_rank(V)), "of", V.shape[1], "inputs")
 
 # %% [markdown]
-# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~15 min). Construct a second
+# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~10 min). Construct a second
 # past with exactly the same state.
 
 # %%
@@ -160,8 +204,8 @@ print("largest difference of the final states:", r["final_gap"])
 # Two small grammars (`grammar.py`, 147 words, 20 roles) and SPCN (`spcn.py`), a Hebbian column
 # network whose only context is multi-timescale traces. A linear probe reads each word's role from
 # the network's activity alone (*instantaneous*) or from activity plus its traces. The quick run
-# below (`python probe.py --quick`, about 1.5 minutes on one core) ends with a verdict line and
-# the figure roles.png; expect about 0.54 -> 0.99 (the full run, 3 seeds: 0.527 -> 0.998).
+# below (`python probe.py --quick`, about half a minute on one core) ends with a verdict line and
+# the lab's figure of its probes; expect about 0.54 -> 0.99 (the full run, 3 seeds: 0.527 -> 0.998).
 #
 # Key to its terms. *within*: probes fit on Grammar A, tested on A; *transfer*: fit on A, tested
 # on Grammar B (the same rules and roles, other content words). *PGHU*: the SPCN's label-free
@@ -172,7 +216,17 @@ print("largest difference of the final states:", r["final_gap"])
 res_probe = H.run_probe(H.probe_config())
 
 # %% [markdown]
-# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~15 min). Write a
+# Read the figure bar by bar. **Within A** (left), the grey bar is the probe of the activity
+# alone and the blue one the same probe with the traces: the lift is the whole gap between them,
+# and the untrained network's traces (light blue) give it too. **Transfer** (right): fit on A,
+# tested on B, whose content words are new. The content roles (which noun, which adjective) drop
+# for every reader, the supervised ones too, while the structural roles (determiners,
+# prepositions, positions in the clause) stay high: the traces carry where a word sits in the
+# sentence, not which word it is. That is the boundary of the paper again, structure kept and
+# content lost, seen from the other side. The line above the figure prints the bars' numbers.
+
+# %% [markdown]
+# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~10 min). Write a
 # linear probe (ridge regression onto one-hot labels), then use it on an SPCN's features: does
 # your probe see the same lift? (It reads 0.52 -> 0.93 here: ridge, not the run's logistic probes.)
 
@@ -197,7 +251,7 @@ if probed:
 print(H.show_mqar(N=4, T=16))
 
 # %% [markdown]
-# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~15 min). Build one such
+# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~8 min). Build one such
 # sequence from its keys, values and query positions; the check compares yours with
 # `recall.mqar`'s.
 
@@ -206,19 +260,23 @@ ex = H.exercises()
 check("mqar_sequence", ex.mqar_sequence);
 
 # %% [markdown]
-# Now the experiment (`python recall.py --quick`, about 3 minutes on one core): GPT, softmax
-# attention over the trace *history* (`softmax_history`), the paper's linear reader of the trace
-# *state* (`linear`) and softmax attention over the state (`softmax_state`), one recipe for all.
-# The figure: accuracy per N, per key-to-query distance, and while training.
+# Now the experiment (`python recall.py --quick`, under 2 minutes on one core; already done if
+# the background run was started): GPT, softmax attention over the trace *history*
+# (`softmax_history`), the paper's linear reader of the trace *state* (`linear`) and softmax
+# attention over the state (`softmax_state`), one recipe for all. The figure: accuracy per N and
+# per key-to-query distance. GPT is drawn as large open circles, because `softmax_history` lies
+# exactly on it; the dashed lines are the readers of a state of fixed size.
 
 # %%
 res_recall = H.run_recall(H.recall_config())
 
 # %% [markdown]
 # **Exercise 5** (`binding` and `recalled_pairs`; difficulty ●○○○○ and ●●○○○, importance ●●●○○,
-# ~10 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
+# ~6 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
 # not which key each belongs to. Score how far above that each reader is, and how many pairs that
-# is worth. Expect, for `softmax_state`: this quick run (800 steps) about 0.5 of a pair at N = 4
+# is worth. `recalled_pairs` counts the pairs a reader knows *beyond the last one*, which comes
+# free: a perfect reader at N = 8 shows 7.00, because knowing 7 pairs leaves one value for the
+# 8th key. Expect, for `softmax_state`: this quick run (800 steps) about 0.5 of a pair at N = 4
 # and 0.2 at N = 8; the full run (`python recall.py`, 1,500 steps) 0.511 and 0.203 accuracy,
 # about one pair and 0.6 of one. GPT and `softmax_history` answer (nearly) every query in both.
 
@@ -228,7 +286,7 @@ if check("binding", ex.binding) & check("recalled_pairs", ex.recalled_pairs):
     H.recall_table(res_recall, ex.binding, ex.recalled_pairs)
 
 # %% [markdown]
-# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~10 min). `softmax_state`
+# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~8 min). `softmax_state`
 # keeps S x C = 192 float32 numbers per layer: 6,144 bits, against the 48 bits (log2 64 per pair) that 8
 # pairs of 64 values need. Room is not what it lacks. **What does it hold, and why does its recall
 # not grow with more decays?** Write two or three sentences in `ANSWER_5C` of `lab/exercises.py`
@@ -249,7 +307,7 @@ print(H.exercises().ANSWER_5C)
 # DeltaNet: no decay, it corrects what it overwrites). Both are SPEN readers in `variants.py`,
 # written one token at a time by `variants.ema_kv_step` and `variants.delta_rule_step`.
 #
-# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~20 min).
+# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~12 min).
 # Write the two rules yourself, one token each: read the state as it came in, then write. For
 # `ema_kv`, `y = Σ_s M[s]ᵀ q`, then `M[s] ← (1 - a_s) M[s] + a_s k vᵀ`; for `delta`, `y = M q`, then
 # `M ← M + β (v - M k) kᵀ`. The checks run your steps over a sequence and compare them with the
@@ -299,7 +357,7 @@ H.plot_points(points);
 # compressors that nobody tuned (zlib, bz2, lzma), which see the whole validation split as their
 # context and pay for what they learn inside their own output.
 #
-# **Exercise 7** (`compressor_nats_per_byte`; difficulty ●○○○○, importance ●●○○○, ~10 min).
+# **Exercise 7** (`compressor_nats_per_byte`; difficulty ●○○○○, importance ●●○○○, ~5 min).
 
 # %%
 ex = H.exercises()
@@ -312,7 +370,7 @@ if check("compressor_nats_per_byte", ex.compressor_nats_per_byte):
 
 # %% [markdown]
 # Train a 4 x 128 SPEN on the bytes (`train.py --preset cpu_bytes`, a third of its steps: about
-# 5 minutes on one core). Where does it end against the yardsticks? After 500 steps expect about
+# 4 minutes on one core; already done if the background run was started). Where does it end against the yardsticks? After 500 steps expect about
 # 1.67 nats/byte (below zlib, not yet bz2); the full preset (1,500 steps) reaches 1.42, below all
 # three.
 
@@ -323,16 +381,26 @@ H.plot_bytes(run, y);
 
 # %% [markdown]
 # Where the loss goes: bytes that an in-context copy predicts (the byte and the 8 before it
-# occurred earlier in the window) against all the others. A model that can look content up in its
-# context drives the loss on copies far below the rest; a reader of the trace state can learn
-# copies only as statistics. One run cannot show that, so the table puts it beside the committed
-# curves of `python scaling.py` (GPT and SPEN, 4 x 128, on these bytes; their windows hold 5.2%
-# copies). Look at the **gap** (all other bytes minus copies) as training goes on: SPEN's stays
-# about 0.3 nats from 2.3M to 10M bytes, GPT's doubles to 0.58 and its copies end 0.28 nats below
-# SPEN's, while the rest is level. At 2M bytes, where this run stops, GPT is still behind on both.
+# occurred earlier in the window) against all the others. A model that can look content up in
+# its context drives the loss on copies far below the rest. The paper's reader of the additive
+# trace state cannot look anything up: it learns copies only as statistics of the text. One run
+# cannot show that, so the table puts it beside the committed curves of `python scaling.py` (4 x
+# 128 on these bytes, 128 windows of 256): GPT, SPEN's `linear` reader, and the two write readers
+# of section 5 on real text, `ema_kv` and `delta`, whose state *can* bind a byte to its context.
+# Look at the **gap** (all other bytes minus copies) and the far copies (128 or more bytes back),
+# and at where each model wins: the cell after the table says it in words, from the same file.
 
 # %%
-H.split_table(H.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"])
+H.split_table(H.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"], run.get("val_loss"))
+H.write_on_bytes();
+
+# %% [markdown]
+# So on bytes the write does what section 5 showed on MQAR, in part: the write readers beat GPT
+# overall at this size, on the bytes no in-context copy predicts, while on copies they close only
+# part of `linear`'s gap to GPT, least on the far ones, which the fixed decays (spans of 2 to 50
+# bytes) cannot hold. Written state binds nearby content; a key-value cache binds any.
+# results/scaling/README.md has the curves, the fitted crossover and the caveats (one seed, more
+# parameters than GPT).
 
 # %% [markdown]
 # A sample from the checkpoint, through SPEN's constant-size state. What to look for: the full
@@ -356,6 +424,9 @@ text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 #   GPT, recall every pair (section 4).
 # - The write is what is short: the same three decays writing key-value outer products, or the
 #   delta rule, recall the pairs from fewer bytes than 24 decays of the inputs hold (section 5).
+# - On real text (section 6) the write readers beat a same-size GPT on bytes overall by
+#   predicting the bytes no copy predicts better; GPT keeps its lead on copies, most on the far
+#   ones: the additive state's loss is the write's, the far copies' is the fixed decays'.
 # - The full runs behind every committed number: `python probe.py` (3 seeds), `python recall.py`
 #   (7 variants), `python frontier.py` (the map: 132 runs), `python train.py --preset cpu_bytes`,
 #   `python ablate.py --preset cpu_bytes`, `python scaling.py`; their READMEs under `results/`

@@ -275,7 +275,7 @@ def test_the_notebook_and_its_plain_text_twin_hold_the_same_cells():
     assert not any(c.get("outputs") or c.get("execution_count") for c in nb.cells if c.cell_type == "code")
     assert nb.metadata["kernelspec"]["name"] == "python3"
     setup = nb.cells[1].source
-    assert "REPO_URL" in setup and "PLACEHOLDER" in setup and "LAB_SMOKE" in setup
+    assert "REPO_URL" in setup and "ZIP" in setup and "LAB_SMOKE" in setup and "REPLACE-ME" not in setup
 
 
 def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
@@ -309,9 +309,12 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
     assert len(tables) == 3 and "| this run (SPEN linear)" in tables[-1] and "results/scaling: GPT" in tables[-1]
     assert len(images) == 5  # impulse, roles, recall, the write points, the byte loss curve
     out = tmp_path / "out"
-    for png in ("impulse.png", "probe/roles.png", "recall/recall.png", "write_points.png", "bytes.png"):
+    for png in ("impulse.png", "roles.png", "recall.png", "write_points.png", "bytes.png"):
         assert (out / png).is_file(), png
     assert (out / "bytes" / "ckpt_best.pt").is_file()
+    assert "started in the background" in text and all((out / "background" / f"{j}.json").is_file() for j in helpers.JOBS)
+    assert "activity only" in text and "the write readers ema_kv and delta" in text
+    assert "results/scaling: SPEN ema_kv" in tables[-1] and "copies 128+ bytes back" in tables[-1]
 
 
 def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys):
@@ -380,12 +383,13 @@ def test_a_read_only_lab_out_is_one_line(tmp_path, monkeypatch):
     assert "\n" not in str(e.value)
 
 
-def test_the_setup_cell_with_the_placeholder_url_says_what_to_set(tmp_path, monkeypatch):
-    """Outside a clone (Colab) the setup cell stops on the placeholder REPO_URL in one line, cloning nothing."""
+def test_the_setup_cell_without_a_repository_says_what_to_do(tmp_path, monkeypatch):
+    """Outside a clone (Colab), with no zip uploaded and no REPO_URL, the setup cell stops in one line, cloning nothing."""
     import jupytext
     setup = jupytext.read(os.path.join(LAB, "lab.py")).cells[1].source
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Exception) as e:
         exec(compile(setup, "setup", "exec"), {"__name__": "__main__"})
     lines = e.value._render_traceback_()
-    assert len(lines) == 1 and "REPO_URL is a placeholder: set it" in lines[0] and not os.listdir(tmp_path)
+    assert len(lines) == 1 and "upload ema-is-not-all-you-need.zip" in lines[0] and "REPO_URL" in lines[0]
+    assert not os.listdir(tmp_path)

@@ -1,0 +1,38 @@
+"""The lab's long runs in a background process: recall.py's quick run, the four write points and
+the byte run, one after another, each as the notebook's own cell would run it (helpers), its
+printed lines and result written to OUT/background/<job>.json for the cell that needs it
+(helpers.collect). Started by helpers.start_background (the notebook's "start the long runs" cell):
+
+    python -m lab.background TOKEN      # TOKEN: the starting kernel's, so that it reads only its own results
+"""
+import io
+import json
+import os
+import sys
+import traceback
+
+
+def main(token):
+    from lab import helpers as H
+    jobs = dict(recall=lambda: H.recall_quiet(H.recall_config()), points=H.train_points, bytes=H.train_bytes)
+    for job in H.JOBS:
+        text = io.StringIO()
+        try:
+            stdout, sys.stdout = sys.stdout, text
+            try:
+                result = jobs[job]()
+            finally:
+                sys.stdout = stdout
+            record = dict(token=token, result=result, output=text.getvalue())
+        except Exception as e:  # the cell runs it again in the notebook, where the error shows
+            traceback.print_exc()
+            record = dict(token=token, error=f"{type(e).__name__}: {' '.join(str(e).split())}", output=text.getvalue())
+        path = H.out("background", f"{job}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f, default=str)
+        os.replace(path + ".tmp", path)  # atomic: the notebook never reads half a record
+        print(f"{job} done", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
