@@ -4,9 +4,10 @@ and validated exactly once.
 
     @dataclass
     class RunConfig:
-        lr: float = cli.arg(6e-4, "peak learning rate", group="optimization")
+        lr: float = cli.arg(6e-4, "peak learning rate", group="optimization", bounds=(0, 10))
         model: str = cli.arg("spen", "which model", choices=("spen", "gpt"))
         def __post_init__(self):
+            cli.check_fields(self)  # every flag against its field: type, bounds, no repeated entry
             cli.require(self.lr > 0, "--lr must be > 0, got {}", self.lr)
 
     parser = cli.parser(RunConfig, "what the script does", presets=PRESETS)
@@ -17,6 +18,14 @@ Precedence: a field's default < the preset's value (--preset NAME) < the command
 flags the user typed override the preset (parser defaults are SUPPRESSed), so
 `cli.given(parser, argv)` tells what was typed (train.py's --resume uses it to refuse flags that
 contradict a checkpoint).
+
+Numbers: every int or float field (and every tuple of them) carries its valid range,
+`bounds=(lo, hi)`, both ends included, in the one place it is declared; `check_fields`, the
+first line of each config's __post_init__, refuses a value of the wrong type, a non-finite
+float or one outside the bounds in one line naming the flag, before anything is built, trained
+or written; it also refuses a list flag that names an entry twice. tests/test_flags.py fuzzes
+every numeric field of every command from these declarations (0, -1, nan, inf, huge, the
+type's edge), so a field added without bounds fails it the day it lands.
 
 Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
 `command_line` writes a config back as the command that reproduces it.
@@ -31,6 +40,8 @@ Run: nothing to run; tests/test_cli.py checks this file.
 
 import argparse
 import dataclasses
+import os
+import signal
 import sys
 import typing
 
@@ -47,11 +58,48 @@ class ConfigError(UserError):
     status = 2  # argparse's status for a usage error
 
 
-def arg(default, help, choices=None, group="settings"):
-    """A config field with its help text, allowed values and parser group."""
+SEED = (0, 2 ** 32 - 1)  # numpy's seeds; torch takes these too
+THREADS = (1, 256)  # torch CPU threads (99,999 of them crash OpenMP: a segmentation fault, no message)
+WORKERS = (1, 64)  # processes of a grid, one run each
+
+
+def arg(default, help, choices=None, group="settings", bounds=None):
+    """A config field with its help text, allowed values, parser group and, for a number or a
+    tuple of numbers, its valid range: bounds=(lo, hi), both included (check_fields)."""
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple default for several values")
-    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, group=group))
+    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, group=group, bounds=bounds))
+
+
+def number_type(f):
+    """int or float when field f holds a number or a tuple of them (from its annotation, else its
+    default), None otherwise (a bool is not a number here)."""
+    t = _type_of(f)
+    if t is tuple or typing.get_origin(f.type) is tuple:
+        args = typing.get_args(f.type)
+        t = args[0] if args else type(f.default[0]) if f.default else None
+    return t if t in (int, float) else None
+
+
+def check_fields(cfg):
+    """One ConfigError line unless every flag of cfg fits its field: a number of the field's type,
+    finite and within its bounds (each entry of a tuple), None only where None is the default; and
+    no entry named twice in a list flag (`--variants linear linear` would count one run as two)."""
+    for f in dataclasses.fields(cfg):
+        v, kind, bounds = getattr(cfg, f.name), number_type(f), f.metadata.get("bounds")
+        if "help" not in f.metadata or (v is None and f.default is None):
+            continue
+        several = isinstance(v, (tuple, list))
+        if several:
+            repeated = sorted({str(x) for i, x in enumerate(v) if x in v[:i]})
+            require(not repeated, "--{} names {} more than once; give each once", f.name, " ".join(repeated))
+        if kind is None or bounds is None:
+            continue
+        lo, hi = bounds
+        for x in (v if several else [v]):
+            typed = isinstance(x, (int, float) if kind is float else int) and not isinstance(x, bool)
+            require(typed and lo <= x <= hi, "--{} must be {} in [{}, {}], got {!r}", f.name,
+                    "an integer" if kind is int else "a finite number", lo, hi, x)
 
 
 def require(ok, message, *values):
@@ -99,7 +147,7 @@ def parser(Config, description, presets=None, epilog=None):
         if t is bool:
             g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)
         elif t is tuple or typing.get_origin(f.type) is tuple:
-            elem = type(f.default[0]) if f.default else str
+            elem = number_type(f) or (type(f.default[0]) if f.default else str)
             g.add_argument(f"--{f.name}", type=elem, nargs="+", help=text)
         else:
             g.add_argument(f"--{f.name}", type=t, choices=meta["choices"], help=text)
@@ -152,11 +200,25 @@ def command_line(script, cfg):
     return " ".join([f"python {script}"] + flags)
 
 
+def exit_on_ctrl_c(name, prog):
+    """From the first second of a command (`name` == "__main__": run as a script, not imported),
+    until main_guard takes over: a Ctrl-C (while torch imports, or the flags are read) is one line
+    and exit 130, not a traceback from inside an import. Called before a command's heavy imports;
+    nothing is written before main_guard, so there is nothing to save."""
+    def stop(signum, frame):
+        os.write(2, f"{prog}: interrupted (Ctrl-C) while starting; nothing was written\n".encode())
+        os._exit(130)
+    if name == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored (nohup): stays so
+        signal.signal(signal.SIGINT, stop)
+
+
 def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
     """Call run(); a UserError becomes one line on stderr and exit status e.status, a Ctrl-C the
     line `interrupted` and status 130 (the shell's, 128 + SIGINT). Every other exception
     propagates with its traceback (a bug, or an error this code did not foresee)."""
     prog = prog or sys.argv[0].rsplit('/', 1)[-1]
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler):
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # exit_on_ctrl_c's: from here, KeyboardInterrupt
     try:
         return run()
     except UserError as e:
