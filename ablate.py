@@ -59,6 +59,10 @@ import time
 import typing
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below take seconds
+
 import numpy as np
 import torch
 
@@ -146,30 +150,34 @@ class AblateConfig:
     data: str = cli.arg("builtin", "corpus (train and validation splits): builtin | files:PATH | ...", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (BPE) | bytes (UTF-8 bytes, V = 256), every variant",
                              choices=corpus.TOKENIZERS, group="data")
-    block_size: int = cli.arg(128, "T, tokens per sequence", group="data")
-    n_layer: int = cli.arg(2, "blocks, every variant", group="model")
-    n_embd: int = cli.arg(64, "C, width, every variant", group="model")
-    dropout: float = cli.arg(0.0, "dropout, every variant", group="model")
-    max_iters: int = cli.arg(60, "optimizer steps per run (the token budget)", group="optimization")
-    batch_size: int = cli.arg(8, "B, sequences per step", group="optimization")
-    lr: float = cli.arg(3e-3, "peak learning rate, every variant", group="optimization")
-    min_lr: float = cli.arg(3e-4, "final learning rate of the cosine", group="optimization")
-    warmup_iters: int = cli.arg(10, "linear warmup steps", group="optimization")
-    seeds: int = cli.arg(2, "seeds per variant (>= 2 for a noise estimate)", group="evaluation")
-    eval_interval: int = cli.arg(20, "steps between validation losses (the curves)", group="evaluation")
-    eval_iters: int = cli.arg(10, "validation batches per evaluation (a fixed set)", group="evaluation")
-    hit_seqs: int = cli.arg(64, "validation windows of the hit split (a fixed set)", group="evaluation")
+    block_size: int = cli.arg(128, "T, tokens per sequence", group="data", bounds=(2, 2 ** 20))
+    n_layer: int = cli.arg(2, "blocks, every variant", group="model", bounds=(1, 1024))
+    n_embd: int = cli.arg(64, "C, width, every variant", group="model", bounds=(1, 2 ** 16))
+    dropout: float = cli.arg(0.0, "dropout, every variant", group="model", bounds=(0, 1))
+    max_iters: int = cli.arg(60, "optimizer steps per run (the token budget)", group="optimization",
+                             bounds=(1, 10 ** 10))
+    batch_size: int = cli.arg(8, "B, sequences per step", group="optimization", bounds=(1, 2 ** 20))
+    lr: float = cli.arg(3e-3, "peak learning rate, every variant", group="optimization", bounds=(0, 10))
+    min_lr: float = cli.arg(3e-4, "final learning rate of the cosine", group="optimization", bounds=(0, 10))
+    warmup_iters: int = cli.arg(10, "linear warmup steps", group="optimization", bounds=(0, 10 ** 10))
+    seeds: int = cli.arg(2, "seeds per variant (>= 2 for a noise estimate)", group="evaluation", bounds=(1, 100))
+    eval_interval: int = cli.arg(20, "steps between validation losses (the curves)", group="evaluation",
+                                 bounds=(1, 10 ** 10))
+    eval_iters: int = cli.arg(10, "validation batches per evaluation (a fixed set)", group="evaluation",
+                              bounds=(1, 10 ** 7))
+    hit_seqs: int = cli.arg(64, "validation windows of the hit split (a fixed set)", group="evaluation",
+                            bounds=(1, 10 ** 6))
     copy_k: int = cli.arg(8, "copy split: a target is a copy when it and the k tokens before it occurred earlier "
-                          "in the window", group="evaluation")
-    workers: int = cli.arg(2, "runs trained at a time, one CPU thread each (1: in this process)", group="system")
+                          "in the window", group="evaluation", bounds=(1, 2 ** 16))
+    workers: int = cli.arg(2, "runs trained at a time, one CPU thread each (1: in this process)", group="system",
+                           bounds=cli.WORKERS)
     device: str = cli.arg("cpu", "passed to train.py: cpu | cuda | auto", group="system")
 
     def __post_init__(self):
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.variants = tuple(self.variants)
         bad = [v for v in self.variants if v not in VARIANTS]
         cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
-        for name in ("seeds", "hit_seqs", "workers", "copy_k"):
-            cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
         cli.require(not (self.content and self.tokenizer != "gpt2"), "--content probes BPE runs only; add "
                     "--no-content with --tokenizer {}", self.tokenizer)
         if not self.content_only:

@@ -41,6 +41,10 @@ import json
 import os
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "content.py")  # until main_guard; the imports below take seconds
+
 import numpy as np
 import torch
 
@@ -62,13 +66,13 @@ class ContentConfig:
                         "writes them", group="I/O")
     out_dir: str = cli.arg("out/content", "folder for content.json and content.png", group="I/O")
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results (role accuracy lines)", group="I/O")
-    top_k: int = cli.arg(32, "K, classify among the K most frequent tokens", group="probe")
-    probe_seqs: int = cli.arg(128, "B, validation windows probed (75% fit, 25% scored)", group="probe")
+    top_k: int = cli.arg(32, "K, classify among the K most frequent tokens", group="probe", bounds=(2, 10 ** 6))
+    probe_seqs: int = cli.arg(128, "B, validation windows probed (75% fit, 25% scored)", group="probe",
+                              bounds=(4, 10 ** 6))
 
     def __post_init__(self):
-        cli.require(self.top_k >= 2, "--top_k must be >= 2, got {}", self.top_k)
-        cli.require(self.probe_seqs >= 4, "--probe_seqs must be >= 4 (a quarter is the test set), got {}",
-                    self.probe_seqs)
+        cli.check_fields(self)  # each number's type and bounds (the field's): one line; probe_seqs >= 4: a quarter
+        # of them is the test set
 
 
 def ridge_probe(X, labels, train_rows, lam=1e-3):

@@ -24,6 +24,10 @@ import os
 import sys
 import time
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "data.py")  # until main_guard; the imports below take seconds
+
 from plumbing import cli, corpus, shards, sources
 
 
@@ -32,7 +36,8 @@ class DataConfig:
     """Settings of `python data.py`, one flag per field."""
     dataset: str = cli.arg("builtin", f"one of {', '.join(sources.DATASETS)} (files:PATH = your file or folder)",
                            group="data")
-    max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data")
+    max_tokens: int = cli.arg(None, "cap on tokens per split; None = the whole source", group="data",
+                              bounds=(1, 10 ** 13))
     splits: tuple = cli.arg((), "splits to build, of train val; () = all the dataset has", group="data")
     tokenizer: str = cli.arg("gpt2", "gpt2 (GPT-2 BPE, V = 50257) or bytes (UTF-8 bytes, V = 256, "
                                      "documents separated by NUL)", choices=corpus.TOKENIZERS, group="data")
@@ -43,17 +48,15 @@ class DataConfig:
     cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {corpus.DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
-    num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system")
+    num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system",
+                            bounds=(1, 1024))
     shard_tokens: int = cli.arg(shards.SHARD_TOKENS, "a resumable checkpoint of the build every this many tokens",
-                                group="system")
+                                group="system", bounds=(1, 10 ** 13))
     progress: float = cli.arg(shards.PROGRESS_EVERY, "seconds between progress lines on stderr; 0 = none",
-                              group="system")
+                              group="system", bounds=(0, 10 ** 6))
 
     def __post_init__(self):
-        cli.require(self.progress >= 0, "--progress must be >= 0 seconds, got {}", self.progress)
-        for name in ("max_tokens", "num_proc", "shard_tokens"):
-            value = getattr(self, name)
-            cli.require(value is None or value >= 1, "--{} must be >= 1, got {}", name, value)
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         bad = [s for s in self.splits if s not in ("train", "val")]
         cli.require(not bad, "--splits must be train and/or val, got {}", " ".join(bad))
 

@@ -58,6 +58,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "frontier.py")  # until main_guard; the imports below take seconds
+
 import torch
 
 import ema
@@ -87,34 +91,36 @@ class FrontierConfig:
                            group="I/O")
     families: tuple = cli.arg(FAMILIES, "families to train, any of " + " ".join(FAMILIES), group="grid")
     settings: tuple = cli.arg(tuple(SETTINGS), "tasks, any of " + " ".join(SETTINGS), group="grid")
-    decays: tuple = cli.arg((3, 6, 12, 24), "S, numbers of decays of the additive families", group="grid")
-    widths: tuple = cli.arg((32, 64), "C, widths of linear and softmax_state", group="grid")
-    width: int = cli.arg(64, "C of every other family", group="grid")
-    selective_decays: tuple = cli.arg((3, 12), "S of the selective family (at --width)", group="grid")
+    decays: tuple = cli.arg((3, 6, 12, 24), "S, numbers of decays of the additive families", group="grid",
+                            bounds=(1, 1024))
+    widths: tuple = cli.arg((32, 64), "C, widths of linear and softmax_state", group="grid", bounds=(2, 8192))
+    width: int = cli.arg(64, "C of every other family", group="grid", bounds=(2, 8192))
+    selective_decays: tuple = cli.arg((3, 12), "S of the selective family (at --width)", group="grid", bounds=(1, 1024))
     head_widths: tuple = cli.arg((1, 4, 16), "D, head widths of ema_kv, delta, linear_attn_history (D divides "
-                                 "--width)", group="grid")
+                                 "--width)", group="grid", bounds=(1, 8192))
     windows: tuple = cli.arg((4, 8, 16, 32, 64), "w, sliding windows of swa; each setting uses those <= its T",
-                             group="grid")
-    seeds: int = cli.arg(2, "seeds per point (model init and training data)", group="grid")
-    steps: int = cli.arg(None, "optimizer steps per run; None: the setting's budget (BUDGETS)", group="recipe")
-    curriculum: int = cli.arg(None, "first steps on the smallest pair count; None: the setting's", group="recipe")
-    decay: int = cli.arg(None, "final steps of linear lr decay; None: the setting's", group="recipe")
+                             group="grid", bounds=(1, 2 ** 16))
+    seeds: int = cli.arg(2, "seeds per point (model init and training data)", group="grid", bounds=(1, 100))
+    steps: int = cli.arg(None, "optimizer steps per run; None: the setting's budget (BUDGETS)", group="recipe",
+                         bounds=(1, 10 ** 8))
+    curriculum: int = cli.arg(None, "first steps on the smallest pair count; None: the setting's", group="recipe",
+                              bounds=(0, 10 ** 8))
+    decay: int = cli.arg(None, "final steps of linear lr decay; None: the setting's", group="recipe",
+                         bounds=(0, 10 ** 8))
     quick: bool = cli.arg(False, "a handful of points: " + ", ".join(f for f, _ in QUICK_POINTS) + "; the near task, "
                           "1 seed, 400 steps (minutes, not hours)", group="grid")
     report: bool = cli.arg(False, "train nothing: the table and figure of the runs saved so far (a grid still "
                            "running, or a killed one)", group="grid")
-    workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system")
+    workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system", bounds=cli.WORKERS)
 
     def __post_init__(self):
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         for name in ("families", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
             setattr(self, name, tuple(getattr(self, name)))
         bad = [f for f in self.families if f not in FAMILIES]
         cli.require(self.families and not bad, "--families must be names from {}, got {}", " ".join(FAMILIES), bad)
         bad = [s for s in self.settings if s not in SETTINGS]
         cli.require(self.settings and not bad, "--settings must be names from {}, got {}", " ".join(SETTINGS), bad)
-        for name in ("decays", "widths", "selective_decays", "head_widths", "windows"):
-            cli.require(all(isinstance(v, int) and v >= 1 for v in getattr(self, name)),
-                        "--{} must be integers >= 1, got {}", name, " ".join(map(str, getattr(self, name))))
         bad = [D for D in self.head_widths if self.width % D]
         cli.require(not bad, "--head_widths {} do not divide --width {}: a head width D needs width / D heads",
                     " ".join(map(str, bad)), self.width)
@@ -124,8 +130,6 @@ class FrontierConfig:
         too_long = [w for w in self.windows if w > longest]
         cli.require(not too_long, "--windows {} is longer than every sequence (T <= {}): a window of T is full "
                     "attention (the gpt point)", " ".join(map(str, too_long)), longest)
-        for name in ("seeds", "workers", "width"):
-            cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
         for setting in self.settings:
             b = budget_of(self, setting)
             cli.require(b["steps"] >= 1, "--steps must be >= 1, got {}", b["steps"])

@@ -49,6 +49,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "probe.py")  # until main_guard; the imports below take seconds
+
 import torch
 import torch.nn.functional as F
 
@@ -70,10 +74,12 @@ WHO = {"spcn": "SPCN, PGHU", "untrained": "SPCN, untrained", "gru": "causal GRU"
 
 # One flag per SPCN setting, its help written here once; defaults and checks are SPCNConfig's own.
 # ProbeConfig and FitConfig both inherit these flags (the seed of the projection is per run).
-SPCN_HELP = dict(n_columns="K columns", column_size="U units per column", k="winners per column, 1..column_size",
-                 alphas="trace decays alpha_s in (0, 1]", feedback_gain="g: amplitude of the predictive units",
-                 lr="eta: PGHU learning rate (0: no learning)", var_rate="rho: rate of the running error variance",
-                 eps="floor added to the error variance")
+SPCN_HELP = dict(n_columns=("K columns", (1, 4096)), column_size=("U units per column", (1, 4096)),
+                 k=("winners per column, 1..column_size", (1, 4096)), alphas=("trace decays alpha_s in (0, 1]", (0, 1)),
+                 feedback_gain=("g: amplitude of the predictive units", (0, 1e6)),
+                 lr=("eta: PGHU learning rate (0: no learning)", (0, 1e6)),
+                 var_rate=("rho: rate of the running error variance", (0, 1)),
+                 eps=("floor added to the error variance", (0, 1e6)))  # flag -> (help, bounds)
 
 
 def spcn_config(self, seed):
@@ -82,7 +88,8 @@ def spcn_config(self, seed):
 
 
 SPCNFlags = dataclasses.make_dataclass(
-    "SPCNFlags", [(f.name, f.type, cli.arg(f.default, SPCN_HELP[f.name], group="model (SPCN)"))
+    "SPCNFlags", [(f.name, f.type, cli.arg(f.default, SPCN_HELP[f.name][0], group="model (SPCN)",
+                                           bounds=SPCN_HELP[f.name][1]))
                   for f in dataclasses.fields(spcn.SPCNConfig) if f.name in SPCN_HELP],
     namespace=dict(spcn_config=spcn_config))
 
@@ -92,35 +99,30 @@ class ProbeConfig(SPCNFlags):
     out_dir: str = cli.arg("out/probe", "where results.json, results.md, roles.png are written", group="I/O")
     load_spcn: str = cli.arg("", "spcn.pt from `python probe.py fit` (its own settings; else train one per seed)",
                              group="I/O")
-    n_train: int = cli.arg(2000, "training sentences per grammar", group="data")
-    n_val: int = cli.arg(500, "validation sentences (tuning, tagger epoch choice)", group="data")
-    n_test: int = cli.arg(1000, "held-out test sentences", group="data")
-    data_seed: int = cli.arg(0, "split seed = data_seed + seed", group="data")
+    n_train: int = cli.arg(2000, "training sentences per grammar", group="data", bounds=(1, 10 ** 7))
+    n_val: int = cli.arg(500, "validation sentences (tuning, tagger epoch choice)", group="data", bounds=(1, 10 ** 7))
+    n_test: int = cli.arg(1000, "held-out test sentences", group="data", bounds=(1, 10 ** 7))
+    data_seed: int = cli.arg(0, "split seed = data_seed + seed", group="data", bounds=(0, 2 ** 31))
     spcn_epochs: int = cli.arg(2, "PGHU passes over A-train (0: no learning, the untrained net)",
-                               group="optimization")
-    l2: float = cli.arg(1e-2, "probe L2 penalty (chosen on the val splits)", group="optimization")
-    probe_iters: int = cli.arg(100, "L-BFGS iterations per probe", group="optimization")
-    gru_embd: int = cli.arg(32, "E: tagger word embedding size", group="optimization")
-    gru_hidden: int = cli.arg(64, "H: tagger hidden size per direction", group="optimization")
-    gru_epochs: int = cli.arg(6, "tagger epochs (best on A-val kept)", group="optimization")
-    gru_batch: int = cli.arg(32, "tagger sentences per step", group="optimization")
-    gru_lr: float = cli.arg(3e-3, "tagger Adam learning rate", group="optimization")
-    seeds: int = cli.arg(3, "number of seeds", group="evaluation")
+                               group="optimization", bounds=(0, 10 ** 6))
+    l2: float = cli.arg(1e-2, "probe L2 penalty (chosen on the val splits)", group="optimization", bounds=(0, 10 ** 6))
+    probe_iters: int = cli.arg(100, "L-BFGS iterations per probe", group="optimization", bounds=(1, 10 ** 7))
+    gru_embd: int = cli.arg(32, "E: tagger word embedding size", group="optimization", bounds=(1, 2 ** 16))
+    gru_hidden: int = cli.arg(64, "H: tagger hidden size per direction", group="optimization", bounds=(1, 2 ** 16))
+    gru_epochs: int = cli.arg(6, "tagger epochs (best on A-val kept)", group="optimization", bounds=(1, 10 ** 6))
+    gru_batch: int = cli.arg(32, "tagger sentences per step", group="optimization", bounds=(1, 2 ** 20))
+    gru_lr: float = cli.arg(3e-3, "tagger Adam learning rate", group="optimization", bounds=(0, 10))
+    seeds: int = cli.arg(3, "number of seeds", group="evaluation", bounds=(1, 100))
     threads: int = cli.arg(1, "torch CPU threads (1: the per-word SPCN steps are small matmuls)",
-                           group="system")
+                           group="system", bounds=cli.THREADS)
     quick: bool = cli.arg(False, "the quick mode: " + ", ".join(
         f"{k}={v}" for k, v in QUICK.items() if k != "quick") + " unless given; ends with a verdict line",
         group="quick mode")
 
     def __post_init__(self):
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.alphas = tuple(self.alphas)
         req = cli.require
-        for name, lo in (("n_train", 1), ("n_val", 1), ("n_test", 1), ("seeds", 1), ("spcn_epochs", 0),
-                         ("probe_iters", 1), ("gru_embd", 1), ("gru_hidden", 1), ("gru_epochs", 1),
-                         ("gru_batch", 1), ("threads", 1)):
-            v = getattr(self, name)
-            req(isinstance(v, int) and v >= lo, "--{} must be an integer >= {}, got {!r}", name, lo, v)
-        req(self.l2 >= 0, "--l2 must be >= 0, got {}", self.l2)
         req(self.gru_lr > 0, "--gru_lr must be > 0, got {}", self.gru_lr)
         req(not self.load_spcn or os.path.isfile(self.load_spcn),
             "--load_spcn: no file at {}; make one with `python probe.py fit`", self.load_spcn)
@@ -353,20 +355,16 @@ def run_seed(cfg, seed, log, loaded=None):
 @dataclass
 class FitConfig(SPCNFlags):
     out_dir: str = cli.arg("out/spcn", "folder for spcn.pt", group="I/O")
-    n_train: int = cli.arg(2000, "Grammar A training sentences", group="data")
-    data_seed: int = cli.arg(0, "seed of grammar.split", group="data")
-    seed: int = cli.arg(spcn.SPCNConfig.seed, "seed of the frozen random projection", group="model (SPCN)")
+    n_train: int = cli.arg(2000, "Grammar A training sentences", group="data", bounds=(1, 10 ** 7))
+    data_seed: int = cli.arg(0, "seed of grammar.split", group="data", bounds=(0, 2 ** 31))
+    seed: int = cli.arg(spcn.SPCNConfig.seed, "seed of the frozen random projection", group="model (SPCN)",
+                        bounds=cli.SEED)
     epochs: int = cli.arg(2, "PGHU passes over the training sentences (0: save the untrained net)",
-                          group="optimization")
-    batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization")
+                          group="optimization", bounds=(0, 10 ** 6))
+    batch_size: int = cli.arg(64, "sentences per PGHU step", group="optimization", bounds=(1, 2 ** 20))
 
     def __post_init__(self):
-        cli.require(isinstance(self.n_train, int) and self.n_train >= 1,
-                    "--n_train must be an integer >= 1, got {!r}", self.n_train)
-        cli.require(isinstance(self.epochs, int) and self.epochs >= 0,
-                    "--epochs must be an integer >= 0 (0: untrained), got {!r}", self.epochs)
-        cli.require(isinstance(self.batch_size, int) and self.batch_size >= 1,
-                    "--batch_size must be an integer >= 1, got {!r}", self.batch_size)
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         model_settings(lambda: self.spcn_config(self.seed))  # validates the model fields
 
 

@@ -89,6 +89,10 @@ import platform
 import time
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below take seconds
+
 import torch
 
 from plumbing import checkpoint, cli, grid, runs, tables
@@ -119,61 +123,62 @@ class RecallConfig:
     out_dir: str = cli.arg("out/recall", "folder for recall.json, recall.md, recall.png and runs/ (one JSON per "
                            "finished run; a rerun with the same settings reuses them)", group="I/O")
     variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
-    pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data")
-    block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N) + G)", group="data")
-    n_keys: int = cli.arg(8, "K, key ids", group="data")
-    n_values: int = cli.arg(64, "M, value ids (chance = 1/M)", group="data")
+    pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data",
+                           bounds=(1, 4096))
+    block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N) + G)", group="data", bounds=(2, 2 ** 16))
+    n_keys: int = cli.arg(8, "K, key ids", group="data", bounds=(1, 2 ** 16))
+    n_values: int = cli.arg(64, "M, value ids (chance = 1/M)", group="data", bounds=(1, 2 ** 16))
     query_span: int = cli.arg(1, "the N queries fall among the first query_span x N positions after the pairs "
                               "(1: right after them, in random order; 0: anywhere in the T - 2N positions)",
-                              group="data")
+                              group="data", bounds=(0, 2 ** 16))
     gap: int = cli.arg(0, "G, noise tokens between the pairs and the queries (value ids drawn uniformly): far "
-                       "queries, and which values occurred no longer tells the answer", group="data")
-    test_seqs: int = cli.arg(256, "test sequences per pair count", group="data")
-    val_seqs: int = cli.arg(64, "validation sequences per pair count (the learning curve)", group="data")
-    n_layer: int = cli.arg(2, "blocks, every variant", group="model")
-    n_embd: int = cli.arg(64, "C, width, every variant", group="model")
-    n_head: int = cli.arg(2, "attention heads (GPT and the SPEN attention readers)", group="model")
-    steps: int = cli.arg(1500, "optimizer steps per run, every variant (the token budget)", group="optimization")
-    batch_size: int = cli.arg(64, "B, sequences per step, split evenly over --pairs", group="optimization")
+                       "queries, and which values occurred no longer tells the answer", group="data",
+                       bounds=(0, 2 ** 16))
+    test_seqs: int = cli.arg(256, "test sequences per pair count", group="data", bounds=(1, 10 ** 6))
+    val_seqs: int = cli.arg(64, "validation sequences per pair count (the learning curve)", group="data",
+                            bounds=(1, 10 ** 6))
+    n_layer: int = cli.arg(2, "blocks, every variant", group="model", bounds=(1, 64))
+    n_embd: int = cli.arg(64, "C, width, every variant", group="model", bounds=(1, 8192))
+    n_head: int = cli.arg(2, "attention heads (GPT and the SPEN attention readers)", group="model", bounds=(1, 8192))
+    steps: int = cli.arg(1500, "optimizer steps per run, every variant (the token budget)", group="optimization",
+                         bounds=(1, 10 ** 8))
+    batch_size: int = cli.arg(64, "B, sequences per step, split evenly over --pairs", group="optimization",
+                              bounds=(1, 2 ** 16))
     curriculum: int = cli.arg(500, "first steps that train on the smallest --pairs only and without --gap, then "
-                              "the mixture", group="optimization")
+                              "the mixture", group="optimization", bounds=(0, 10 ** 8))
     lr: float = cli.arg(1e-3, "learning rate, every variant: constant after the warmup until the final decay",
-                        group="optimization")
-    warmup: int = cli.arg(0, "linear warmup steps", group="optimization")
+                        group="optimization", bounds=(0, 10))
+    warmup: int = cli.arg(0, "linear warmup steps", group="optimization", bounds=(0, 10 ** 8))
     decay: int = cli.arg(150, "final steps over which the lr falls linearly to 0 (warmup-stable-decay)",
-                         group="optimization")
-    weight_decay: float = cli.arg(0.0, "AdamW weight decay on matrices", group="optimization")
-    eval_every: int = cli.arg(100, "steps between validation evaluations (the learning curve)", group="evaluation")
-    seeds: int = cli.arg(1, "seeds per variant (model init and training data)", group="evaluation")
-    workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system")
+                         group="optimization", bounds=(0, 10 ** 8))
+    weight_decay: float = cli.arg(0.0, "AdamW weight decay on matrices", group="optimization", bounds=(0, 10))
+    eval_every: int = cli.arg(100, "steps between validation evaluations (the learning curve)", group="evaluation",
+                              bounds=(1, 10 ** 8))
+    seeds: int = cli.arg(1, "seeds per variant (model init and training data)", group="evaluation", bounds=(1, 100))
+    workers: int = cli.arg(2, "runs trained at a time, one thread each", group="system", bounds=cli.WORKERS)
     quick: bool = cli.arg(False, "the quick mode, about 3 minutes on 2 cores: " + ", ".join(
         f"{k}={' '.join(v) if isinstance(v, tuple) else v}" for k, v in QUICK.items() if k != "quick")
         + " unless given; prints a verdict at the largest N", group="quick mode")
 
     def __post_init__(self):
-        self.variants, self.pairs = tuple(self.variants), tuple(int(n) for n in self.pairs)
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
+        self.variants, self.pairs = tuple(self.variants), tuple(self.pairs)
         bad = [v for v in self.variants if v not in VARIANTS]
         cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
-        cli.require(self.query_span >= 0, "--query_span must be >= 0, got {}", self.query_span)
-        cli.require(self.pairs and min(self.pairs) >= 1, "--pairs must be >= 1, got {}", self.pairs)
-        cli.require(self.gap >= 0, "--gap must be >= 0, got {}", self.gap)
+        cli.require(self.pairs, "--pairs must name at least one pair count")
         cli.require(self.block_size >= 3 * max(self.pairs) + self.gap,
                     "--block_size must be >= 3 x the largest --pairs + --gap ({}), got {}",
                     3 * max(self.pairs) + self.gap, self.block_size)
         cli.require(self.n_keys >= max(self.pairs) and self.n_values >= max(self.pairs),
                     "--n_keys and --n_values must be >= the largest --pairs ({})", max(self.pairs))
-        for name in ("test_seqs", "val_seqs", "n_layer", "n_embd", "n_head", "steps", "eval_every", "seeds",
-                     "workers"):
-            cli.require(getattr(self, name) >= 1, "--{} must be >= 1, got {}", name, getattr(self, name))
         cli.require(self.batch_size >= len(self.pairs), "--batch_size must be >= the number of --pairs ({}), got {}",
                     len(self.pairs), self.batch_size)
         cli.require(self.n_embd % self.n_head == 0, "--n_embd must be divisible by --n_head, got {} and {}",
                     self.n_embd, self.n_head)
-        cli.require(self.lr >= 0 and self.weight_decay >= 0, "--lr and --weight_decay must be >= 0")
-        cli.require(self.warmup >= 0 and self.decay >= 0 and self.warmup + self.decay <= self.steps,
+        cli.require(self.warmup + self.decay <= self.steps,
                     "--warmup and --decay must be >= 0 with warmup + decay <= --steps, got {} and {}",
                     self.warmup, self.decay)
-        cli.require(0 <= self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
+        cli.require(self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
                     self.curriculum)
 
 

@@ -37,6 +37,10 @@ import sys
 import time
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "sample.py")  # until main_guard; the imports below take seconds
+
 import torch
 
 from plumbing import checkpoint, cli, corpus, runtime
@@ -52,25 +56,22 @@ class SampleConfig:
                              "gpt2-large | gpt2-xl (Hugging Face weights, online)", group="I/O")
     start: str = cli.arg("<|endoftext|>", "prompt: text, FILE:path (UTF-8 text file) or IDS:a,b,c "
                          "(token ids)", group="I/O")
-    num_samples: int = cli.arg(3, "samples to draw, one after the other", group="sampling")
-    max_new_tokens: int = cli.arg(200, "tokens generated per sample", group="sampling")
-    temperature: float = cli.arg(0.8, "divides the logits: < 1 sharper, > 1 flatter, 0 greedy", group="sampling")
-    top_k: int = cli.arg(200, "sample among the top_k most likely tokens; 0: no cut", group="sampling")
-    seed: int = cli.arg(1337, "seed of the sampling generator: same seed, same text", group="sampling")
+    num_samples: int = cli.arg(3, "samples to draw, one after the other", group="sampling", bounds=(1, 10 ** 6))
+    max_new_tokens: int = cli.arg(200, "tokens generated per sample", group="sampling", bounds=(1, 10 ** 8))
+    temperature: float = cli.arg(0.8, "divides the logits: < 1 sharper, > 1 flatter, 0 greedy", group="sampling",
+                                 bounds=(0, 100))
+    top_k: int = cli.arg(200, "sample among the top_k most likely tokens; 0: no cut", group="sampling",
+                         bounds=(0, 10 ** 7))
+    seed: int = cli.arg(1337, "seed of the sampling generator: same seed, same text", group="sampling", bounds=cli.SEED)
     device: str = cli.arg("auto", "auto (cuda, then mps, else cpu) | cpu | cuda | cuda:N | mps", group="system")
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
                          choices=("auto", *runtime.DTYPES), group="system")
 
     def __post_init__(self):
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         cli.require(bool(self.init_from), "--init_from must name a checkpoint file or gpt2")
         cli.require(bool(self.start), "--start is empty; give a prompt (the default is <|endoftext|>, "
                     "the start of a document)")
-        cli.require(isinstance(self.num_samples, int) and self.num_samples >= 1,
-                    "--num_samples must be an integer >= 1, got {!r}", self.num_samples)
-        cli.require(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
-                    "--max_new_tokens must be an integer >= 1, got {!r}", self.max_new_tokens)
-        cli.require(isinstance(self.top_k, int) and self.top_k >= 0,
-                    "--top_k must be an integer >= 0 (0: no cut), got {!r}", self.top_k)
         try:  # the models' own check, so the CLI and generate() agree on what is allowed
             lm.check_sampling(self.max_new_tokens, self.temperature, self.top_k or None)
         except ValueError as e:

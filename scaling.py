@@ -53,6 +53,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports below take seconds
+
 import numpy as np
 import torch
 
@@ -82,38 +86,41 @@ class ScalingConfig:
     train: bool = cli.arg(True, "train the runs up to --max_tokens (--no-train: only write scaling.json/md/png from "
                           "the run folders as they are, e.g. after stopping)", group="I/O")
     models: tuple = cli.arg(("gpt", "linear", "softmax_history"), "models, any of " + " ".join(MODELS), group="model")
-    widths: tuple = cli.arg((128, 64), "C, widths (every model at every width)", group="model")
-    n_layer: int = cli.arg(4, "blocks, every run", group="model")
+    widths: tuple = cli.arg((128, 64), "C, widths (every model at every width)", group="model", bounds=(1, 2 ** 16))
+    n_layer: int = cli.arg(4, "blocks, every run", group="model", bounds=(1, 1024))
     data: str = cli.arg("builtin", "training corpus: builtin | fineweb-edu | files:PATH | ...", group="data")
     eval_data: str = cli.arg("", "validation corpus; empty: the same as --data", group="data")
     tokenizer: str = cli.arg("bytes", "bytes (UTF-8, V = 256) | gpt2 (BPE)", choices=corpus.TOKENIZERS,
                              group="data")
-    block_size: int = cli.arg(256, "T, tokens per sequence", group="data")
-    batch_size: int = cli.arg(16, "B, sequences per micro-batch", group="optimization")
-    grad_accum: int = cli.arg(1, "A, micro-batches per step", group="optimization")
-    max_tokens: float = cli.arg(1e7, "training tokens of each run (the last point)", group="optimization")
-    first_tokens: float = cli.arg(4e4, "training tokens at the first point after step 0", group="optimization")
-    points: int = cli.arg(16, "evaluation points, log-spaced from --first_tokens to --max_tokens", group="evaluation")
-    eval_iters: int = cli.arg(20, "validation batches per point (a fixed set, train.py's)", group="evaluation")
+    block_size: int = cli.arg(256, "T, tokens per sequence", group="data", bounds=(2, 2 ** 20))
+    batch_size: int = cli.arg(16, "B, sequences per micro-batch", group="optimization", bounds=(1, 2 ** 20))
+    grad_accum: int = cli.arg(1, "A, micro-batches per step", group="optimization", bounds=(1, 2 ** 20))
+    max_tokens: float = cli.arg(1e7, "training tokens of each run (the last point)", group="optimization",
+                                bounds=(1, 1e13))
+    first_tokens: float = cli.arg(4e4, "training tokens at the first point after step 0", group="optimization",
+                                  bounds=(1, 1e13))
+    points: int = cli.arg(16, "evaluation points, log-spaced from --first_tokens to --max_tokens", group="evaluation",
+                          bounds=(2, 1000))
+    eval_iters: int = cli.arg(20, "validation batches per point (a fixed set, train.py's)", group="evaluation",
+                              bounds=(1, 10 ** 7))
     hit_seqs: int = cli.arg(128, "validation windows of the copy split at each point (ablate.py's fixed set)",
-                            group="evaluation")
+                            group="evaluation", bounds=(1, 10 ** 6))
     copy_k: int = cli.arg(8, "copy split: the target and the k tokens before it occurred earlier in the window",
-                          group="evaluation")
-    lr: float = cli.arg(2e-3, "learning rate after warmup, held constant", group="optimization")
-    warmup_iters: int = cli.arg(50, "linear warmup steps", group="optimization")
-    seed: int = cli.arg(0, "seed of initialisation and data order (the same for every run)", group="system")
+                          group="evaluation", bounds=(1, 2 ** 16))
+    lr: float = cli.arg(2e-3, "learning rate after warmup, held constant", group="optimization", bounds=(0, 10))
+    warmup_iters: int = cli.arg(50, "linear warmup steps", group="optimization", bounds=(0, 10 ** 10))
+    seed: int = cli.arg(0, "seed of initialisation and data order (the same for every run)", group="system",
+                        bounds=cli.SEED)
     device: str = cli.arg("cpu", "passed to train.py: cpu | cuda | auto", group="system")
     compile: bool = cli.arg(False, "torch.compile (GPU presets)", group="system")
 
     def __post_init__(self):
-        self.models, self.widths = tuple(self.models), tuple(int(w) for w in self.widths)
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
+        self.models, self.widths = tuple(self.models), tuple(self.widths)
         bad = [m for m in self.models if m not in MODELS]
         cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(MODELS), bad)
-        cli.require(self.widths and min(self.widths) >= 1, "--widths must be >= 1, got {}", self.widths)
-        cli.require(self.points >= 2, "--points must be >= 2, got {}", self.points)
-        cli.require(self.hit_seqs >= 1 and self.copy_k >= 1, "--hit_seqs and --copy_k must be >= 1, got {} and {}",
-                    self.hit_seqs, self.copy_k)
-        cli.require(0 < self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
+        cli.require(self.widths, "--widths must name at least one width")
+        cli.require(self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
                     self.first_tokens, self.max_tokens)
         for m in self.models:
             for w in self.widths:

@@ -57,6 +57,10 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields, replace
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "train.py")  # until main_guard; the imports below take seconds
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -90,10 +94,10 @@ class TrainConfig:
     cache_dir: str = cli.arg("", "token caches, as data.py --cache_dir; empty: data.py's default (.cache/data, or "
                              "$EMA_DATA_DIR)", group="data")
     max_tokens: int = cli.arg(None, "cap on the tokens of each split of --data, as data.py --max_tokens (the same "
-                              "cache); None: the whole corpus", group="data")
+                              "cache); None: the whole corpus", group="data", bounds=(1, 10 ** 13))
     tokenizer: str = cli.arg("gpt2", "gpt2 (BPE, V = 50257) | bytes (UTF-8 bytes, V = 256); the model's vocabulary",
                              choices=corpus.TOKENIZERS, group="data")
-    block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data")
+    block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data", bounds=(2, 2 ** 20))
     model: str = cli.arg("spen", "spen (the paper's model) or gpt (attention baseline)",
                          choices=tuple(checkpoint.MODELS), group="model")
     predictor: str = cli.arg("linear", "SPEN: what reads the traces, one of " + " ".join(PREDICTORS) + "; or one per "
@@ -104,69 +108,65 @@ class TrainConfig:
                            choices=tuple(CONTEXTS), group="model")
     trace_method: str = cli.arg("auto", "SPEN: how the traces are computed, same numbers (auto: matmul on CUDA, "
                                 "scan elsewhere)", choices=TRACE_METHODS, group="model")
-    n_layer: int = cli.arg(12, "number of blocks", group="model")
-    n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model")
-    n_head: int = cli.arg(None, "H, heads of GPT and of SPEN's attention/write readers; None: C // 64", group="model")
+    n_layer: int = cli.arg(12, "number of blocks", group="model", bounds=(1, 1024))
+    n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model", bounds=(1, 2 ** 16))
+    n_head: int = cli.arg(None, "H, heads of GPT and of SPEN's attention/write readers; None: C // 64", group="model",
+                          bounds=(1, 2 ** 16))
     write_alphas: tuple[float, ...] = cli.arg(None, "SPEN write decays: ema_kv's a_s, a D x D state each (None: the "
-                                              "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model")
+                                              "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model",
+                                              bounds=(0, 1))
     read_norm: bool = cli.arg(False, "SPEN write readers: RMSNorm of each head's read, gain 1 at init", group="model")
     conv: int = cli.arg(0, "SPEN write readers: kernel of a short causal convolution on q, k, v (4 in the field); "
-                        "0: none", group="model")
+                        "0: none", group="model", bounds=(0, 1024))
     window: int = cli.arg(0, "SPEN softmax over the history: attend to the last w positions only (bounded); 0: all",
-                          group="model")
-    dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model")
-    max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization")
-    lr_decay_iters: int = cli.arg(0, "step where the cosine reaches --min_lr; 0: --max_iters", group="optimization")
-    batch_size: int = cli.arg(32, "B, sequences per micro-batch per process", group="optimization")
-    grad_accum: int = cli.arg(16, "A, micro-batches per step summed over all processes", group="optimization")
-    lr: float = cli.arg(6e-4, "peak learning rate", group="optimization")
-    min_lr: float = cli.arg(6e-5, "final learning rate of the cosine", group="optimization")
-    weight_decay: float = cli.arg(0.1, "AdamW weight decay (matrices and embeddings only)", group="optimization")
-    beta1: float = cli.arg(0.9, "AdamW beta1", group="optimization")
-    beta2: float = cli.arg(0.95, "AdamW beta2", group="optimization")
-    warmup_iters: int = cli.arg(715, "linear warmup steps", group="optimization")
-    grad_clip: float = cli.arg(1.0, "clip the global gradient norm to this; 0: no clipping", group="optimization")
-    eval_interval: int = cli.arg(500, "evaluate and checkpoint every this many steps", group="evaluation")
+                          group="model", bounds=(0, 2 ** 20))
+    dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model", bounds=(0, 1))
+    max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization",
+                             bounds=(1, 10 ** 10))
+    lr_decay_iters: int = cli.arg(0, "step where the cosine reaches --min_lr; 0: --max_iters", group="optimization",
+                                  bounds=(0, 10 ** 10))
+    batch_size: int = cli.arg(32, "B, sequences per micro-batch per process", group="optimization", bounds=(1, 2 ** 20))
+    grad_accum: int = cli.arg(16, "A, micro-batches per step summed over all processes", group="optimization",
+                              bounds=(1, 2 ** 20))
+    lr: float = cli.arg(6e-4, "peak learning rate", group="optimization", bounds=(0, 10))
+    min_lr: float = cli.arg(6e-5, "final learning rate of the cosine", group="optimization", bounds=(0, 10))
+    weight_decay: float = cli.arg(0.1, "AdamW weight decay (matrices and embeddings only)", group="optimization",
+                                  bounds=(0, 10))
+    beta1: float = cli.arg(0.9, "AdamW beta1", group="optimization", bounds=(0, 1))
+    beta2: float = cli.arg(0.95, "AdamW beta2", group="optimization", bounds=(0, 1))
+    warmup_iters: int = cli.arg(715, "linear warmup steps", group="optimization", bounds=(0, 10 ** 10))
+    grad_clip: float = cli.arg(1.0, "clip the global gradient norm to this; 0: no clipping", group="optimization",
+                               bounds=(0, 10 ** 6))
+    eval_interval: int = cli.arg(500, "evaluate and checkpoint every this many steps", group="evaluation",
+                                 bounds=(1, 10 ** 10))
     eval_iters: int = cli.arg(100, "validation batches per evaluation during training (a fixed set)",
-                              group="evaluation")
+                              group="evaluation", bounds=(1, 10 ** 7))
     eval_tokens: int = cli.arg(0, "--eval_only: evaluate the first N tokens of each val split; 0: the whole split",
-                               group="evaluation")
+                               group="evaluation", bounds=(0, 10 ** 13))
     yardsticks: str = cli.arg("auto", "n-gram yardsticks of the validation corpus: auto (only from a cache that "
                               "exists: its baselines.json, or counted here if its train split holds at most 20M "
                               "tokens), count (prepare and count whatever it takes), off",
                               choices=("auto", "count", "off"), group="evaluation")
-    log_interval: int = cli.arg(10, "steps between log lines", group="evaluation")
+    log_interval: int = cli.arg(10, "steps between log lines", group="evaluation", bounds=(1, 10 ** 10))
     device: str = cli.arg("auto", "auto (cuda, then mps, else cpu) | cpu | cuda | cuda:N | mps", group="system")
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
                          choices=("auto", "fp32", "bf16", "fp16"), group="system")
     compile: bool = cli.arg(False, "torch.compile the model", group="system")
-    seed: int = cli.arg(1337, "seed of initialisation and data order", group="system")
+    seed: int = cli.arg(1337, "seed of initialisation and data order", group="system", bounds=cli.SEED)
 
     def __post_init__(self):
+        cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         req = cli.require
-        for name in ("n_layer", "n_embd", "batch_size", "grad_accum", "max_iters", "eval_interval",
-                     "eval_iters", "log_interval"):
-            req(isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
-                "--{} must be an integer >= 1, got {!r}", name, getattr(self, name))
-        req(self.block_size >= 2, "--block_size must be >= 2 (a context of at least one token), got {}",
-            self.block_size)
-        req(0 < self.lr < 10, "--lr must be in (0, 10), got {}", self.lr)
-        req(0 <= self.min_lr <= self.lr, "--min_lr must be in [0, --lr={}], got {}", self.lr, self.min_lr)
-        req(self.warmup_iters >= 0 and self.lr_decay_iters >= 0, "--warmup_iters and --lr_decay_iters must be "
-            ">= 0, got {} and {}", self.warmup_iters, self.lr_decay_iters)
-        req(self.grad_clip >= 0, "--grad_clip must be >= 0 (0 turns clipping off), got {}", self.grad_clip)
-        req(self.weight_decay >= 0, "--weight_decay must be >= 0, got {}", self.weight_decay)
+        req(0 < self.lr, "--lr must be > 0, got {}", self.lr)
+        req(self.min_lr <= self.lr, "--min_lr must be in [0, --lr={}], got {}", self.lr, self.min_lr)
         for name in ("beta1", "beta2", "dropout"):
-            req(0 <= getattr(self, name) < 1, "--{} must be in [0, 1), got {}", name, getattr(self, name))
+            req(getattr(self, name) < 1, "--{} must be in [0, 1), got {}", name, getattr(self, name))
         cli.check_device("device", self.device)
         req(not (self.resume and self.init_from != "scratch"), "--resume continues out_dir/ckpt_last.pt; "
             "drop --init_from {} (or start a new --out_dir without --resume)", self.init_from)
         req(not (self.eval_only and self.init_from == "scratch" and not self.resume),
             "--eval_only needs a trained model: --init_from PATH|gpt2, or --resume")
         req(bool(self.out_dir), "--out_dir must not be empty")
-        req(self.max_tokens is None or self.max_tokens >= 1, "--max_tokens must be >= 1 (or None), got {}",
-            self.max_tokens)
-        req(self.eval_tokens >= 0, "--eval_tokens must be >= 0 (0: the whole split), got {}", self.eval_tokens)
         req(all(eval_names(self)), "--eval_data {!r} has an empty name in its comma list", self.eval_data)
         if self.init_from == "scratch" or self.resume:
             try:
