@@ -21,8 +21,11 @@ a time; workers=1 runs the jobs in this process, one after the other. `fn` must 
 module-level function (it is pickled by name). A worker lives and dies with this process:
     - it starts with SIGINT ignored (a Ctrl-C while it imports is no traceback), then takes
       Ctrl-C as KeyboardInterrupt inside fn (train.py installs its own handler and saves); a
-      job stopped by it exits 130, quietly, and run_jobs raises KeyboardInterrupt once the others
-      have had up to `grace` seconds to save and stop, then SIGTERM, then SIGKILL;
+      job stopped by it exits 130, quietly. On a Ctrl-C, run_jobs stops at once the workers still
+      starting (they never saw it, and have nothing to save), says how many it waits for, gives
+      the others up to `grace` seconds to save and stop (then SIGTERM, then SIGKILL), yields the
+      results of those that finished their job meanwhile (a grid saves them), then raises
+      KeyboardInterrupt;
     - a thread in it polls its parent's pid and ends it within a second of the parent's death
       (a SIGKILL of the parent included: no worker trains on for nobody).
 A worker that fails prints its own traceback (or, for a cli.UserError, its one line) and
@@ -102,12 +105,13 @@ def _exit_with(parent):
     os._exit(1)
 
 
-def _worker(fn, job, conn, parent):
+def _worker(fn, job, conn, parent, started):
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
     import torch  # here: importing this file does not import torch
     torch.set_num_threads(1)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored until now: see the docstring
+        started.set()  # from here a Ctrl-C reaches fn; before, the parent stops this worker itself
         result = (fn(job),)  # a 1-tuple: a result of None is still a result
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the job is done: send it whatever comes
         conn.send(result)
@@ -140,19 +144,20 @@ def run_jobs(fn, jobs, workers, grace=30):
             yield job, fn(job)
         return
     ctx = mp.get_context("spawn")
-    pending, running = list(jobs), {}  # process -> (job, receiving end of its pipe)
+    pending, running = list(jobs), {}  # process -> (job, receiving end of its pipe, its started Event)
     try:
         while pending or running:
             while pending and len(running) < workers:
                 recv, send = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid()))
+                started = ctx.Event()
+                p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid(), started))
                 with _sigint_ignored():
                     p.start()
                 send.close()  # the child holds its own copy: EOF here once it exits
-                running[p] = (pending.pop(0), recv)
-            ready = wait([conn for _, conn in running.values()])
-            for p in [p for p, (_, conn) in running.items() if conn in ready]:
-                job, conn = running.pop(p)
+                running[p] = (pending.pop(0), recv, started)
+            ready = wait([conn for _, conn, _ in running.values()])
+            for p in [p for p, (_, conn, _) in running.items() if conn in ready]:
+                job, conn, _ = running.pop(p)
                 try:
                     sent = conn.recv()  # read before join: a large result fills the pipe
                 except EOFError:
@@ -166,18 +171,30 @@ def run_jobs(fn, jobs, workers, grace=30):
                 yield job, sent[0]
     except KeyboardInterrupt:
         with _sigint_ignored():
-            stop(running, grace)
+            finished = stop(running, grace, say=True)
+        yield from finished  # jobs done while the others stopped: their work is kept
         raise
     finally:
         stop(running, 0)  # a failure or an early exit: the rest is not needed
 
 
-def stop(running, grace):
-    """Stop the workers still running: wait up to `grace` s for each (after Ctrl-C each got it
-    too and saves at its next step), then SIGTERM (train.py saves on it as well) and wait up to
-    30 s, then SIGKILL."""
-    for p in running:
-        p.join(timeout=grace)
+def stop(running, grace, say=False):
+    """Stop the workers still running -> [(job, result)] of those that sent one meanwhile. A worker
+    still starting is stopped at once (SIGTERM: it has not begun its job); the others get up to
+    `grace` s (after Ctrl-C each got it too and saves at its next step; say: print how many are
+    waited for, after 5 s), then SIGTERM (train.py saves on it as well) and up to 30 s, then SIGKILL."""
+    for p, (_, _, started) in running.items():
+        if not started.is_set():
+            p.terminate()
+    finished, t0 = [], time.time()
+    while any(p.is_alive() for p in running) and time.time() < t0 + grace:
+        finished += _results(running)  # read as they come: a large result would block its worker's exit
+        time.sleep(0.05)
+        if say and time.time() > t0 + 5:  # not stopped within 5 s (exiting takes a second or two): say so, once
+            say = False
+            busy = sum(p.is_alive() for p in running)
+            print(f"interrupted: waiting up to {grace} s for {busy} running job(s) to stop (a run at a step saves "
+                  "its checkpoint)", file=sys.stderr, flush=True)
     for p in running:
         if p.is_alive():
             p.terminate()
@@ -186,4 +203,21 @@ def stop(running, grace):
         if p.is_alive():
             p.kill()
             p.join()
+    finished += _results(running)
+    for _, conn, _ in running.values():
+        conn.close()
     running.clear()
+    return finished
+
+
+def _results(running):
+    """[(job, result)] of the workers in running whose result waits in their pipe (each read once)."""
+    out = []
+    for p, (job, conn, started) in list(running.items()):
+        try:
+            if not conn.closed and conn.poll():
+                out.append((job, conn.recv()[0]))
+                conn.close()
+        except (EOFError, OSError):
+            pass  # it exited without a result
+    return out

@@ -1,0 +1,78 @@
+"""A Ctrl-C at any moment of a command, its imports included, is one line and exit 130 within a few
+seconds, with no worker left: train.py and a grid command (recall.py, two workers) at 0.5 s and
+2.5 s, and the grid once more while its workers start (they import torch with SIGINT ignored: the
+parent stops them itself instead of waiting for them). Real processes, each in its own session;
+a terminal's Ctrl-C is a SIGINT to the whole foreground group, so that is what they get."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMANDS = {
+    "train": ["train.py", "--preset", "cpu_bytes", "--max_iters", "5", "--eval_iters", "1", "--n_layer", "1",
+              "--n_embd", "16", "--out_dir", "out"],
+    "grid": ["recall.py", "--variants", "linear", "gpt", "--steps", "40", "--curriculum", "10", "--decay", "10",
+             "--eval_every", "20", "--test_seqs", "8", "--val_seqs", "8", "--workers", "2", "--out_dir", "out"],
+}
+
+
+def session(sid):
+    """pids of the live processes of session sid (a command and the workers it started)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(name))
+    return pids
+
+
+def start(what, tmp_path):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, COMMANDS[what][0]), *COMMANDS[what][1:]],
+                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def ctrl_c(p):
+    """Ctrl-C to p's group -> (stderr, seconds until it exited), once no process of it is left."""
+    t0 = time.time()
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    took = time.time() - t0
+    deadline = time.time() + 10
+    while session(p.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not session(p.pid), "a worker outlived its command"
+    return err, took
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+@pytest.mark.parametrize("what", ["train", "grid"])
+@pytest.mark.parametrize("after", [0.5, 2.5])
+def test_ctrl_c_is_one_line_and_130(what, after, tmp_path):
+    p = start(what, tmp_path)
+    time.sleep(after)
+    err, took = ctrl_c(p)
+    assert p.returncode == 130 and err.count("\n") == 1 and "Traceback" not in err and "interrupted" in err, err
+    assert took < 15, took
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+def test_ctrl_c_while_grid_workers_start(tmp_path):
+    p = start("grid", tmp_path)
+    deadline = time.time() + 60
+    while len(session(p.pid)) < 3 and time.time() < deadline:  # the parent and its two workers
+        time.sleep(0.05)
+    assert p.poll() is None and len(session(p.pid)) >= 3
+    err, took = ctrl_c(p)
+    assert p.returncode == 130 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "interrupted" in err and "continues: python recall.py" in err, err
+    assert took < 15, took  # not the 30 s grace a started run gets
