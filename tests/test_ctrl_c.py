@@ -24,11 +24,11 @@ COMMANDS = {
 def session(sid):
     """pids of the live processes of session sid (a command and the workers it started)."""
     pids = []
-    for name in os.listdir("/proc"):
+    for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+        except (FileNotFoundError, ProcessLookupError):
             continue
         if fields[0] != "Z" and int(fields[3]) == sid:
             pids.append(int(name))
