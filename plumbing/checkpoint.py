@@ -287,6 +287,10 @@ def set_rng_state(st):
     random.setstate((st["python"][0], tuple(st["python"][1]), st["python"][2]))
 
 
+class LockHeld(CheckpointError):
+    """Another live process holds the folder's lock."""
+
+
 class RunLock:
     """An exclusive flock on OUT_DIR/.lock, held while the run lives (a context manager)."""
 
@@ -295,18 +299,33 @@ class RunLock:
         self.fd = None
 
     def __enter__(self):
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:  # a folder in its place, a read-only or full disk: one line
+            raise self.refused(e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise CheckpointError(f"{os.path.dirname(self.path)} is in use by a running command (pid {holder}); "
-                                  f"wait for it to finish or choose another --out_dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
+            raise LockHeld(f"{os.path.dirname(self.path)} is in use by a running command (pid {holder}); "
+                           f"wait for it to finish or choose another --out_dir") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
+        except OSError as e:  # a full disk: the lock is held, but the command could write nothing else either
+            os.close(fd)
+            raise self.refused(e) from None
         self.fd = fd
         return self
+
+    def refused(self, e):
+        """The one line for a lock file that cannot be made or written (e: the OSError)."""
+        if os.path.isdir(self.path):
+            return CheckpointError(f"{self.path} is a folder, where a command keeps its lock file: move it away or "
+                                   f"choose another --out_dir")
+        return CheckpointError(f"cannot write the lock file {self.path} ({e.strerror or e}); free disk space (or make "
+                               f"the folder writable), or choose another --out_dir")
 
     def __exit__(self, *exc):
         os.close(self.fd)  # closing drops the flock; the file itself may stay

@@ -117,7 +117,7 @@ class Grid:
             runs.make_out_dir(self.out_dir)
             try:
                 self.stack.enter_context(checkpoint.RunLock(self.out_dir))
-            except checkpoint.CheckpointError:
+            except checkpoint.LockHeld:
                 raise GridError(f"{self.out_dir} is in use by another grid (pid in {self.out_dir}/.lock): one grid "
                                 f"per folder; wait for it to finish or choose another --out_dir") from None
             removed = remove_temps(self.out_dir)
