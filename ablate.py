@@ -15,7 +15,7 @@ the trace STATE only (variants.py), so both families run here, with two controls
     delta                 SPEN, the delta rule writing key-value pairs                  (write)
     ema_kv_span, ema_kv_span_norm, ema_kv_wide, delta_decay, delta_norm: the write readers with
                           one of the ingredients the field reports (slower decays, a decay on
-                          the delta rule, a normalised read; SPAN and WIDE below)       (write)
+                          the delta rule, a normalised read: plumbing/registry.py)       (write)
     gpt                   GPT-2 style transformer (gpt.py), same width and depth
 Every variant trains with the same width, depth, token budget and, for seed s, the same data
 order (batches.get_batch is a pure function of (seed, step)); every loss is read against the
@@ -66,55 +66,11 @@ cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, grid, ngram, repeats, runs, runtime, tables
+from plumbing import batches, checkpoint, cli, corpus, grid, ngram, registry, repeats, runs, runtime, tables
 import content
-import ema
 import train
 
-SPAN = (2 ** -5, 2 ** -8, 2 ** -11)  # RetNet's decays 1 - gamma_h = 2^(-5-h) at h = 0, 3, 6: spans of 32 to 2,048
-# tokens against the paper's 2 to 50, as many D x D states (the same state size)
-WIDE = ema.spread_decays(3, 0.5, 2 ** -11)  # the paper's fastest to RetNet's slowest: spans of 2, 64 and 2,048
-VARIANTS = {  # name -> TrainConfig overrides; everything else is shared by all variants
-    "linear": dict(model="spen", predictor="linear", reads="state", context="ema"),
-    "linear_attn_state": dict(model="spen", predictor="linear_attn", reads="state", context="ema"),
-    "softmax_state": dict(model="spen", predictor="softmax_attn", reads="state", context="ema"),
-    "linear_attn_history": dict(model="spen", predictor="linear_attn", reads="history", context="ema"),
-    "softmax_history": dict(model="spen", predictor="softmax_attn", reads="history", context="ema"),
-    "selective": dict(model="spen", predictor="linear", reads="state", context="selective"),
-    "ema_kv": dict(model="spen", predictor="ema_kv", reads="state", context="ema"),
-    "delta": dict(model="spen", predictor="delta", reads="state", context="ema"),
-    # the ingredients the field reports around the write (one change each, same state size):
-    "ema_kv_span": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=SPAN),
-    "ema_kv_span_norm": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=SPAN,
-                             read_norm=True),
-    "ema_kv_wide": dict(model="spen", predictor="ema_kv", reads="state", context="ema", write_alphas=WIDE),
-    "delta_decay": dict(model="spen", predictor="delta", reads="state", context="ema", write_alphas=(0.02,)),
-    "delta_norm": dict(model="spen", predictor="delta", reads="state", context="ema", read_norm=True),
-    # what might bring the copies back (results/map): a wider head, a short convolution, a gate, a window, one
-    # attention layer among write readers (the last of n_layer = 4 blocks)
-    "delta_wide": dict(model="spen", predictor="delta", reads="state", context="ema", n_head=1),
-    "delta_conv": dict(model="spen", predictor="delta", reads="state", context="ema", conv=4),
-    "ema_kv_conv": dict(model="spen", predictor="ema_kv", reads="state", context="ema", conv=4),
-    "gated_delta": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4),
-    "gated_delta_wide": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4, n_head=1),
-    "softmax_window": dict(model="spen", predictor="softmax_attn", reads="history", context="ema", window=32),
-    "hybrid_ema_kv": dict(model="spen", predictor="ema_kv,ema_kv,ema_kv,softmax_attn", reads="state,state,state,history",
-                          context="ema"),
-    "hybrid_gated_delta": dict(model="spen", predictor="gated_delta,gated_delta,gated_delta,softmax_attn",
-                               reads="state,state,state,history", context="ema", conv=4),
-    "gpt": dict(model="gpt"),
-}
-FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
-          "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
-          "ema_kv": "write (k vᵀ, fixed decays)", "delta": "write (delta rule)",
-          "ema_kv_span": "write, RetNet-like span", "ema_kv_span_norm": "write, span + read norm",
-          "ema_kv_wide": "write, spans 2 to 2,048",
-          "delta_decay": "write, delta + a = 0.02", "delta_norm": "write, delta + read norm",
-          "delta_wide": "write, delta, one head of width C", "delta_conv": "write, delta + short conv (K = 4)",
-          "ema_kv_conv": "write, ema_kv + short conv (K = 4)", "gated_delta": "write, gated delta rule + conv (GDN)",
-          "gated_delta_wide": "write, GDN, one head of width C", "softmax_window": "history, last 32 positions",
-          "hybrid_ema_kv": "hybrid: 3 ema_kv + 1 softmax_history", "hybrid_gated_delta": "hybrid: 3 GDN + 1 softmax_history",
-          "gpt": "tokens (KV cache)"}
+VARIANTS, FAMILY = registry.MODELS, registry.FAMILY  # the named models (plumbing/registry.py)
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
@@ -288,6 +244,13 @@ def progress(r, done, todo, seconds):
             f"elapsed {seconds:.0f} s, ETA {seconds / done * (todo - done):.0f} s")
 
 
+N = tables.NUMBER
+SAVED = dict(result=dict(val_loss=N, best_val=N, params=int, tokens=int, seconds=N),
+             split=dict(loss_hit=N, loss_other=N, hit_fraction=N))  # what summarize reads from a saved run
+ROW = dict(family=str, val_loss=[N], val_loss_mean=N, val_loss_std=N, best_val=[N], params=int, tokens=int,
+           seconds=[N], loss_hit=N, loss_other=N, hit_fraction=N)  # what the tables read from an earlier row
+
+
 def run_all(cfg, jobs):
     """Run the jobs through the grid's run cache (plumbing/grid.py: OUT/runs/NAME.json beside each
     run folder, reused only under the same run_key, never replaced by a run of other settings, one
@@ -295,7 +258,7 @@ def run_all(cfg, jobs):
     (runs.run_jobs; workers=1: in this one). A failed run stops the ablation (RunInterrupted)."""
     cells = [grid.Job(f"{name}_s{seed}", run_key(cfg, name, seed), Job(cfg, name, seed)) for cfg, name, seed in jobs]
     try:
-        with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), ("result", "split")) as g:
+        with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), SAVED) as g:
             return g.run(run_one, cfg.workers, progress, threads=None)  # workers=1: train.py sets its own threads
     except (RunInterrupted, runs.JobFailed) as e:
         raise RunInterrupted(f"{e}; {RESUMES}") from None
@@ -347,7 +310,7 @@ def earlier_rows(cfg):
     committed row lives only there). An ablate.json made with other settings is refused in one line:
     its rows would not compare with this invocation's, and replacing them would lose them."""
     rows = tables.load_record(os.path.join(cfg.out_dir, "ablate.json"), cfg, "variants", "an ablation",
-                              same=SAME_ABLATION)
+                              same=SAME_ABLATION, shape=tables.Each(ROW))
     return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.variants}
 
 

@@ -198,7 +198,8 @@ def run_point(job):
                 state_floats=model.state_floats(rcfg.block_size), state_bytes=state_bytes(model, rcfg.block_size))
 
 
-SAVED = ("setting", "point", "seed", "test", "state_bytes", "params", "seconds")  # what summarize reads
+SAVED = dict(setting=str, point=str, seed=int, test={"acc": tables.Each(tables.NUMBER)}, state_bytes=tables.NUMBER,
+             params=int, seconds=tables.NUMBER)  # what summarize reads, and its shape (grid.Grid checks it)
 
 
 def run_key(cfg, setting, family, knobs):
@@ -217,6 +218,9 @@ def jobs(cfg):
 
 def progress(r, done, todo, seconds):
     """The line printed as each run finishes."""
+    if r.get("diverged") is not None:
+        return (f"[{done}/{todo}] {r['setting']:5s} {r['point']:<26s} seed {r['seed']} DIVERGED at step "
+                f"{r['diverged']} (loss not finite); not tabled")
     accs = " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
     return (f"[{done}/{todo}] {r['setting']:5s} {r['point']:<26s} seed {r['seed']} acc {accs} | "
             f"{r['state_bytes']:,} B | {r['seconds']:.0f} s | ETA {seconds / done * (todo - done) / 60:.0f} min")
@@ -251,7 +255,9 @@ def summarize(cfg, results, seconds):
     and knobs."""
     out = dict(tasks=SETTINGS,
                budgets={s: budget_of(cfg, s) for s in cfg.settings}, capacity=capacity_table(cfg),
-               seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={})
+               seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={},
+               diverged=recall.diverged_runs([dict(r, point=f"{r['setting']} {r['point']}") for r in results]))
+    results = [r for r in results if r.get("diverged") is None]  # in no mean: listed under "diverged"
     for setting in cfg.settings:
         out["points"][setting] = {}
         for family, knobs in points(cfg, setting):
@@ -324,6 +330,7 @@ def write_md(res, path):
         ([S] + [cell for s in sets for cell in (f"{row[s]['cond']:.1e}", row[s]["rank_fp32"], row[s]["rank_bf16"],
                                                f"{row[s]['fp32']:.2f}", f"{row[s]['bf16']:.2f}")]
          for S, row in res["capacity"].items()))
+    lines += recall.diverged_lines(res)
     tables.save_text("\n".join(lines) + "\n", path)
 
 

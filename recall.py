@@ -308,8 +308,9 @@ def run(job):
 def train_and_test(cfg, model, seed):
     """The one recipe, for any model of the lm.py contract (recall.py's variants, frontier.py's
     grid): train on fresh batches from `seed`, the validation curve every eval_every steps, the
-    step where it leaves the 1/N plateau at each N, and the final test evaluation."""
-    t0 = time.time()
+    step where it leaves the 1/N plateau at each N, and the final test evaluation. A loss that is
+    not finite stops the run: it is saved with `diverged` (the step), and no table averages it."""
+    t0, diverged = time.time(), None
     opt = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (0.9, 0.98), "cpu")
     val, data, curve, train_loss = eval_set(cfg, cfg.val_seqs, VAL_SEED), batches(cfg, seed), [], []
     for step in range(cfg.steps + 1):
@@ -321,19 +322,24 @@ def train_and_test(cfg, model, seed):
             group["lr"] = lr_at(step, cfg)
         idx, targets = next(data)
         _, loss = model(idx, targets)
+        if not torch.isfinite(loss):  # --lr too high, say: its accuracies would be those of a broken model
+            diverged = step
+            break
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         train_loss.append(loss.item())
-    tail = train_loss[-max(1, cfg.steps // 10):]  # mean of the last 10% of steps
+    tail = train_loss[-max(1, cfg.steps // 10):] or [float("nan")]  # mean of the last 10% of steps
     return dict(seed=seed, params=model.num_params(), state_floats=model.state_floats(cfg.block_size),
-                train_loss=sum(tail) / len(tail), curve=curve, exit_step={str(N): plateau_exit(curve, N) for N in cfg.pairs},
+                diverged=diverged, train_loss=sum(tail) / len(tail), curve=curve, exit_step={str(N): plateau_exit(curve, N) for N in cfg.pairs},
                 seconds=time.time() - t0, test=evaluate(model, eval_set(cfg, cfg.test_seqs, TEST_SEED), cfg))
 
 
 PER_GRID = ("out_dir", "variants", "seeds", "workers")  # which runs and where: no run's numbers depend on them
-SAVED = ("variant", "seed", "params", "state_floats", "curve", "exit_step", "seconds", "test")  # what summarize reads
+SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=list, exit_step=dict, seconds=tables.NUMBER,
+             test={"acc": tables.Each(tables.NUMBER), "acc_distance": tables.Each(tables.NUMBER)})
+# what summarize reads, and its shape (grid.Grid checks it)
 
 
 def run_settings(cfg):
@@ -349,6 +355,9 @@ def run_key(cfg, variant):
 
 def progress(r, done, todo, seconds):
     """The line printed as each run finishes."""
+    if r.get("diverged") is not None:
+        return (f"[{done}/{todo}] {r['variant']:<24s} seed {r['seed']} DIVERGED at step {r['diverged']} (loss not "
+                f"finite: lower --lr); not tabled | elapsed {seconds:.0f} s")
     accs = " ".join(f"{N}:{a:.2f}" for N, a in r["test"]["acc"].items())
     return (f"[{done}/{todo}] {r['variant']:<24s} seed {r['seed']} test acc {accs} | plateau exit {r['exit_step']} | "
             f"train loss {r['train_loss']:.3f} | {r['seconds']:.0f} s | elapsed {seconds:.0f} s, ETA "
@@ -366,9 +375,11 @@ def summarize(cfg, results, seconds):
     out = dict(seconds=round(seconds, 1), hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores",
                chance=1.0 / cfg.n_values,
                run_seconds=round(sum(r["seconds"] for r in results), 1), reused=sum("reused" in r for r in results),
-               threshold={str(N): threshold(N) for N in cfg.pairs}, variants={})
+               threshold={str(N): threshold(N) for N in cfg.pairs}, variants={}, diverged=diverged_runs(results))
     for v in cfg.variants:
-        rs = sorted((r for r in results if r["variant"] == v), key=lambda r: r["seed"])
+        rs = sorted((r for r in results if r["variant"] == v and r.get("diverged") is None), key=lambda r: r["seed"])
+        if not rs:
+            continue  # every seed diverged: listed under "diverged", never shown as a score
         stats = {N: runs.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
         dist = {d: runs.mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
         out["variants"][v] = dict(acc={N: m for N, (m, s) in stats.items()},
@@ -379,8 +390,24 @@ def summarize(cfg, results, seconds):
                                   params=rs[0]["params"], state_floats=rs[0]["state_floats"],
                                   capacity_pairs=rs[0]["state_floats"] / (2 * cfg.n_embd),
                                   exit_step={N: [r["exit_step"][N] for r in rs] for N in stats},
-                                  seconds=[round(r["seconds"], 1) for r in rs], curves=[r["curve"] for r in rs])
+                                  seconds=[round(r["seconds"], 1) for r in rs], curves=[r["curve"] for r in rs],
+                                  diverged_seeds=[r["seed"] for r in results if r["variant"] == v and
+                                                  r.get("diverged") is not None])
     return out
+
+
+def diverged_runs(results):
+    """{name: step} of the runs whose loss was not finite (recall's variants, frontier's points)."""
+    return {f"{r.get('variant') or r.get('point')} seed {r['seed']}": r["diverged"] for r in results
+            if r.get("diverged") is not None}
+
+
+def diverged_lines(res):
+    """The report's lines on diverged runs (none when none did): they are out of every table."""
+    if not res.get("diverged"):
+        return []
+    return ["", "**Diverged** (the training loss was not finite; lower --lr): " + ", ".join(
+        f"{k} at step {v}" for k, v in res["diverged"].items()) + ". These runs are in no mean and no table above."]
 
 
 NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept when the table is rewritten
@@ -401,7 +428,9 @@ def write_md(res, path):
              f"{res['run_seconds']:.0f} s.", ""]
     lines += tables.md_table(
         ["variant", "params", "state floats / layer", "capacity (pairs)"] + [f"N={N} (1/N={1 / N:.2f})" for N in pairs],
-        ([v, f"{r['params']:,}", f"{r['state_floats']:,}", f"{r['capacity_pairs']:.1f}"]
+        ([v + (f" (seed {', '.join(map(str, r['diverged_seeds']))} diverged: not averaged)"
+               if r.get("diverged_seeds") else ""), f"{r['params']:,}", f"{r['state_floats']:,}",
+          f"{r['capacity_pairs']:.1f}"]
          + [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs] for v, r in vs.items()))
     lines += ["", "Binding, (accuracy - 1/N) / (1 - 1/N): 0 is the 1/N plateau (a model that knows which values "
               "occurred, not which key each belongs to), 1 perfect recall.", ""]
@@ -417,6 +446,7 @@ def write_md(res, path):
     lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", ""]
     lines += tables.md_table(["variant"] + [f"d>={d}" for d in bins],
                              ([v] + [r["acc_distance"].get(str(d), float("nan")) for d in bins] for v, r in vs.items()))
+    lines += diverged_lines(res)
     old = open(path).read() if os.path.exists(path) else ""
     notes = old[old.index(NOTES):] if NOTES in old else ""
     tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)

@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 import ablate
-from plumbing import checkpoint, cli, corpus, evaluate, ngram, repeats, runs, tables
+from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, repeats, runs, tables
 import train
 
 MODELS = ablate.VARIANTS  # name -> TrainConfig overrides: the ablation's names and settings, any of them
@@ -173,12 +173,14 @@ def read_copy(run):
 
 
 def copy_point(cfg, run, windows, dist, per_step):
-    """Append the copy split of run's last checkpoint to copy.jsonl, unless that step is there."""
+    """Append the copy split of run's last checkpoint to copy.jsonl, unless that step is there or is
+    not one of the curve's points (a Ctrl-C saves ckpt_last between them: an uninterrupted run has
+    no point there)."""
     path = os.path.join(run, "ckpt_last.pt")
     if not os.path.exists(path):
         return
     ckpt = checkpoint.load(path)
-    if ckpt["step"] in {r["step"] for r in read_copy(run)}:
+    if ckpt["step"] in {r["step"] for r in read_copy(run)} or ckpt["step"] not in eval_steps(cfg):
         return
     model = checkpoint.build(ckpt, path)
     rec = dict(step=ckpt["step"], tokens=ckpt["step"] * per_step,
@@ -248,13 +250,25 @@ def advance(cfg, name, width, step):
     if done >= step:
         return False
     t0 = time.time()
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # train.py's log: its log.txt
-        res = train.main(run_config(cfg, name, width, step, resume=done > 0))
+    try:
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # train.py's log: its log.txt
+            res = train.main(run_config(cfg, name, width, step, resume=done > 0))
+    except (KeyboardInterrupt, SystemExit) as e:  # train.py saves ckpt_last on Ctrl-C, then SystemExit(130)
+        if isinstance(e, SystemExit) and e.code != 130:
+            raise  # its NaN guard: the message says it all
+        raise grid.Interrupted(f"interrupted: {name} C={width} stopped at step {progress(run_dir(cfg, name, width))} "
+                               f"of its segment to {step}; every finished point is saved in {cfg.out_dir}; the same "
+                               f"command continues: {cli.command_line('scaling.py', cfg)}") from None
     print(f"{name:<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
           f"{time.time() - t0:.0f} s", flush=True)
     return True
 
 
+N = tables.NUMBER
+CURVE = dict(model=str, width=int, params=(int, type(None)), train_seconds=N,
+             points=[dict(step=int, tokens=N, val_loss=N)],
+             copy=[dict(step=int, tokens=N, loss_copy=(N, type(None)), loss_other=(N, type(None)), by_distance=list)])
+# what the tables and the figure read from a recorded curve (tables.load_record checks it)
 SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points")
 # settings that do not change a curve's run (the budget and the points read along it: runs continue)
 
@@ -265,7 +279,7 @@ def recorded_curves(cfg):
     refused in one line: its curves would not compare with this invocation's, its run folders would
     be resumed under the new settings, and rewriting it would lose them."""
     return tables.load_record(os.path.join(cfg.out_dir, "scaling.json"), cfg, "curves", "a scaling record",
-                              same=SAME_CURVES)
+                              same=SAME_CURVES, shape=tables.Each(CURVE))
 
 
 def collect(cfg, yardsticks, train_tokens, seconds, recorded):
@@ -330,7 +344,8 @@ def write_md(res, path):
               f"when it and the {s['copy_k']} tokens before it occurred earlier in the window; {s['hit_seqs']} fixed "
               "validation windows, the ablation's; every point's split is in scaling.json and the figure):", ""]
     lines += tables.md_table(["run", "tokens", "loss on copies", "loss on others", "copies − others", "by distance"],
-                             [[k, f"{r['tokens']:,}", r["loss_copy"], r["loss_other"], f"{r['loss_copy'] - r['loss_other']:+.3f}",
+                             [[k, f"{r['tokens']:,}", r["loss_copy"], r["loss_other"],
+                               None if r["loss_copy"] is None else f"{r['loss_copy'] - r['loss_other']:+.3f}",
                                ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"]
                                          if b["loss"] is not None)]
                               for k, c in res["curves"].items() for r in c["copy"][-1:]])
@@ -410,8 +425,15 @@ def plot(res, path):
 def main(cfg):
     """Train every (model, width) curve (or continue it), then write scaling.json/md/png; returns the dict.
     One invocation per folder at a time (a lock); a folder of other settings is refused."""
+    if not cfg.train and not os.path.isfile(os.path.join(cfg.out_dir, "scaling.json")) and not os.path.isdir(
+            os.path.join(cfg.out_dir, "runs")):
+        raise cli.UserError(f"--no-train: {cfg.out_dir} holds no scaling run (no scaling.json, no runs/); a typo in "
+                            "--out_dir? Train first: the same command without --no-train")
     runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
     with checkpoint.RunLock(cfg.out_dir):
+        removed = grid.remove_temps(cfg.out_dir)  # the lock is ours: a killed writer's leftovers
+        if removed:
+            print(f"removed {len(removed)} temporary file(s) a killed run left: {', '.join(removed)}", flush=True)
         return run_curves(cfg, recorded_curves(cfg))
 
 

@@ -103,6 +103,12 @@ def print_tables(res):
         st = base["ema"]["stream"]
         print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
               f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
+    if "readers" in base:
+        r = base["readers"]
+        print(f"\nthe map's readers, a training step (fwd+bwd, fp32) at B={r['B']} T={r['T']} C={r['C']} (median of "
+              f"{r['reps']} interleaved repeats): ms, ratio to delta, state floats per layer")
+        for name, m in r["models"].items():
+            print(f" {name:20s} {m['ms']:9.1f} ms {m['ratio_to_delta']:6.2f}x {m['state_floats']:>9,}")
     if "chunk" in base:
         print(f"\nwrite readers, chunked vs loop (median of {base['chunk']['reps']} interleaved repeats), fp32: "
               "ms (loop ms / chunked ms)")

@@ -192,6 +192,11 @@ def load(path, keep=False):
     """torch.load a train.py checkpoint (tensors and plain types only), validated. keep: hold it
     for the next load of this file, if unchanged (train.py reads a checkpoint's settings, then the
     run its weights and optimizer: one read of a file that can be gigabytes)."""
+    if os.path.isdir(path):
+        found = sorted(n for n in os.listdir(path) if n.endswith(".pt"))
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file; " + (
+            f"name one of its checkpoints: {', '.join(os.path.join(path, n) for n in found)}" if found else
+            "it holds no .pt checkpoint: train first (train.py --out_dir FOLDER writes ckpt_best.pt there)"))
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path} not found; train first or pass the right path")
     st = os.stat(path)

@@ -42,7 +42,7 @@ import os
 import re
 import time
 
-from plumbing import checkpoint, cli, runs
+from plumbing import checkpoint, cli, runs, tables
 
 Job = collections.namedtuple("Job", "name key job")
 TEMP = re.compile(r".+\.tmp\d+")  # checkpoint.atomic_write's temp files: NAME.tmp<pid>
@@ -97,11 +97,13 @@ def refuse_emptier(path, count, new, what):
 class Grid:
     """OUT/runs as one grid command sees it (a context manager); see the module docstring.
     flags: the command's flag names (a differing setting is named --flag); needs: the keys the
-    command reads from a saved run; lock=False only reads (a report while a grid runs)."""
+    command reads from a saved run, or {key: shape} (tables.shape_error: a saved run of another shape is
+    one line too); lock=False only reads (a report while a grid runs)."""
 
     def __init__(self, out_dir, jobs, command, flags=(), needs=(), lock=True):
         self.out_dir, self.folder, self.command = out_dir, os.path.join(out_dir, "runs"), command
-        self.jobs, self.flags, self.needs, self.lock = list(jobs), set(flags), ("config", *needs), lock
+        needs = needs if isinstance(needs, dict) else dict.fromkeys(needs)
+        self.jobs, self.flags, self.needs, self.lock = list(jobs), set(flags), {"config": dict, **needs}, lock
         self.keys = {j.name: json.loads(json.dumps(j.key)) for j in self.jobs}  # as a saved file reads back
         self.saved, self.stack = {}, contextlib.ExitStack()
 
@@ -157,9 +159,9 @@ class Grid:
             raise GridError(f"{path} is not a readable saved run ({' '.join(str(e).split())}); {redo}") from None
         if not isinstance(saved, dict):
             raise GridError(f"{path} is not a saved run (a JSON {type(saved).__name__}, not an object); {redo}")
-        missing = [k for k in self.needs if k not in saved]
-        if missing:
-            raise GridError(f"{path} is not a saved run of this command (no {', '.join(missing)}); {redo}")
+        wrong = tables.shape_error(saved, self.needs, "the run")
+        if wrong:
+            raise GridError(f"{path} is not a saved run of this command ({wrong}); {redo}")
         return saved
 
     def mismatch(self, name, saved):

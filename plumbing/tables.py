@@ -5,7 +5,10 @@ the one writer of their results JSON: the command that reproduces the run and it
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
 leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way.
 `load_record` reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
-curves), refusing one of other settings in one line.
+curves), refusing one of other settings in one line. `shape_error` says where a JSON read back
+departs from the shape its reader needs (a list where a number should be, a null accuracy, a
+truncated record): every results file a command reads is checked so, and refused in one line
+naming it, instead of a traceback from deep inside a table.
 
 Run: nothing to run; tests/test_tables.py.
 """
@@ -15,6 +18,50 @@ import json
 import os
 
 from plumbing import checkpoint, cli
+
+
+NUMBER = (int, float)  # a JSON number (bool aside: see shape_error)
+
+
+class Each:
+    """A shape: a dict (JSON object) whose every value has `shape`."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def shape_error(value, shape, where="it"):
+    """Where value departs from shape, in words ('curves.gpt_c32.points[3].val_loss is null, not a
+    number'), or None when it fits. shape: a type or tuple of types (isinstance; a bool is no number),
+    {key: shape} (an object holding at least these keys), [shape] (a list of such items), Each(shape),
+    None (anything)."""
+    if shape is None:
+        return None
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{where} is {_kind(value)}, not an object"
+        missing = [k for k in shape if k not in value]
+        if missing:
+            return f"{where} has no {', '.join(missing)}"
+        return next((e for k, sub in shape.items() if (e := shape_error(value[k], sub, f"{where}.{k}"))), None)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} is {_kind(value)}, not a list"
+        return next((e for i, x in enumerate(value) if (e := shape_error(x, shape[0], f"{where}[{i}]"))), None)
+    if isinstance(shape, Each):
+        if not isinstance(value, dict):
+            return f"{where} is {_kind(value)}, not an object"
+        return next((e for k, x in value.items() if (e := shape_error(x, shape.shape, f"{where}.{k}"))), None)
+    types = shape if isinstance(shape, tuple) else (shape,)
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        return f"{where} is {_kind(value)}, not " + " or ".join(_kind(t) for t in types)
+    return None
+
+
+def _kind(x):
+    t = x if isinstance(x, type) else type(x)
+    return {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(t, t.__name__)
 
 
 def cell(x, fmt=".3f"):
@@ -59,20 +106,24 @@ def save_figure(fig, path, dpi=120):
     checkpoint.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
 
 
-def load_record(path, cfg, part, what, same=()):
+def load_record(path, cfg, part, what, same=(), shape=dict):
     """res[part] of the results JSON at path ({} when there is none), written by an earlier
-    invocation of the same command with cfg's settings, the keys in `same` aside. A corrupt file or
-    one of other settings is one line (cli.UserError) naming it: its rows would not compare with
-    this invocation's, and rewriting it would lose them. what: how to call it ('an ablation')."""
+    invocation of the same command with cfg's settings, the keys in `same` aside. A corrupt file, one
+    whose part has not the `shape` its reader needs (shape_error), or one of other settings is one
+    line (cli.UserError) naming it: its rows would not compare with this invocation's, and
+    rewriting it would lose them. what: how to call it ('an ablation')."""
     if not os.path.exists(path):
         return {}
     try:
         with open(path) as f:
             old = json.load(f)
-        settings, body = old["settings"], old[part]
-    except (ValueError, KeyError, TypeError) as e:
-        raise cli.UserError(f"{path} is not {what} ({type(e).__name__}: {e}); move it away or use another "
-                            "--out_dir") from None
+    except (OSError, ValueError) as e:  # truncated, empty, not UTF-8, a folder
+        raise cli.UserError(f"{path} is not {what} ({type(e).__name__}: {' '.join(str(e).split())}); move it away "
+                            "or use another --out_dir") from None
+    wrong = shape_error(old, {"settings": dict, part: shape}, "the file")
+    if wrong:
+        raise cli.UserError(f"{path} is not {what} ({wrong}); move it away or use another --out_dir")
+    settings, body = old["settings"], old[part]
     now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
     differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now if k not in same and settings.get(k) != now[k]]
     cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,

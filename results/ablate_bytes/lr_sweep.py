@@ -25,12 +25,31 @@ from plumbing import checkpoint, runs, tables  # noqa: E402
 FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
 
 
+N = tables.NUMBER
+SHAPE = dict(settings=dict(lr=N, max_iters=int, batch_size=int, block_size=int, n_layer=int, n_embd=int),
+             variants=tables.Each(dict(val_loss=[N])))  # what the table reads
+
+
+def read(path):
+    """An ablate.json, or one line (exit 1) naming it when it is unreadable or of another shape."""
+    try:
+        with open(path) as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"lr_sweep.py: {path} is not readable JSON ({' '.join(str(e).split())}); rerun the ablate.py command "
+                 "in its folder's ablate.md, or move it away")
+    wrong = tables.shape_error(res, SHAPE, "the file")
+    if wrong or not all(v["val_loss"] for v in res["variants"].values()):
+        sys.exit(f"lr_sweep.py: {path} is not an ablate.json this table can read ({wrong or 'a row with no seed'}); "
+                 "rerun the ablate.py command in its folder's ablate.md, or move it away")
+    return res
+
+
 def main():
     found = {}  # lr -> {model: dict(val, copy, other)}
     base = None
     for path in [os.path.join(HERE, "ablate.json"), *sorted(glob.glob(os.path.join(HERE, "lr_*", "ablate.json")))]:
-        with open(path) as f:
-            res = json.load(f)
+        res = read(path)
         s = {k: v for k, v in res["settings"].items() if k not in FREE}
         if base is None:
             base = s
