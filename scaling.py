@@ -391,6 +391,8 @@ def plot(res, path):
         ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3, **style,
                 label=f"{c['model']} C={c['width']} ({c['params'] / 1e6:.2f}M)")
         cp = [r for r in c["copy"] if r["tokens"] > 0 and r["loss_copy"] is not None]
+        if not cp:
+            continue  # no target was a copy (a short --block_size): nothing to draw on the right
         bx.plot([r["tokens"] for r in cp], [r["loss_copy"] for r in cp], marker="o", ms=3, **style,
                 label=f"{c['model']} C={c['width']}: copies")
         bx.plot([r["tokens"] for r in cp], [r["loss_other"] for r in cp], marker="x", ms=4, alpha=0.5, **style,
@@ -409,8 +411,9 @@ def plot(res, path):
     ax.set_title(f"where GPT overtakes SPEN: {res['settings']['data']} ({res['settings']['tokenizer']})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    bx.set_xscale("log")
-    bx.set_yscale("log")
+    if bx.get_legend_handles_labels()[0]:  # no copy split recorded (no target was a copy): no log axes to scale
+        bx.set_xscale("log")
+        bx.set_yscale("log")
     bx.set_xlabel(f"training {unit}")
     bx.set_ylabel(f"validation loss (nats/{unit[:-1]})")
     bx.set_title(f"targets an in-context copy (>= {res['settings']['copy_k']} tokens) predicts (o) vs the rest (x)")
