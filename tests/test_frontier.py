@@ -44,7 +44,7 @@ def cli_run(argv, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--decays", "0", "3"], "--decays must be integers >= 1"),
+    (["--decays", "0", "3"], "--decays must be an integer in [1, "),
     (["--windows", "4", "100"], "--windows 100 is longer than every sequence"),
     (["--settings", "near", "--windows", "32"], "--windows 32 is longer than every sequence (T <= 24)"),
     (["--families", "linear", "mamba"], "--families must be names from"),

@@ -106,8 +106,8 @@ def test_crossover_and_extrapolation_on_known_curves():
 @pytest.mark.parametrize("overrides, message", [
     (dict(models=("gpt", "lstm")), "--models must be names from"),
     (dict(first_tokens=2e7), "need 0 < --first_tokens < --max_tokens"),
-    (dict(points=1), "--points must be >= 2"),
-    (dict(block_size=1), "--block_size must be >= 2"),  # train.py's own check
+    (dict(points=1), r"--points must be an integer in \[2, "),
+    (dict(block_size=1), r"--block_size must be an integer in \[2, "),
 ])
 def test_bad_settings_are_config_errors(overrides, message, tmp_path):
     with pytest.raises(cli.ConfigError, match=message):
