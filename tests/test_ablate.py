@@ -114,11 +114,11 @@ def test_split_weights_hits_and_others():
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(variants=("linear", "lstm")), "--variants must be names from"),
-    (dict(seeds=0), "--seeds must be >= 1"),
-    (dict(max_iters=0), "--max_iters must be an integer >= 1"),  # train.py's own check
-    (dict(block_size=1), "--block_size must be >= 2"),
+    (dict(seeds=0), "--seeds must be"),
+    (dict(max_iters=0), "--max_iters must be"),  # train.py's own check
+    (dict(block_size=1), "--block_size must be"),
     (dict(tokenizer="bytes"), "--content probes BPE runs only"),
-    (dict(copy_k=0), "--copy_k must be >= 1"),
+    (dict(copy_k=0), "--copy_k must be"),
 ])
 def test_bad_settings_are_config_errors(overrides, message, tmp_path):
     with pytest.raises(cli.ConfigError, match=message):
@@ -218,5 +218,5 @@ def test_an_ablation_of_other_settings_in_the_folder_is_refused_before_training(
 def test_a_corrupt_ablate_json_is_one_line(tmp_path):
     (tmp_path / "ablate.json").write_text("[1, 2]")
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **TINY)
-    with pytest.raises(cli.UserError, match=r"ablate.json is not an ablation \(TypeError: .*; move it away or use another --out_dir"):
+    with pytest.raises(cli.UserError, match=r"ablate.json is not an ablation \(.*; move it away or use another --out_dir"):
         ablate.earlier_rows(cfg)

@@ -99,12 +99,12 @@ def test_writes_nothing(ckpts, tmp_path, monkeypatch):
 
 # Each row: the flags, a fragment of the one-line error, the exit status. {tmp} is tmp_path.
 BAD_INPUTS = [
-    (["--temperature", "-1"], "--temperature must be >= 0", 2),
-    (["--temperature", "nan"], "--temperature must be >= 0", 2),
-    (["--top_k", "-1"], "--top_k must be an integer >= 0", 2),
+    (["--temperature", "-1"], "--temperature must be", 2),
+    (["--temperature", "nan"], "--temperature must be", 2),
+    (["--top_k", "-1"], "--top_k must be", 2),
     (["--top_k", "2.5"], "invalid int value", 2),
-    (["--max_new_tokens", "0"], "--max_new_tokens must be an integer >= 1", 2),
-    (["--num_samples", "0"], "--num_samples must be an integer >= 1", 2),
+    (["--max_new_tokens", "0"], "--max_new_tokens must be", 2),
+    (["--num_samples", "0"], "--num_samples must be", 2),
     (["--start", ""], "--start is empty", 2),
     (["--device", "tpu"], "--device must be auto, cpu, cuda, cuda:N or mps", 2),
     (["--dtype", "int8"], "invalid choice", 2),
