@@ -259,6 +259,8 @@ def run_all(cfg, jobs):
     cells = [grid.Job(f"{name}_s{seed}", run_key(cfg, name, seed), Job(cfg, name, seed)) for cfg, name, seed in jobs]
     try:
         with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), SAVED) as g:
+            print(f"ablate: {len(cells)} runs, {len(g.saved)} already saved, {len(cells) - len(g.saved)} to train "
+                  f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
             return g.run(run_one, cfg.workers, progress, threads=None)  # workers=1: train.py sets its own threads
     except (RunInterrupted, runs.JobFailed) as e:
         raise RunInterrupted(f"{e}; {RESUMES}") from None

@@ -523,6 +523,8 @@ def main(cfg):
             for seed in range(cfg.seeds) for v in cfg.variants]
     with grid.Grid(cfg.out_dir, jobs, cli.command_line("recall.py", cfg), vars(cfg), SAVED) as cache:
         grid.refuse_emptier(out("recall.json"), lambda r: len(r["variants"]), len(cfg.variants), "variants")
+        print(f"recall: {len(jobs)} runs, {len(cache.saved)} already saved, {len(jobs) - len(cache.saved)} to train "
+              f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
         results = cache.run(run, cfg.workers, progress)
         res = tables.save_json(summarize(cfg, results, time.time() - t0), out("recall.json"), "recall.py", cfg)
         write_md(res, out("recall.md"))

@@ -461,6 +461,9 @@ def run_curves(cfg, recorded):
     windows = ablate.hit_windows(cfg, corpus.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
     dist = repeats.copy_distance(windows, cfg.copy_k)
     steps = eval_steps(cfg) if cfg.train else []
+    if steps:  # the grid's size, announced before it starts
+        print(f"scaling: {len(cfg.models) * len(cfg.widths)} runs of {steps[-1]:,} steps ({steps[-1] * tokens_per_step(cfg):,} "
+              f"tokens) each, read at {len(steps)} points", flush=True)
     for step in steps:  # step-major: stopped at any time, every curve reaches about the same D
         trained = False
         for w in cfg.widths:
