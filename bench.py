@@ -8,9 +8,11 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
              S=3, T in {256, 1024, 4096}: ms and ratio to the bandwidth floor (bytes that must
              move / copy bandwidth); the loop beside them, the largest difference to it (fp32,
              TF32 off: <= 1e-5; with TF32, reported); L swept at T=1024; one streaming step
-  chunk      the write readers' chunk length: writes.ema_kv_chunked and delta_rule_chunked at
+  chunk      the write readers' chunk length: writes.ema_kv_chunked, delta_rule_chunked and gated_delta_chunked at
              L in CHUNK_LENS against their loops, forward and forward+backward, fp32, at the
              (H, D, T, B) of CHUNK_CASES; medians of interleaved repeats, as ratios to the loop
+  readers    a training step (forward+backward) of each model of MAP_MODELS at scaling.py's shape
+             (4 x 128, T=256, B=16, bytes, fp32) as a ratio to delta's, interleaved repeats
   blocks     one SPEN block vs one GPT block (C=256), forward+backward tokens/s at
              T in {256, 1024, 4096, 8192}, B = 8192 / T; the mixers alone beside them
   gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
@@ -71,7 +73,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from plumbing import bench_report, cli, runs, runtime, tables, timing
+from plumbing import bench_report, cli, registry, runs, runtime, tables, timing
 import ema
 import gpt
 import lm
@@ -82,7 +84,7 @@ import writes
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
 METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
-SECTIONS = ("limits", "ema", "chunk", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train",
+SECTIONS = ("limits", "ema", "chunk", "readers", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train",
             "train_run")
 CUDA_ONLY = ("train", "train_run")
 JOBS = (("limits", "ema"),) + tuple((s,) for s in SECTIONS[2:])  # one worker process each (ema reads limits)
@@ -91,7 +93,10 @@ PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m pr
 # (H, D, T, B) of the chunk section: the frontier's grid, the byte ablation at width 128, the paper
 CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
-READERS = ("linear", "ema_kv", "delta")  # SPEN predictors the train section times beside GPT
+READERS = ("linear", "ema_kv", "delta", "gated_delta")  # SPEN predictors the train section times beside GPT
+# the readers section: the map's candidates (plumbing/registry.py) against delta, at scaling.py's shape
+MAP_MODELS = ("delta", "delta_wide", "delta_conv", "ema_kv", "ema_kv_conv", "gated_delta", "gated_delta_wide",
+              "softmax_window", "hybrid_ema_kv", "hybrid_gated_delta", "softmax_history", "gpt")
 TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
 
 
@@ -230,10 +235,13 @@ def bench_chunk(device, quick):
         inputs = dict(ema_kv=(rand(B, H, len(ALPHAS), T, D), rand(B, H, T, D, unit=True), rand(B, H, T, D)),  # q, k, v
                       delta=(rand(B, H, T, D, unit=True), rand(B, H, T, D, unit=True), rand(B, H, T, D),
                              torch.rand(B, H, T, device=device)))  # q, k, v (B, H, T, D); beta (B, H, T) in (0, 1)
+        inputs["gated_delta"] = inputs["delta"] + (-torch.rand(B, H, T, device=device),)  # log decays in (-1, 0)
         run = dict(ema_kv=lambda a, L: (writes.ema_kv_ref(*a, ALPHAS) if L == "loop"
                                         else writes.ema_kv_chunked(*a, ALPHAS, chunk=L)),
                    delta=lambda a, L: (writes.delta_rule_ref(*a) if L == "loop"
-                                       else writes.delta_rule_chunked(*a, chunk=L)))
+                                       else writes.delta_rule_chunked(*a, chunk=L)),
+                   gated_delta=lambda a, L: (writes.gated_delta_ref(*a) if L == "loop"
+                                             else writes.gated_delta_chunked(*a, chunk=L)))
         for reader, args in inputs.items():
             grad_args = [x.clone().requires_grad_(True) for x in args]
             gy = torch.randn(B, H, T, D, device=device)
@@ -251,6 +259,30 @@ def bench_chunk(device, quick):
                 rows.append(dict(reader=reader, H=H, D=D, T=T, B=B, mode=mode, ms=ms, ratio=ratio,
                                  best_L=int(max(ratio, key=ratio.get))))
     return dict(reps=reps, rows=rows)
+
+
+def bench_readers(device, quick):
+    """A training step (forward + backward, fp32, no optimizer) of each model of MAP_MODELS at
+    scaling.py's shape, every one built from its registry line, timed in interleaved rounds:
+    ms and the ratio to delta's (> 1: slower than delta). Checks the chunked forms' cost where the
+    curves run them (results/map)."""
+    shape = dict(tokenizer="bytes", n_layer=2, n_embd=32, block_size=48) if quick else \
+        dict(tokenizer="bytes", n_layer=4, n_embd=128, block_size=256)
+    B, reps = (2, 2) if quick else (16, 5)
+    steps = {}
+    for name in MAP_MODELS:
+        overrides = dict(registry.MODELS[name])
+        if quick and "," in overrides.get("predictor", ""):  # a per-block model, cut to the quick depth
+            overrides.update({k: ",".join(overrides[k].split(",")[-2:]) for k in ("predictor", "reads")})
+        cfg = train.make_config("cpu_bytes", **{**overrides, **shape, "device": device.type})
+        model = train.build_model(cfg).to(device)
+        idx = torch.randint(256, (B, cfg.block_size), device=device)
+        steps[name] = (model, lambda model=model, idx=idx: timing.train_step(model, idx))
+    ms = timing.interleaved({k: fn for k, (_, fn) in steps.items()}, device, reps)
+    return dict(B=B, T=shape["block_size"], C=shape["n_embd"], reps=reps,
+                models={k: dict(ms=ms[k], ratio_to_delta=ms[k] / ms["delta"], params=m.num_params(),
+                                state_floats=m.state_floats(shape["block_size"]),
+                                flops_per_token=m.flops_per_token(shape["block_size"])) for k, (m, _) in steps.items()})
 
 
 def _tensors(obj):
@@ -498,7 +530,7 @@ def bench_train_run(device, quick):
 
 
 # One function per section: (device, quick) -> dict.
-RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, blocks=bench_blocks,
+RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, readers=bench_readers, blocks=bench_blocks,
            gen_spen=functools.partial(bench_gen, model_name="spen"),
            gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=bench_memory,
            compile=bench_compile, train=bench_train_steps, train_run=bench_train_run)

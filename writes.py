@@ -215,20 +215,21 @@ def gated_delta_chunked(q, k, v, beta, g, chunk=64):
     pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (q, k, v))  # (B, H, N, L, D)
     beta, b = (F.pad(x, (0, pad)).unflatten(2, (-1, L))[..., None] for x in (beta, g))  # (B, H, N, L, 1)
-    b = b.cumsum(3)  # (B, H, N, L, 1) b_i within each chunk
+    b = b.double().cumsum(3)  # (B, H, N, L, 1) b_i within each chunk, float64: closed gates sum to -1e3 and
+    # more, where float32 would keep 3 digits of a difference b_i - b_j
     b_prev = F.pad(b, (0, 0, 1, 0))[..., :-1, :]  # (B, H, N, L, 1) b_{i-1}, b_{-1} = 0
     below = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)  # (L, L) j < i
+    decay = lambda x, y, mask=below: torch.where(mask, x - y.transpose(-1, -2), -torch.inf).exp().to(q.dtype)
     P = q.new_zeros(B, H, D, D)  # the state before the chunk, P = M^T (key index first)
     out = []
     for q_n, k_n, v_n, b_n, bi, bp in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), b.unbind(2),
                                            b_prev.unbind(2)):  # (B, H, L, .)
-        G = torch.where(below, bi - bi.transpose(-1, -2), -torch.inf).exp()  # (B, H, L, L) exp(b_i - b_j), j < i
-        R = torch.where(below, bp - bi.transpose(-1, -2), -torch.inf).exp()  # exp(b_{i-1} - b_j), j < i
+        G, R = decay(bi, bi), decay(bp, bi)  # (B, H, L, L) exp(b_i - b_j) and exp(b_{i-1} - b_j), j < i
         A = torch.eye(L, dtype=q.dtype, device=q.device) + ((b_n * k_n) @ k_n.transpose(-1, -2)) * G
-        u, w = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * bi.exp() * k_n], -1),
+        u, w = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * bi.exp().to(q.dtype) * k_n], -1),
                                              upper=False, unitriangular=True).split(D, -1)  # (B, H, L, D) each
         n = u - w @ P  # (B, H, L, D) the corrections n_i each write adds
-        out.append((bp.exp() * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * R) @ n)  # (B, H, L, D)
+        out.append((bp.exp().to(q.dtype) * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * R) @ n)  # (B, H, L, D)
         last = bi[..., -1:, :]  # (B, H, 1, 1) b_{L-1}
-        P = last.exp() * P + ((last - bi).exp() * k_n).transpose(-1, -2) @ n
+        P = last.exp().to(q.dtype) * P + ((last - bi).exp().to(q.dtype) * k_n).transpose(-1, -2) @ n
     return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)

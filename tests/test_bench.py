@@ -42,13 +42,17 @@ def test_quick_run_writes_json(tmp_path):
     assert run["memory"]["rows"][0]["paper_need_gb"] > 0
     # the GPU check's train steps, run on the CPU: SPEN's paper reader and write readers beside GPT
     models = run["train"]["models"]
-    assert list(models) == ["spen_linear", "spen_ema_kv", "spen_delta", "gpt"]
+    assert list(models) == ["spen_linear", "spen_ema_kv", "spen_delta", "spen_gated_delta", "gpt"]
     assert all(r["ms"] > 0 and r["tok_s"] > 0 and r["mfu"] is None for r in models.values())  # no CPU peak
     # the write readers' recurrence costs FLOPs the linear predictor does not (variants' attn_flops)
     assert models["spen_ema_kv"]["flops_per_token"] > models["spen_linear"]["flops_per_token"] > 0
     assert models["spen_delta"]["flops_per_token"] > models["spen_linear"]["flops_per_token"]
     chunk = run["chunk"]["rows"]  # every reader x pass, the loop and each L <= T timed
-    assert {(r["reader"], r["mode"]) for r in chunk} == {(a, b) for a in ("ema_kv", "delta") for b in ("fwd", "fwd+bwd")}
+    assert {(r["reader"], r["mode"]) for r in chunk} == {(a, b) for a in ("ema_kv", "delta", "gated_delta")
+                                                          for b in ("fwd", "fwd+bwd")}
+    readers = run["readers"]["models"]  # every map candidate timed beside delta, from its registry line
+    assert readers["delta"]["ratio_to_delta"] == 1 and all(r["ms"] > 0 for r in readers.values())
+    assert readers["hybrid_ema_kv"]["state_floats"] > readers["ema_kv"]["state_floats"]  # one growing cache of four
     assert all(set(r["ms"]) == {"loop", "8", "16"} and str(r["best_L"]) in r["ratio"] for r in chunk)
     tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
     assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2

@@ -1,0 +1,87 @@
+"""writes.py: each write rule's chunked form against its loop (values and gradients, chunk
+lengths that do and do not divide T), the gated delta rule as the delta rule when its gate is
+constant, a closed gate (alpha -> 0) without overflow; and variants.ShortConv's fast path against
+its loop. The readers built on them: tests/test_variants.py; the model: tests/test_spen.py."""
+import math
+
+import pytest
+import torch
+
+import writes
+from variants import ShortConv
+
+
+def gated_inputs(B=2, H=3, T=17, D=8, seed=0, low=-1.0):
+    """Unit q, k; v; beta in (0, 1); log decays g in (low, 0), float64 and requiring grad."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    logd = low * torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    xs = [writes.l2norm(q), writes.l2norm(k), v, beta, logd]
+    return [x.detach().requires_grad_() for x in xs]
+
+
+@pytest.mark.parametrize("T,chunk", [(1, 4), (7, 4), (16, 4), (17, 5), (17, 64)])
+def test_gated_delta_chunked_equals_its_loop_values_and_gradients(T, chunk):
+    xs = gated_inputs(T=T)
+    ref = writes.gated_delta_ref(*xs)
+    fast = writes.gated_delta_chunked(*xs, chunk=chunk)
+    assert fast.shape == ref.shape == (2, 3, T, 8)
+    assert torch.allclose(fast, ref, atol=1e-12, rtol=0)
+    w = torch.randn_like(ref)
+    g_ref = torch.autograd.grad((ref * w).sum(), xs, allow_unused=True)  # T = 1: no key is ever read
+    g_fast = torch.autograd.grad((fast * w).sum(), xs, allow_unused=True)
+    for x, a, b in zip(xs, g_ref, g_fast):
+        a, b = (torch.zeros_like(x) if y is None else y for y in (a, b))
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_gated_delta_with_a_constant_gate_is_the_delta_rule():
+    q, k, v, beta, _ = gated_inputs()
+    for a in (0.0, 0.3):
+        g = torch.full_like(beta, math.log(1 - a))
+        assert torch.allclose(writes.gated_delta_ref(q, k, v, beta, g), writes.delta_rule_ref(q, k, v, beta, a),
+                              atol=1e-12, rtol=0)
+
+
+def test_gated_delta_chunked_survives_a_closed_gate_in_float32():
+    """log alpha down to -60 per token (alpha ~ 1e-26): a chunk's cumulative decay underflows float32
+    (exp(-60 * 64)); a form that divides by it would give inf or nan. Only differences of log
+    decays are exponentiated, so the chunked form stays finite and equals the loop."""
+    xs = [x.detach().float() for x in gated_inputs(T=64, low=-60.0)]
+    fast, ref = writes.gated_delta_chunked(*xs, chunk=64), writes.gated_delta_ref(*xs)
+    assert torch.isfinite(fast).all() and torch.allclose(fast, ref, atol=1e-5, rtol=0)
+
+
+def test_gated_delta_reads_before_it_writes():
+    """y_t = M_{t-1} q_t: the first read is of the empty state, and changing v_t first shows at t + 1."""
+    q, k, v, beta, g = (x.detach() for x in gated_inputs(T=6))
+    y = writes.gated_delta_ref(q, k, v, beta, g)
+    assert torch.equal(y[:, :, 0], torch.zeros_like(y[:, :, 0]))
+    v2 = v.clone()
+    v2[:, :, 3] += 1.0
+    y2 = writes.gated_delta_ref(q, k, v2, beta, g)
+    assert torch.equal(y[:, :, :4], y2[:, :, :4]) and not torch.allclose(y[:, :, 4], y2[:, :, 4])
+
+
+@pytest.mark.parametrize("K", [1, 2, 4])
+def test_short_conv_fast_path_equals_its_loop_and_step(K):
+    torch.manual_seed(K)
+    fast, loop = ShortConv(6, K), ShortConv(6, K, loop=True)
+    torch.nn.init.normal_(fast.weight)
+    loop.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 9, 6, dtype=torch.float64, requires_grad=True)
+    fast.double(), loop.double()
+    a, b = fast(x), loop(x)
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)
+    ga, gb = (torch.autograd.grad(y.sum(), [x, m.weight]) for y, m in ((a, fast), (b, loop)))
+    assert all(torch.allclose(u, w, atol=1e-12, rtol=0) for u, w in zip(ga, gb))
+    cache, out = torch.zeros(2, K - 1, 6, dtype=torch.float64), []
+    for t in range(9):
+        y, cache = fast.step(x[:, t].detach(), cache)
+        out.append(y)
+    assert torch.allclose(torch.stack(out, 1), a.detach(), atol=1e-12, rtol=0)
+    x2 = x.detach().clone()
+    x2[:, 4] += 1.0  # causal: output t sees x_{t-K+1..t} only
+    d = (fast(x2) - a).abs().amax((0, 2))
+    assert (d[:4] == 0).all() and (d[4:4 + K] > 0).all() and (d[4 + K:] == 0).all()
