@@ -462,8 +462,8 @@ def run_curves(cfg, recorded):
     dist = repeats.copy_distance(windows, cfg.copy_k)
     steps = eval_steps(cfg) if cfg.train else []
     if steps:  # the grid's size, announced before it starts
-        print(f"scaling: {len(cfg.models) * len(cfg.widths)} runs of {steps[-1]:,} steps ({steps[-1] * tokens_per_step(cfg):,} "
-              f"tokens) each, read at {len(steps)} points", flush=True)
+        print(f"scaling: {len(cfg.models) * len(cfg.widths)} runs of {steps[-1]:,} steps "
+              f"({steps[-1] * tokens_per_step(cfg):,} tokens) each, read at {len(steps)} points", flush=True)
     for step in steps:  # step-major: stopped at any time, every curve reaches about the same D
         trained = False
         for w in cfg.widths:
