@@ -698,7 +698,7 @@ def plot_bytes(run, y):
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("nats per byte")
     ax.set_title("byte loss against its yardsticks (dotted: n-grams, dashed: compressors)")
-    ax.legend(fontsize=7, loc="upper center", ncol=3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=6, frameon=False)  # off the lines
     return show(fig, "bytes")
 
 

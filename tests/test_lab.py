@@ -393,3 +393,41 @@ def test_the_setup_cell_without_a_repository_says_what_to_do(tmp_path, monkeypat
     lines = e.value._render_traceback_()
     assert len(lines) == 1 and "upload ema-is-not-all-you-need.zip" in lines[0] and "REPO_URL" in lines[0]
     assert not os.listdir(tmp_path)
+
+
+def test_the_handout_leaves_the_answers_out_and_its_zip_sets_the_notebook_up(tmp_path, monkeypatch):
+    """python -m lab.handout: a zip without solutions.py (nor the kit), which the setup cell unpacks
+    on a machine without the repository; the URL, when given, is set in one place."""
+    import zipfile
+    import jupytext
+    from lab import handout
+    archive = handout.main(["--out_dir", str(tmp_path / "handout"), "--repo_url", "https://example.org/x.git"])
+    names = zipfile.ZipFile(archive).namelist()
+    assert "ema-is-not-all-you-need/lab/exercises.py" in names and "ema-is-not-all-you-need/ema.py" in names
+    assert not any(n.endswith(("lab/solutions.py", "lab/INSTRUCTOR.md", "tests/test_lab.py")) for n in names)
+    nb = nbformat.read(str(tmp_path / "handout" / "lab.ipynb"), as_version=4)
+    assert 'REPO_URL = "https://example.org/x.git"' in nb.cells[1].source
+    student = tmp_path / "colab"
+    student.mkdir()
+    os.link(archive, student / "ema-is-not-all-you-need.zip")
+    monkeypatch.chdir(student)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    setup = jupytext.read(os.path.join(LAB, "lab.py")).cells[1].source
+    exec(compile(setup, "setup", "exec"), {"__name__": "__main__"})
+    assert os.getcwd() == str(student / "ema-is-not-all-you-need")
+    assert os.path.isfile("lab/exercises.py") and not os.path.exists("lab/solutions.py")
+
+
+def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
+    monkeypatch.delenv("LAB_SOLUTIONS", raising=False)
+    monkeypatch.setattr(helpers, "_ANSWERS", {})
+
+    @helpers.answer
+    def binding(acc, N):
+        return solutions.binding(acc, N)
+    helpers.answer(ANSWER_5C="It holds sums.")
+    ex = helpers.exercises()
+    assert ex.binding is binding and ex.ANSWER_5C == "It holds sums." and checks.check("binding", ex.binding)
+    assert helpers.exercises().effective_window is exercises.effective_window  # the rest: the file's
+    with pytest.raises(cli.UserError, match="not an exercise"):
+        helpers.answer(lambda: None)

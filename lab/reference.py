@@ -1,0 +1,81 @@
+"""The executed reference copy of the lab, for instructors: runs lab.ipynb top to bottom with the
+solutions (LAB_SOLUTIONS=1) in a fresh kernel, as a student would, and writes it with its outputs
+but without its images (the figures stay under LAB_OUT), so that the copy stays small; prints the
+wall time, the CPU time of the kernel and everything it started, and each slow cell's time.
+
+    LAB_THREADS=1 python -m lab.reference                       # -> lab/reference.ipynb, full size
+    LAB_SMOKE=1 python -m lab.reference --out /tmp/ref.ipynb    # the smoke sizes (seconds)
+
+lab/INSTRUCTOR.md says what to expect in it, and how close a student's run should come.
+"""
+import argparse
+import datetime
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+
+import nbformat
+
+LAB = os.path.dirname(os.path.abspath(__file__))
+
+
+def kernel_env(tmp):
+    """A python3 kernel spec of this interpreter first on JUPYTER_PATH (whatever specs the machine has)."""
+    spec = os.path.join(tmp, "jupyter", "kernels", "python3")
+    os.makedirs(spec)
+    with open(os.path.join(spec, "kernel.json"), "w") as f:
+        json.dump(dict(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                       display_name="Python 3", language="python"), f)
+    os.environ.update(JUPYTER_PATH=os.path.join(tmp, "jupyter"), JUPYTER_RUNTIME_DIR=os.path.join(tmp, "runtime"),
+                      MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"), LAB_SOLUTIONS="1", LAB_STRICT="1")
+
+
+def seconds(cell):
+    """A cell's execution time from nbclient's timestamps (None if it has none)."""
+    t = cell.get("metadata", {}).get("execution", {})
+    start, end = t.get("iopub.execute_input"), t.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="execute lab.ipynb with the solutions; write it without images")
+    p.add_argument("--out", default=os.path.join(LAB, "reference.ipynb"), help="the executed copy (.ipynb)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run")
+    args = p.parse_args(argv)
+    from nbclient import NotebookClient
+    nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
+    with tempfile.TemporaryDirectory() as tmp:
+        kernel_env(tmp)
+        t0, cpu0 = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
+                       resources={"metadata": {"path": LAB}}).execute()
+        wall, cpu1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+    root, out_dir = os.path.dirname(LAB), os.environ.get("LAB_OUT") or os.path.join(os.path.dirname(LAB), "out", "lab")
+    for cell in nb.cells:  # keep the text and tables, drop the images: the copy stays small
+        for o in cell.get("outputs", []):
+            if "text" in o:  # this machine's paths as placeholders
+                o["text"] = o["text"].replace(os.path.abspath(out_dir), "$LAB_OUT").replace(root, "$REPO")
+            for key in [k for k in o.get("data", {}) if k.startswith("image/")]:
+                o["data"].pop(key)
+                o["data"]["text/plain"] = "[figure: see LAB_OUT]"
+    nb.metadata["lab_reference"] = dict(wall_s=round(wall, 1), cpu_s=round(cpu, 1), python=sys.version.split()[0],
+                                        threads=os.environ.get("LAB_THREADS", "all"),
+                                        smoke=os.environ.get("LAB_SMOKE") == "1")
+    nbformat.write(nb, args.out)
+    print(f"wrote {args.out} ({os.path.getsize(args.out):,} bytes) | wall {wall:.0f} s | CPU of the kernel and its "
+          f"children {cpu:.0f} s")
+    for i, cell in enumerate(nb.cells):
+        s = seconds(cell)
+        if cell.cell_type == "code" and s is not None and s >= 1:
+            print(f"cell {i:3d} {s:7.1f} s  {cell.source.splitlines()[0][:70]}")
+
+
+if __name__ == "__main__":
+    main()
