@@ -19,10 +19,12 @@ Workers: each job runs in a fresh interpreter (multiprocessing "spawn": no forke
 pools) with one torch thread (small models: one run per core is fastest), at most `workers` at
 a time; workers=1 runs the jobs in this process, one after the other. `fn` must be a
 module-level function (it is pickled by name). A worker lives and dies with this process:
-    - it starts with SIGINT ignored (a Ctrl-C while it imports is no traceback), then takes
-      Ctrl-C as KeyboardInterrupt inside fn (train.py installs its own handler and saves); a
-      job stopped by it exits 130, quietly. On a Ctrl-C, run_jobs stops at once the workers still
-      starting (they never saw it, and have nothing to save), says how many it waits for, gives
+    - it starts with SIGINT blocked (a Ctrl-C while it imports is no traceback, and is not lost:
+      it arrives once the worker unblocks it, before fn), then takes Ctrl-C as KeyboardInterrupt
+      inside fn (train.py installs its own handler and saves); a job stopped by it exits 130,
+      quietly. The parent blocks SIGINT too while it starts a worker (a Ctrl-C then arrives just
+      after). On a Ctrl-C, run_jobs stops at once the workers still starting (nothing to save),
+      says after 5 s how many it waits for, gives
       the others up to `grace` seconds to save and stop (then SIGTERM, then SIGKILL), yields the
       results of those that finished their job meanwhile (a grid saves them), then raises
       KeyboardInterrupt;
@@ -107,11 +109,12 @@ def _exit_with(parent):
 
 def _worker(fn, job, conn, parent, started):
     threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
-    import torch  # here: importing this file does not import torch
-    torch.set_num_threads(1)
     try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # ignored until now: see the docstring
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked until now: see the docstring
         started.set()  # from here a Ctrl-C reaches fn; before, the parent stops this worker itself
+        import torch  # here: importing this file does not import torch
+        torch.set_num_threads(1)
         result = (fn(job),)  # a 1-tuple: a result of None is still a result
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the job is done: send it whatever comes
         conn.send(result)
@@ -123,9 +126,23 @@ def _worker(fn, job, conn, parent, started):
 
 
 @contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked inside (not ignored: one sent meanwhile arrives on leaving); a worker started here
+    inherits the block, through exec, until _worker lifts it. Only the main thread sets it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
 def _sigint_ignored():
-    """SIGINT ignored inside: a worker started here inherits that (until _worker takes Ctrl-C over),
-    and a second Ctrl-C while the workers stop is no traceback. Only the main thread sets handlers."""
+    """SIGINT ignored inside: a second Ctrl-C while the workers stop is no traceback. Only the main
+    thread sets handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -151,10 +168,10 @@ def run_jobs(fn, jobs, workers, grace=30):
                 recv, send = ctx.Pipe(duplex=False)
                 started = ctx.Event()
                 p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid(), started))
-                with _sigint_ignored():
+                with _sigint_blocked():  # a Ctrl-C arrives once p is in running, where stop() finds it
                     p.start()
-                send.close()  # the child holds its own copy: EOF here once it exits
-                running[p] = (pending.pop(0), recv, started)
+                    send.close()  # the child holds its own copy: EOF here once it exits
+                    running[p] = (pending.pop(0), recv, started)
             ready = wait([conn for _, conn, _ in running.values()])
             for p in [p for p, (_, conn, _) in running.items() if conn in ready]:
                 job, conn, _ = running.pop(p)
