@@ -48,7 +48,7 @@ cli.exit_on_ctrl_c(__name__, "content.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, runs, runtime, tables
+from plumbing import batches, checkpoint, cli, corpus, grid, runs, runtime, tables
 import ema
 
 MAX_LAG = 64
@@ -209,8 +209,9 @@ def main(cfg):
     runs.check_out_dir(cfg.out_dir)  # one line before anything is read
     res = probe(cfg, find_runs(cfg.runs))  # every input is read and checked before the first write
     runs.make_out_dir(cfg.out_dir)
-    res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
-    res = tables.save_json(res, os.path.join(cfg.out_dir, "content.json"), "content.py", cfg)
+    with grid.locked(cfg.out_dir):  # one writer per folder; a killed one's temp files removed
+        res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
+        res = tables.save_json(res, os.path.join(cfg.out_dir, "content.json"), "content.py", cfg)
     rows = [*((f"raw a={a}", res["raw"][str(a)]) for a in res["alphas"]),
             *((n, r["best"]) for n, r in res["models"].items())]
     print("content probe, accuracy at lag k = 0 / 1 / 8 / 64: " +

@@ -56,7 +56,7 @@ cli.exit_on_ctrl_c(__name__, "probe.py")  # until main_guard; the imports below 
 import torch
 import torch.nn.functional as F
 
-from plumbing import cli, runs, tables
+from plumbing import cli, grid, runs, tables
 import grammar
 import spcn
 
@@ -517,6 +517,12 @@ def main(cfg):
     """Run every seed, then write results.json, results.md and roles.png -> the results dict."""
     loaded = load_spcn(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
     runs.make_out_dir(cfg.out_dir)  # one line before anything is trained
+    with grid.locked(cfg.out_dir):  # one command per folder; a killed one's temp files removed
+        return run_and_report(cfg, loaded)
+
+
+def run_and_report(cfg, loaded):
+    """main, in its locked folder."""
     if cfg.quick:
         print(QUICK_TRADES, flush=True)
     torch.set_num_threads(cfg.threads)

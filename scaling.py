@@ -433,10 +433,7 @@ def main(cfg):
         raise cli.UserError(f"--no-train: {cfg.out_dir} holds no scaling run (no scaling.json, no runs/); a typo in "
                             "--out_dir? Train first: the same command without --no-train")
     runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
-    with checkpoint.RunLock(cfg.out_dir):
-        removed = grid.remove_temps(cfg.out_dir)  # the lock is ours: a killed writer's leftovers
-        if removed:
-            print(f"removed {len(removed)} temporary file(s) a killed run left: {', '.join(removed)}", flush=True)
+    with grid.locked(cfg.out_dir):  # and a killed writer's temp files removed
         return run_curves(cfg, recorded_curves(cfg))
 
 

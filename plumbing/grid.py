@@ -79,6 +79,18 @@ def remove_temps(out_dir):
     return removed
 
 
+@contextlib.contextmanager
+def locked(out_dir):
+    """out_dir's lock (checkpoint.RunLock) held inside, and the temp files a killed writer left there
+    and under out_dir/runs removed first (a line says so): for a command that writes its reports
+    into one folder without a grid (probe.py, content.py, scaling.py). out_dir must exist."""
+    with checkpoint.RunLock(out_dir):
+        removed = remove_temps(out_dir)
+        if removed:
+            print(f"removed {len(removed)} temporary file(s) a killed run left: {', '.join(removed)}", flush=True)
+        yield
+
+
 def refuse_emptier(path, count, new, what):
     """One GridError line, before anything is written, if the report at path holds more entries
     (count(its JSON)) than the `new` one would: a subset grid or a typo'd flag never replaces a

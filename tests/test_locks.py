@@ -1,5 +1,5 @@
 """The folder lock's own writes fail in one line: a `.lock` that is a folder, for every command that
-locks (train.py, scaling.py, and the grids: recall.py, frontier.py, ablate.py), and a disk with no
+locks (train.py, scaling.py, probe.py, and the grids: recall.py, frontier.py, ablate.py), and a disk with no
 byte free (the pid write refused, as the disk-full tests of tests/test_train.py refuse writes)."""
 
 import errno
@@ -10,6 +10,7 @@ import pytest
 
 import ablate
 import frontier
+import probe
 import recall
 import scaling
 import train
@@ -26,7 +27,7 @@ def one_line(e):
     assert "\n" not in msg and ".lock" in msg and "folder" in msg, msg
 
 
-@pytest.mark.parametrize("command", ["train", "scaling", "recall", "frontier", "ablate"])
+@pytest.mark.parametrize("command", ["train", "scaling", "recall", "frontier", "ablate", "probe"])
 def test_a_lock_folder_is_one_line(command, tmp_path):
     out = lock_folder(tmp_path / "o")
     run = {
@@ -37,6 +38,7 @@ def test_a_lock_folder_is_one_line(command, tmp_path):
         "recall": lambda: recall.main(recall.RecallConfig(out_dir=out, variants=("linear",), steps=5, curriculum=0,
                                                           decay=0)),
         "frontier": lambda: frontier.main(frontier.FrontierConfig(out_dir=out, quick=True)),
+        "probe": lambda: probe.main(probe.ProbeConfig(out_dir=out, seeds=1, n_train=10, n_val=5, n_test=5)),
         "ablate": lambda: ablate.main(ablate.AblateConfig(out_dir=out, variants=("linear",), content=False,
                                                           tokenizer="bytes", max_iters=2, seeds=1, workers=1)),
     }[command]
