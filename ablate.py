@@ -190,8 +190,15 @@ def run_one(job):
     path = os.path.join(tcfg.out_dir, "result.json")
     rec = {}
     if os.path.exists(path):
-        with open(path) as f:
-            rec = json.load(f)
+        try:
+            with open(path) as f:
+                rec = json.load(f)
+        except (OSError, ValueError) as e:
+            raise cli.UserError(f"{path} is not a readable run record ({' '.join(str(e).split())}); delete it: the "
+                                f"same command reads the run again from its checkpoint") from None
+        if not isinstance(rec, dict):
+            raise cli.UserError(f"{path} is not a run record (a JSON {type(rec).__name__}); delete it: the same "
+                                "command reads the run again from its checkpoint")
     if not same_run(rec.get("train_config"), key):
         last = os.path.join(tcfg.out_dir, "ckpt_last.pt")
         if os.path.exists(last) and same_run(dict(checkpoint.load(last)["train"], resume=False), key):
@@ -451,11 +458,19 @@ def read_curve(run):
 
 
 def read_jsonl(path):
-    """The complete records of a .jsonl file (a line cut short by a stop is skipped); [] if there is none."""
+    """The complete records of a .jsonl file (a line cut short by a stop is skipped); [] if there is none.
+    A line that is not a JSON object is one line (cli.UserError) naming the file."""
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(ln) for ln in f if ln.strip().endswith("}")]
+    try:
+        with open(path) as f:
+            recs = [json.loads(ln) for ln in f if ln.strip().endswith("}")]
+    except (OSError, ValueError) as e:
+        raise cli.UserError(f"{path} is not a readable record of a run ({' '.join(str(e).split())}); move it away "
+                            "(a run folder's metrics.jsonl: train the run anew)") from None
+    if not all(isinstance(r, dict) for r in recs):
+        raise cli.UserError(f"{path} holds a line that is not a JSON object; move it away")
+    return recs
 
 
 def plot_curves(res, path):
