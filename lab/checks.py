@@ -1,6 +1,6 @@
 """One check per exercise of exercises.py. Each tests a property that a wrong answer fails (not
 only shapes), against the repository's own code where it has one (ema.traces_ref, ema.trace_map,
-recall.mqar, recall.binding, variants.ema_kv_step and ema_kv_ref, variants.delta_rule_step and
+recall.mqar, recall.binding, writes.ema_kv_step and ema_kv_ref, writes.delta_rule_step and
 delta_rule_ref), or else against the docstring's formula on a fixed data set. Where a wrong
 answer is a known mistake (WRONG_ANSWERS below: an l2 ignored, a state read after its write, ...)
 the message names it. tests/test_lab.py holds every check to failing on the stub and on each of
@@ -16,7 +16,7 @@ Autograding, outside the notebook (every exercise of a student's file, one line 
 0 only when all pass):
 
     python -m lab.checks                      # lab/exercises.py
-    python -m lab.checks path/to/exercises.py
+    python -m lab.checks FILE                 # a student's copy of exercises.py
 
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
@@ -35,7 +35,7 @@ import torch
 
 import ema
 import recall
-import variants
+import writes
 
 LIMIT_S = 10.0  # per call of the student's function: the solutions take milliseconds, a loaded CPU 100x that
 
@@ -354,7 +354,7 @@ def check_ema_kv_step(fn):
         q, k, v = (torch.randn(D, generator=g, dtype=torch.float64) for _ in range(3))
         M = torch.randn(S, D, D, generator=g, dtype=torch.float64)
         y, M2 = _pair(fn(q, k, v, M.clone(), alphas), "ema_kv_step", ((D,), (S, D, D)))
-        want_y, want_M = (t[0, 0] for t in variants.ema_kv_step(q.expand(1, 1, S, D), k[None, None], v[None, None],
+        want_y, want_M = (t[0, 0] for t in writes.ema_kv_step(q.expand(1, 1, S, D), k[None, None], v[None, None],
                                                                   M[None, None], alphas))
         kv = torch.outer(k, v)  # (D, D) key index first
         read = lambda M: (M.transpose(-1, -2) @ q).sum(0)  # (D,) sum_s M[s]^T q
@@ -364,7 +364,7 @@ def check_ema_kv_step(fn):
             ("averages over the decays: y is the sum over s of M[s]^T q", read(M) / S)])
         assert not said, f"ema_kv_step {said}"
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
-            f"ema_kv_step (decays {alphas}): y differs from variants.ema_kv_step's read, y = sum_s M[s]^T q"
+            f"ema_kv_step (decays {alphas}): y differs from writes.ema_kv_step's read, y = sum_s M[s]^T q"
         said = _diagnose(M2, want_M, [
             ("never decays the state: M[s] <- (1 - a_s) M[s] + a_s k v^T", M + a * kv),
             ("writes v k^T: the key index comes first, write a_s k v^T (torch.outer(k, v))", (1 - a) * M + a * kv.T),
@@ -372,17 +372,17 @@ def check_ema_kv_step(fn):
             ("writes k v^T without its weight a_s", (1 - a) * M + kv)])
         assert not said, f"ema_kv_step {said}"
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
-            f"ema_kv_step (decays {alphas}): M_new differs from variants.ema_kv_step's, (1 - a_s) M[s] + a_s k v^T"
-    # the loop of the steps from the empty state against the repository's (variants.ema_kv_ref)
+            f"ema_kv_step (decays {alphas}): M_new differs from writes.ema_kv_step's, (1 - a_s) M[s] + a_s k v^T"
+    # the loop of the steps from the empty state against the repository's (writes.ema_kv_ref)
     alphas, T = (0.5, 0.1, 0.02), 10
     q, k, v = (torch.randn(T, D, generator=g, dtype=torch.float64) for _ in range(3))
-    want = variants.ema_kv_ref(q[None, None, None].expand(1, 1, 3, T, D), k[None, None], v[None, None], alphas)[0, 0]
+    want = writes.ema_kv_ref(q[None, None, None].expand(1, 1, 3, T, D), k[None, None], v[None, None], alphas)[0, 0]
     M, ys = torch.zeros(3, D, D, dtype=torch.float64), []
     for t in range(T):
         y, M = _pair(fn(q[t], k[t], v[t], M, alphas), "ema_kv_step", ((D,), (3, D, D)))
         ys.append(y)
     bad = (torch.stack(ys) - want).abs().amax(1) > 1e-9  # (T,)
-    assert not bad.any(), f"ema_kv_step run over {T} tokens from M = 0 differs from variants.ema_kv_ref from " \
+    assert not bad.any(), f"ema_kv_step run over {T} tokens from M = 0 differs from writes.ema_kv_ref from " \
                           f"token {int(bad.nonzero()[0])} on (does it change its inputs in place?)"
 
 
@@ -394,7 +394,7 @@ def check_delta_step(fn):
         q, k = (unit(torch.randn(D, generator=g, dtype=torch.float64)) for _ in range(2))
         v, M = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, D, generator=g, dtype=torch.float64)
         y, M2 = _pair(fn(q, k, v, beta, M.clone()), "delta_step", ((D,), (D, D)))
-        want_y, want_M = (t[0, 0] for t in variants.delta_rule_step(q[None, None], k[None, None], v[None, None],
+        want_y, want_M = (t[0, 0] for t in writes.delta_rule_step(q[None, None], k[None, None], v[None, None],
                                                                       torch.tensor([[beta]], dtype=torch.float64),
                                                                       M[None, None]))
         err = v - M @ k  # (D,) what the state gets wrong at k
@@ -404,7 +404,7 @@ def check_delta_step(fn):
             ("reads M^T q: here the value index comes first (M k is the value stored at k), so read M q", M.T @ q)])
         assert not said, f"delta_step {said}"
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
-            "delta_step: y differs from variants.delta_rule_step's read, y = M q"
+            "delta_step: y differs from writes.delta_rule_step's read, y = M q"
         said = _diagnose(M2, want_M, [
             ("ignores beta: the correction is beta (v - M k) k^T", M + torch.outer(err, k)),
             ("writes k (v - M k)^T: the value index comes first, add beta (v - M k) k^T", M + beta * torch.outer(k, err)),
@@ -414,17 +414,17 @@ def check_delta_step(fn):
              torch.outer(v, k))])
         assert not said, f"delta_step {said}"
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
-            "delta_step: M_new differs from variants.delta_rule_step's, M + beta (v - M k) k^T"
+            "delta_step: M_new differs from writes.delta_rule_step's, M + beta (v - M k) k^T"
     T = 10
     q, k = (torch.nn.functional.normalize(torch.randn(T, D, generator=g, dtype=torch.float64), dim=1) for _ in range(2))
     v, beta = torch.randn(T, D, generator=g, dtype=torch.float64), torch.rand(T, generator=g, dtype=torch.float64)
-    want = variants.delta_rule_ref(q[None, None], k[None, None], v[None, None], beta[None, None])[0, 0]  # (T, D)
+    want = writes.delta_rule_ref(q[None, None], k[None, None], v[None, None], beta[None, None])[0, 0]  # (T, D)
     M, ys = torch.zeros(D, D, dtype=torch.float64), []
     for t in range(T):
         y, M = _pair(fn(q[t], k[t], v[t], float(beta[t]), M), "delta_step", ((D,), (D, D)))
         ys.append(y)
     bad = (torch.stack(ys) - want).abs().amax(1) > 1e-9
-    assert not bad.any(), f"delta_step run over {T} tokens from M = 0 differs from variants.delta_rule_ref from " \
+    assert not bad.any(), f"delta_step run over {T} tokens from M = 0 differs from writes.delta_rule_ref from " \
                           f"token {int(bad.nonzero()[0])} on (does it change its inputs in place?)"
 
 

@@ -10,7 +10,7 @@ when the runtime resets: download it (right-click it in the file browser) before
 
 Check everything at once, outside the notebook: `python -m lab.checks` (one line per exercise).
 """
-import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema, variants)
+import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema)
 
 
 def effective_window(alpha, mass=0.9):

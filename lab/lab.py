@@ -304,14 +304,14 @@ print(H.exercises().ANSWER_5C)
 # query is known. Keep the three decays but write something else: the outer product of a key and
 # a value, `M_t = (1 - a) M_{t-1} + a k_t v_tᵀ` (`ema_kv`, as RetNet does), read by a query as
 # `M_{t-1}ᵀ q_t`; or the delta rule `M_t = M_{t-1} + β_t (v_t - M_{t-1} k_t) k_tᵀ` (`delta`,
-# DeltaNet: no decay, it corrects what it overwrites). Both are SPEN readers in `variants.py`,
-# written one token at a time by `variants.ema_kv_step` and `variants.delta_rule_step`.
+# DeltaNet: no decay, it corrects what it overwrites). Both are SPEN readers (`variants.py`)
+# whose rules `writes.py` holds, one token at a time in `writes.ema_kv_step` and `writes.delta_rule_step`.
 #
 # **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~12 min).
 # Write the two rules yourself, one token each: read the state as it came in, then write. For
 # `ema_kv`, `y = Σ_s M[s]ᵀ q`, then `M[s] ← (1 - a_s) M[s] + a_s k vᵀ`; for `delta`, `y = M q`, then
 # `M ← M + β (v - M k) kᵀ`. The checks run your steps over a sequence and compare them with the
-# repository's loops (`variants.ema_kv_ref`, `variants.delta_rule_ref`).
+# repository's loops (`writes.ema_kv_ref`, `writes.delta_rule_ref`).
 
 # %%
 ex = H.exercises()

@@ -8,7 +8,6 @@ import zlib
 import torch
 
 import ema  # the repository root is on sys.path (the notebook's first cell, or tests/conftest.py)
-import variants
 
 
 def effective_window(alpha, mass=0.9):

@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from plumbing import cli
-import variants
 from lab import checks, exercises, helpers, solutions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -396,7 +395,7 @@ def test_the_setup_cell_without_a_repository_says_what_to_do(tmp_path, monkeypat
 
 
 def test_the_handout_leaves_the_answers_out_and_its_zip_sets_the_notebook_up(tmp_path, monkeypatch):
-    """python -m lab.handout: a zip without solutions.py (nor the kit), which the setup cell unpacks
+    """python -m lab.handout: a zip without lab/solutions.py (nor the kit), which the setup cell unpacks
     on a machine without the repository; the URL, when given, is set in one place."""
     import zipfile
     import jupytext
