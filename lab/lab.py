@@ -219,10 +219,10 @@ res_probe = H.run_probe(H.probe_config())
 # Read the figure bar by bar. **Within A** (left), the grey bar is the probe of the activity
 # alone and the blue one the same probe with the traces: the lift is the whole gap between them,
 # and the untrained network's traces (light blue) give it too. **Transfer** (right): fit on A,
-# tested on B, whose content words are new. The content roles (which noun, which adjective) drop
-# for every reader, the supervised ones too, while the structural roles (determiners,
-# prepositions, positions in the clause) stay high: the traces carry where a word sits in the
-# sentence, not which word it is. That is the boundary of the paper again, structure kept and
+# tested on B, whose content words are new. The content roles (the nouns and adjectives of
+# subject, object and prepositional phrase) drop for every reader, the supervised ones too, while
+# the structural roles (determiners, verbs, prepositions, the relative clause's parts) stay high:
+# the traces carry where a word sits in the sentence, not which word it is. That is the boundary of the paper again, structure kept and
 # content lost, seen from the other side. The line above the figure prints the bars' numbers.
 
 # %% [markdown]
