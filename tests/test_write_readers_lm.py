@@ -90,8 +90,8 @@ def test_train_flags_reach_the_model():
 
 @pytest.mark.parametrize("kw,match", [
     (dict(predictor="delta", write_alphas=(0.1, 0.01)), "takes at most 1 decay"),
-    (dict(predictor="ema_kv", write_alphas=(0.1, 1.5)), r"decays in \(0, 1\]"),
-    (dict(predictor="linear", read_norm=True), "writes none"),
+    (dict(predictor="ema_kv", write_alphas=(0.1, 1.5)), "--write_alphas"),
+    (dict(predictor="linear", read_norm=True), "read_norm"),
     (dict(predictor="delta", n_head=3), r"divisible by n_head \(3\)")])
 def test_train_refuses_bad_write_settings_in_one_line(kw, match):
     with pytest.raises(cli.ConfigError, match=match) as e:
