@@ -1,6 +1,7 @@
 """SPEN, the Sparse Predictive Equilibrium Network: a language model whose only temporal context
 is EMA traces (no attention, no positional embedding). The paper's model is all here; the
-ablation's variants (attention readers, selective decays) are in variants.py, the traces in ema.py.
+ablation's variants (attention readers, selective decays) are in variants.py, the readers that
+write a state of their own in writes.py, the traces in ema.py.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": x_t -> EMA
 traces h_t^(s) -> predict x̂_t -> error e_t = x_t - x̂_t -> "context mix" -> sparse FFN (top 6%
@@ -44,6 +45,7 @@ import torch.nn.functional as F
 import ema
 import lm
 from variants import VARIANT_READERS, Reader, SelectiveContext
+from writes import WRITE_READERS
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
 
@@ -118,7 +120,7 @@ class LinearPredictor(Reader):
 
 
 CONTEXTS = {"ema": EMAContext, "selective": SelectiveContext}
-READERS = {("linear", "state"): LinearPredictor, **VARIANT_READERS}  # (predictor, reads) -> class
+READERS = {("linear", "state"): LinearPredictor, **VARIANT_READERS, **WRITE_READERS}  # (predictor, reads) -> class
 PREDICTORS = tuple(dict.fromkeys(p for p, _ in READERS))  # ('linear', 'linear_attn', 'softmax_attn', 'ema_kv', ...)
 READS = tuple(dict.fromkeys(r for _, r in READERS))  # ('state', 'history')
 

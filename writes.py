@@ -1,4 +1,5 @@
-"""The write rules: states of key-value outer products that SPEN's write readers keep (variants.py).
+"""The write rules and the readers that write: states of key-value outer products (SPEN's write
+readers, `predictor` = ema_kv | delta | gated_delta).
 
 Each rule as ema.py writes the traces: the one-token step (the definition), the loop over time
 (the reference, `trace_method='loop'` in the model), and the chunked form with its derivation
@@ -14,21 +15,38 @@ Every rule here READS BEFORE IT WRITES: y_t = M_{t-1} q_t, so SPEN's prediction 
 sees v_t = W_v u_t. fla's references read after the write (o_t = S_t q_t): the same recurrence,
 outputs shifted by one token, so a comparison with fla gives different numbers by design.
 
+The readers below the rules (EMAKVState, DeltaRuleState, GatedDeltaState; WRITE_READERS for
+spen.READERS) read top to bottom: projections (k_t from the trace state h_{t-1}, q_t and v_t from
+u_t; an optional short causal convolution on each, cfg.conv) -> the rule -> the read-out. Their
+state is float32 under autocast. Parameters per block and state floats per layer (beyond the S*C
+traces; K the convolution's kernel, X its channels):
+  ema_kv       (S_w + S + 1) C^2            S_w C D (+ (K - 1) X)
+  delta        (S + 2) C^2 + H C            C D (+ (K - 1) X)
+  gated_delta  (S + 3) C^2 + 2 H C + ...    C D (+ (K - 1) X)
+
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) asks whether the EMA's decay or its write
 (h += a (x - h): one vector, no key) loses content; these rules keep the decays and change the
-write (results/scaling, results/map).
+write (results/scaling), then add what the field adds around it (results/map).
 
 Shape glossary
-    B batch, H heads, T time, D head width, S write decays (ema_kv), L chunk length,
-    N = ceil(T / L) chunks, M the state (D x D per head, and per decay for ema_kv).
-Layouts: q (B, H, S, T, D) for ema_kv (a query per decay), (B, H, T, D) for the delta rules;
+    B batch, H heads, T time, C width, S traces, D = C / H head width, S_w write decays (ema_kv),
+    L chunk length, N = ceil(T / L) chunks, M the state (D x D per head, and per decay for ema_kv).
+Layouts: q (B, H, S_w, T, D) for ema_kv (a query per decay), (B, H, T, D) for the delta rules;
 k, v (B, H, T, D); beta and g (B, H, T).
 
-Run: nothing to run; tests/test_writes.py checks each chunked form against its loop.
+Run: nothing to run; tests/test_writes.py checks each chunked form against its loop,
+tests/test_variants.py the readers, tests/test_spen.py the model.
 """
 
+import functools
+import math
+
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+
+import ema
+from variants import Reader, reader_chunk_len
 
 
 def l2norm(x, eps=1e-6):
@@ -170,7 +188,7 @@ def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
 
 # ------------------------------------------------------------------------------------------
 # The gated delta rule (Gated DeltaNet, Yang et al., ICLR 2025): the delta rule with a decay
-# alpha_t = exp(g_t) computed from the input per token and head (variants.GatedDeltaState).
+# alpha_t = exp(g_t) computed from the input per token and head (GatedDeltaState below).
 
 
 def gated_delta_step(q_t, k_t, v_t, beta_t, g_t, M):
@@ -233,3 +251,261 @@ def gated_delta_chunked(q, k, v, beta, g, chunk=64):
         last = bi[..., -1:, :]  # (B, H, 1, 1) b_{L-1}
         P = last.exp().to(q.dtype) * P + ((last - bi).exp().to(q.dtype) * k_n).transpose(-1, -2) @ n
     return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
+
+
+# ------------------------------------------------------------------------------------------
+# Readers that WRITE a state of key-value outer products of their own (module docstring); the
+# rules themselves (step, loop, chunked form) are py's.
+
+
+class ShortConv(nn.Module):
+    """The short causal convolution the field puts on q, k and v (fla's ShortConvolution, Mamba's
+    conv1d): depthwise over time, kernel K, then SiLU,
+        y_t = SiLU(sum_{i<K} w_i * x_{t-K+1+i}),   x_{<0} = 0.
+    forward (B, T, X) -> (B, T, X) is F.conv1d (the loop: the sum over the K shifted copies,
+    `trace_method='loop'`); step keeps the last K - 1 inputs (B, K - 1, X)."""
+
+    def __init__(self, X, K, loop=False):
+        super().__init__()
+        self.loop = loop
+        self.weight = nn.Parameter(torch.empty(X, K).uniform_(-K ** -0.5, K ** -0.5))  # w_i per channel; w[:, K - 1]: x_t
+
+    def forward(self, x):
+        K = self.weight.shape[1]
+        if self.loop:  # the definition: tap i sees x shifted K - 1 - i steps into the past
+            y = sum(self.weight[:, i] * F.pad(x, (0, 0, K - 1 - i, 0))[:, :x.shape[1]] for i in range(K))
+        else:
+            y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), self.weight[:, None], groups=x.shape[-1]).transpose(1, 2)
+        return F.silu(y)  # (B, T, X)
+
+    def step(self, x_t, cache):
+        """x_t (B, X), cache (B, K - 1, X) of the inputs before t -> y_t (B, X), the new cache."""
+        window = torch.cat([cache.to(x_t.dtype), x_t[:, None]], 1)  # (B, K, X)
+        return F.silu((window * self.weight.T).sum(1)), window[:, 1:]
+
+
+class _WriteReader(Reader):
+    """What the write readers share: the projections, the optional short convolution, the float32
+    policy and the state. k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C: the trace state just
+    before t, mostly the previous token), v_t = W_v u_t (C -> C, written after t's read), W_q of u_t
+    (n_query * C outputs). No biases. With conv = K >= 1, each of q, k, v passes a ShortConv of
+    kernel K over time (k's spans h_{t-K..t-1}: still u_{<t} only, so read-before-write holds).
+    With read_norm, each head's read y leaves as RMSNorm(y) g (gain g (D,), 1 at init). The
+    state and its arithmetic are float32 under autocast and for half-precision weights (the
+    projections follow autocast; the rule runs with autocast off, as in ema.py): the slow decay
+    sums ~50 writes and the delta rule corrects its state every token, which bf16 would round."""
+
+    writes = True  # a state of its own (spen.check: only these take write_alphas, read_norm and conv)
+
+    def __init__(self, cfg, n_query, state_shape):
+        super().__init__()
+        C, S, H = cfg.n_embd, len(cfg.alphas), cfg.n_head
+        self.n_head, self.D, self.state_shape = H, C // H, state_shape
+        self.chunk = reader_chunk_len(self.D)  # L: positions per chunk of the fast path (any L: the same values)
+        self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
+        self.gain = nn.Parameter(torch.ones(self.D)) if cfg.read_norm else None  # g, the read norm's gain
+        self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
+        self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
+        self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
+        self.convs = nn.ModuleList(ShortConv(n, cfg.conv, self.loop) for n in (n_query * C, C, C)) if cfg.conv else None
+
+    @torch.no_grad()
+    def init_weights(self, cfg, done=()):
+        """Matrices ~ N(0, 0.02), GPT-2's default; the read norm's gain 1; a convolution's taps
+        ~ U(-1/sqrt(K), 1/sqrt(K)), torch's Conv1d default (N(0, 0.02) taps would shrink q, k, v
+        fifty-fold at init). Returns them."""
+        done = list(done) + ([self.gain.fill_(1.0)] if self.gain is not None else [])
+        for m in self.convs or ():
+            done.append(m.weight.uniform_(-m.weight.shape[1] ** -0.5, m.weight.shape[1] ** -0.5))
+        return super().init_weights(cfg, done)
+
+    def project(self, u, h_prev, conv=None):
+        """q, k, v (B, T, n_query C), (B, T, C), (B, T, C) from u (B, T, C) and h_prev (B, T, S, C),
+        through the short convolution if there is one (step: its caches `conv` -> the new ones)."""
+        qkv = self.q(u), self.k(h_prev.flatten(-2)), self.v(u)
+        if self.convs is None:
+            return qkv, conv
+        if conv is None:  # forward: the whole sequence
+            return [c(x) for c, x in zip(self.convs, qkv)], None
+        out = [c.step(x[:, 0], cache) for c, x, cache in zip(self.convs, qkv, conv)]  # T = 1
+        return [y[:, None] for y, _ in out], [cache for _, cache in out]
+
+    def heads(self, x):
+        """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
+        (B, T, nC), H = x.shape, self.n_head
+        x = x.float() if x.dtype in ema.HALF else x
+        return x.view(B, T, nC // (H * self.D), H, self.D).permute(0, 3, 2, 1, 4)
+
+    def read_out(self, y):
+        """y (B, H, T, D) -> (B, T, C), RMSNorm(y) g per head with read_norm."""
+        if self.gain is not None:
+            y = F.rms_norm(y, self.gain.shape, self.gain.to(y.dtype), eps=1e-6)
+        return y.transpose(1, 2).flatten(2)
+
+    def init_state(self, batch_size, device):
+        K = self.convs[0].weight.shape[1] if self.convs else 1
+        conv = [torch.zeros(batch_size, K - 1, c.weight.shape[0], device=device) for c in self.convs] if self.convs else None
+        return self.state(torch.zeros(batch_size, *self.state_shape, device=device), conv)  # float32
+
+    def state(self, M, conv):
+        """The step state: M and, with a convolution, its caches (one per projection)."""
+        return dict(M=M) if conv is None else dict(M=M, conv=conv)
+
+    def state_floats(self, T):
+        conv = sum(c.weight.numel() - c.weight.shape[0] for c in self.convs) if self.convs else 0  # (K - 1) X each
+        return math.prod(self.state_shape) + conv
+
+    def conv_flops(self):
+        return sum(2 * c.weight.numel() for c in self.convs) if self.convs else 0  # K taps per channel
+
+
+class EMAKVState(_WriteReader):
+    """('ema_kv', 'state'): linear attention with fixed decays (as RetNet, with one query per decay),
+    a state of S_w (D x D) matrices per head of key-value outer products:
+        M^s_t = (1 - a_s) M^s_{t-1} + a_s k_t v_t^T,   x̂_t = sum_s (M^s_{t-1})^T q^s_t,
+    q^s_t = W_q^s u_t / sqrt(D); the decays a_s are cfg.write_alphas (S_w of them), by default the
+    paper's trace decays. ema_kv_ref is the definition, ema_kv_chunked the fast path."""
+
+    def __init__(self, cfg):
+        self_alphas = cfg.write_alphas or cfg.alphas  # the S_w write decays
+        D = cfg.n_embd // cfg.n_head
+        super().__init__(cfg, len(self_alphas), (cfg.n_head, len(self_alphas), D, D))  # W_q: C -> S_w*C; S_w*C*D floats
+        self.alphas = self_alphas
+
+    def forward(self, u, h_prev):
+        (q, k, v), _ = self.project(u, h_prev)  # (B, T, S_w C), (B, T, C), (B, T, C)
+        with ema._no_autocast(u.device):
+            q = self.heads(q) * self.D ** -0.5  # (B, H, S_w, T, D) / sqrt(D)
+            k, v = self.heads(k)[:, :, 0], self.heads(v)[:, :, 0]  # (B, H, T, D)
+            rule = ema_kv_ref if self.loop else functools.partial(ema_kv_chunked, chunk=self.chunk)
+            return self.read_out(rule(q, k, v, self.alphas))  # (B, T, C), float32
+
+    def step(self, u_t, h_prev_t, state):
+        (q, k, v), conv = self.project(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        with ema._no_autocast(u_t.device):
+            q = self.heads(q)[:, :, :, 0] * self.D ** -0.5  # (B, H, S_w, D)
+            k, v = self.heads(k)[:, :, 0, 0], self.heads(v)[:, :, 0, 0]  # (B, H, D)
+            y, M = ema_kv_step(q, k, v, state["M"].to(q.dtype), self.alphas)  # (B, H, D)
+            return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
+
+    def attn_flops(self, T):  # chunked: in-chunk q^s.k per decay and their sum times v; per decay, read and carry M
+        C, L, Sw = self.v.in_features, min(self.chunk, T), len(self.alphas)
+        return 2 * (Sw + 1) * L * C + 4 * Sw * C * self.D + self.conv_flops()
+
+
+class DeltaRuleState(_WriteReader):
+    """('delta', 'state'): the delta rule (DeltaNet: Schlag et al. 2021, Yang et al. 2024), one D x D
+    matrix per head, with no decay (g = 1) or the fixed decay g = 1 - a of write_alphas = (a,):
+        M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
+    k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
+    C -> H). delta_rule_ref is the definition, delta_rule_chunked the fast path."""
+
+    max_write_decays = 1  # spen.check: a single state, one decay
+
+    def __init__(self, cfg):
+        D = cfg.n_embd // cfg.n_head
+        super().__init__(cfg, 1, (cfg.n_head, D, D))  # W_q: C -> C; H D x D: C*D floats
+        self.beta = nn.Linear(cfg.n_embd, cfg.n_head, bias=False)  # W_beta: the write strength per head
+        self.a = cfg.write_alphas[0] if cfg.write_alphas else 0.0  # a = 1 - g; 0: no decay (DeltaNet)
+
+    def qkvb(self, u, h_prev, conv=None):
+        """Unit q and k, v (B, H, T, D) and beta (B, H, T), float32; and the convolution's caches."""
+        (q, k, v), conv = self.project(u, h_prev, conv)
+        beta = self.beta(u)  # (B, T, H) logits, projected under autocast like q, k, v
+        with ema._no_autocast(u.device):
+            q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
+            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta).transpose(1, 2)  # (B, H, T) in (0, 1)
+            return l2norm(q), l2norm(k), v, beta, conv
+
+    def forward(self, u, h_prev):
+        q, k, v, beta, _ = self.qkvb(u, h_prev)
+        with ema._no_autocast(u.device):
+            if self.loop:
+                y = delta_rule_ref(q, k, v, beta, self.a)
+            else:
+                y = delta_rule_chunked(q, k, v, beta, self.a, self.chunk)
+            return self.read_out(y)  # (B, T, C), float32
+
+    def step(self, u_t, h_prev_t, state):
+        q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        with ema._no_autocast(u_t.device):
+            y, M = delta_rule_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0],
+                                          state["M"].to(q.dtype), self.a)  # (B, H, D)
+            return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
+
+    def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times N; P: 3 products
+        return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D + self.conv_flops()
+
+
+class GatedDeltaState(DeltaRuleState):
+    """('gated_delta', 'state'): the gated delta rule with Gated DeltaNet's parameterisation (Yang et
+    al., ICLR 2025; fla's GatedDeltaNet layer), reading before it writes:
+        M_t = alpha_t M_{t-1} + beta_t (v_t - alpha_t M_{t-1} k_t) k_t^T,   y_t = M_{t-1} q_t,
+        alpha_t = exp(-exp(A_log) softplus(W_a u_t + dt_bias)) per head,  beta_t = sigmoid(W_beta u_t),
+        x̂_t = RMSNorm(y_t) g * SiLU(W_gate u_t)   (per head norm; no output projection: W_mix follows).
+    q and k are L2-normalised as in delta; the short convolution is cfg.conv (the published model
+    uses K = 4). gated_delta_ref is the definition, gated_delta_chunked the fast path."""
+
+    max_write_decays = 0  # its decay is learned: write_alphas does not apply
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        C, H = cfg.n_embd, cfg.n_head
+        self.decay = nn.Linear(C, H, bias=False)  # W_a
+        self.A_log = nn.Parameter(torch.zeros(H))  # the decay rate per head, log-parameterised (init_weights)
+        self.dt_bias = nn.Parameter(torch.zeros(H))  # the gate's bias, inverse softplus of a time step
+        self.gate = nn.Linear(C, C, bias=False)  # W_gate, the output gate
+        self.out_norm = nn.Parameter(torch.ones(self.D))  # g, the output RMSNorm's gain
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1], so
+        alpha starts between about exp(-1.6) and exp(-1e-3) per head; the norm's gain 1; matrices as
+        the other write readers. Returns them."""
+        dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(math.log(1e-3), math.log(0.1)))
+        done = [self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log()),
+                self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt))), self.out_norm.fill_(1.0)]
+        return super().init_weights(cfg, done)
+
+    def no_matmul_params(self):
+        return [self.A_log, self.dt_bias]
+
+    def log_decay(self, u):
+        """g_t = log alpha_t = -exp(A_log) softplus(W_a u_t + dt_bias) (B, H, T) <= 0, float32."""
+        with ema._no_autocast(u.device):
+            a = self.decay(u)
+            a = a.float() if a.dtype in ema.HALF else a
+            return (-self.A_log.exp() * F.softplus(a + self.dt_bias)).transpose(1, 2)
+
+    def gated(self, y, u):
+        """y (B, H, T, D) -> RMSNorm(y) g * SiLU(W_gate u) (B, T, C)."""
+        y = F.rms_norm(y, self.out_norm.shape, self.out_norm.to(y.dtype), eps=1e-6).transpose(1, 2).flatten(2)
+        gate = self.gate(u)
+        return y * F.silu(gate.float() if gate.dtype in ema.HALF else gate)
+
+    def forward(self, u, h_prev):
+        q, k, v, beta, _ = self.qkvb(u, h_prev)  # unit q, k; (B, H, T, D), beta (B, H, T)
+        g = self.log_decay(u)  # (B, H, T)
+        with ema._no_autocast(u.device):
+            rule = gated_delta_ref if self.loop else functools.partial(gated_delta_chunked, chunk=self.chunk)
+            y = rule(q, k, v, beta, g)  # (B, H, T, D)
+        return self.gated(y, u)  # (B, T, C)
+
+    def step(self, u_t, h_prev_t, state):
+        q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        g = self.log_decay(u_t[:, None])[:, :, 0]  # (B, H)
+        with ema._no_autocast(u_t.device):
+            y, M = gated_delta_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g,
+                                           state["M"].to(q.dtype))  # (B, H, D)
+        return self.gated(y[:, :, None], u_t[:, None])[:, 0], self.state(M, conv)  # (B, C)
+
+    def attn_flops(self, T):  # the delta rule's, plus the decays inside the chunk (elementwise: left out)
+        return super().attn_flops(T)
+
+
+# (predictor, reads) -> class, for spen.READERS. A new write reader: a class above and one line here.
+WRITE_READERS = {
+    ("ema_kv", "state"): EMAKVState,
+    ("delta", "state"): DeltaRuleState,
+    ("gated_delta", "state"): GatedDeltaState,
+}

@@ -119,3 +119,420 @@ def test_window_bounds_the_cache_and_forgets_what_left_it():
     with torch.no_grad():
         d = (pred(u, h_prev) - pred(u, h2)).abs().amax(-1)[0]  # (T,)
     assert (d[:3] == 0).all() and (d[3:3 + w] > 0).all() and (d[3 + w:] == 0).all()
+
+
+@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
+def test_step_reproduces_forward(predictor, reads, context):
+    model = make(predictor=predictor, reads=reads, context=context)
+    idx = tokens(3, 13, 2)
+    with torch.no_grad():
+        ref = model(idx)[0]  # (B, T, V)
+        state = model.init_state(3)
+        out = []
+        for token in idx.unbind(1):
+            logits, state = model.step(token, state)
+            out.append(logits)
+    assert torch.allclose(torch.stack(out, 1), ref, atol=1e-4, rtol=0)
+    # the state holds what state_floats says; a state reader's is as large after 13 tokens as before any
+    assert state_numel(state) == 3 * model.config.n_layer * model.state_floats(13)
+    if reads == "state":
+        assert state_numel(state) == state_numel(model.init_state(3)) == 3 * 2 * model.state_floats(1)
+    if (predictor, reads) in (("linear", "state"), ("softmax_attn", "state"), ("linear_attn", "state")):
+        assert model.state_floats(13) == 3 * 32  # the S*C traces and nothing more
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
+def test_autocast_trains(predictor, reads, context, dtype):
+    """Forward + backward under CPU autocast: finite loss and gradients, traces in float32.
+    T = 40 spans several ema.traces chunks."""
+    model = make(predictor=predictor, reads=reads, context=context).train()
+    seen = []
+    model.blocks[0].ctx.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    idx = tokens(2, 41, 9)
+    with torch.autocast("cpu", dtype=dtype):
+        logits, loss = model(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    assert seen == [torch.float32] and logits.dtype == dtype
+    assert torch.isfinite(loss) and loss.item() > 3.0
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("predictor,reads", list(READERS))
+def test_pure_bf16_model_runs_forward_and_step(predictor, reads):
+    model = make(predictor=predictor, reads=reads, context="selective").to(torch.bfloat16)
+    idx = tokens(2, 9, 8)
+    with torch.no_grad():
+        ref = model(idx)[0]
+        state = model.init_state(2)
+        out = []
+        for token in idx.unbind(1):
+            logits, state = model.step(token, state)
+            out.append(logits)
+    assert ref.dtype == torch.bfloat16 and torch.isfinite(ref).all()
+    assert torch.allclose(torch.stack(out, 1).float(), ref.float(), atol=0.1, rtol=0)
+
+
+@pytest.mark.parametrize("context", ["ema", "selective"])
+def test_trace_methods_agree(context):
+    idx = tokens(2, 40, 10)  # longer than one chunk
+    out = {m: make(trace_method=m, context=context)(idx)[0] for m in ("auto", "scan", "matmul")}
+    assert torch.allclose(out["scan"], out["auto"], atol=1e-5) and torch.allclose(out["matmul"], out["auto"], atol=1e-4)
+
+
+@pytest.mark.parametrize("predictor,reads,context", [("linear", "state", "ema"), ("linear", "state", "selective"),
+                                                     ("linear_attn", "history", "ema"), ("ema_kv", "state", "ema"),
+                                                     ("delta", "state", "ema")])
+def test_reference_loop_equals_default_path_values_and_gradients(predictor, reads, context):
+    """trace_method='loop' runs every reference inside the model (ema's trace loops, the chunked
+    readers' loops or quadratic form): the same logits, loss and gradient of every parameter as
+    the default fast path (T = 40 spans several chunks of traces and readers)."""
+    idx = tokens(2, 41, 11)
+    runs = {}
+    for method in ("auto", "loop"):
+        model = make(trace_method=method, predictor=predictor, reads=reads, context=context)  # same seed: same weights
+        logits, loss = model(idx[:, :-1], idx[:, 1:])
+        runs[method] = logits, loss, torch.autograd.grad(loss, list(model.parameters()))
+    (lf, lossf, gf), (lr, lossr, gr) = runs["auto"], runs["loop"]
+    assert torch.allclose(lf, lr, atol=1e-5, rtol=0) and torch.allclose(lossf, lossr, atol=1e-6)
+    assert len(gf) == len(gr) == len(list(model.parameters()))
+    for a, b in zip(gf, gr):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_loop_switch_reaches_every_chunked_reader(monkeypatch):
+    """The one switch: trace_method='loop' runs the readers' references, never their fast paths."""
+    import variants
+    import writes
+    calls = []
+    for module, name in ((writes, "ema_kv_chunked"), (writes, "delta_rule_chunked"), (writes, "gated_delta_chunked"),
+                         (writes, "ema_kv_ref"), (writes, "delta_rule_ref"), (writes, "gated_delta_ref"),
+                         (variants, "linear_attention_ref")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
+    for predictor, reads in (("ema_kv", "state"), ("delta", "state"), ("gated_delta", "state"),
+                             ("linear_attn", "history")):
+        for method in ("auto", "loop"):
+            calls.clear()
+            make(trace_method=method, predictor=predictor, reads=reads)(tokens(1, 9, 1))
+            ref = {c for c in calls if c.endswith("_ref")}
+            assert ref if method == "loop" else not ref, (predictor, method, calls)
+            assert not (method == "loop" and {c for c in calls if c.endswith("_chunked")}), calls
+
+
+def test_parameters_are_initialised_once(monkeypatch):
+    calls = []
+    real = spen.init_weights
+    monkeypatch.setattr(spen, "init_weights", lambda module, cfg: calls.append(type(module).__name__) or real(module, cfg))
+    SPEN(tiny(n_layer=3))
+    assert calls == ["SPEN"]  # once, for the whole model; Blocks do not initialise themselves
+
+
+class ToyReader(torch.nn.Module):
+    """A reader written outside spen.py: x̂_t = W h_{t-1}^1 + b, with b added (not a matmul weight)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.w = torch.nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.b = torch.nn.Parameter(torch.zeros(1, cfg.n_embd))
+
+    @torch.no_grad()
+    def init_weights(self, cfg):
+        return [self.w.weight.normal_(0.0, 0.02), self.b.fill_(0.5)]
+
+    def no_matmul_params(self):
+        return [self.b]
+
+    def forward(self, u, h_prev):
+        return self.w(h_prev[..., 0, :]) + self.b[0]  # (..., C)
+
+    def init_state(self, batch_size, device):
+        return None
+
+    def step(self, u_t, h_prev_t, state):
+        return self.forward(u_t, h_prev_t), state
+
+    def state_floats(self, T):
+        return 0
+
+    def attn_flops(self, T):
+        return 7
+
+
+def test_a_new_reader_is_one_class_and_one_registry_line(monkeypatch):
+    """Registered in the registry alone (spen.py untouched), a reader builds, initialises itself,
+    runs forward and step alike and counts its FLOPs; an init_weights that leaves a parameter out
+    is refused by name."""
+    monkeypatch.setitem(spen.READERS, ("toy", "state"), ToyReader)
+    model = make(predictor="toy")
+    assert all(torch.equal(b.pred.b, torch.full((1, 32), 0.5)) for b in model.blocks)
+    assert 0.01 < model.blocks[0].pred.w.weight.std() < 0.03
+    idx = tokens(2, 7, 1)
+    with torch.no_grad():
+        ref, state, out = model(idx)[0], model.init_state(2), []
+        for token in idx.unbind(1):
+            logits, state = model.step(token, state)
+            out.append(logits)
+    assert torch.allclose(torch.stack(out, 1), ref, atol=1e-5, rtol=0)
+    vectors = sum(p.numel() for p in model.parameters() if p.dim() < 2)
+    assert model.flops_per_token(32) == 6 * (model.num_params() - vectors - 2 * 32) + 3 * 2 * 7
+    monkeypatch.setattr(ToyReader, "init_weights", lambda self, cfg: [self.w.weight])
+    with pytest.raises(ValueError, match=r"no rule for parameter 'blocks\.0\.pred\.b'"):
+        make(predictor="toy")
+
+
+HOST_READS = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+
+
+def count_host_reads(monkeypatch, checks=None):
+    """Patch the Tensor methods that read a value back to the host; returns the list they append to
+    (and, with `checks`, count lm.check_tokens calls there too)."""
+    reads = []
+    for name in HOST_READS:
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _n=name, _r=real: reads.append(_n) or _r(t, *a))
+    if checks is not None:
+        real_check = lm.check_tokens
+        monkeypatch.setattr(lm, "check_tokens", lambda *a, **k: checks.append(1) or real_check(*a, **k))
+    return reads
+
+
+def test_training_forward_checks_ids_without_a_host_sync(monkeypatch):
+    """forward checks the ids (lm.check_tokens), and neither that check nor anything else in
+    forward and backward reads a value back from the device."""
+    checks = []
+    reads = count_host_reads(monkeypatch, checks)
+    for context in ("ema", "selective"):
+        idx = tokens(2, 17, 12)
+        logits, loss = make(context=context).train()(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+    assert reads == [] and logits.shape == (2, 16, V) and len(checks) == 2
+
+
+def test_generate_makes_no_host_sync_per_token(monkeypatch):
+    """64 generated tokens read nothing back from the device: the sampled ids go straight back in."""
+    model = make()
+    prompt = tokens(2, 5, 3)
+    reads = count_host_reads(monkeypatch)
+    out = model.generate(prompt, 64, top_k=10, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 69) and reads == []
+
+
+@pytest.mark.parametrize("call", ["forward", "hidden_states", "step", "generate"])
+def test_ids_past_the_vocabulary_are_refused_in_every_entry(call):
+    """Id V is a padding row of the table (not a token), id Vp is past the table: both are refused
+    with the range, in forward, hidden_states, step and generate alike."""
+    model = make()
+    for bad in (V, lm.padded_vocab(V), -1):
+        idx = torch.tensor([[1, bad, 2]])
+        run = dict(forward=lambda: model(idx), hidden_states=lambda: model.hidden_states(idx),
+                   step=lambda: model.step(idx[:, 1], model.init_state(1)),
+                   generate=lambda: model.generate(idx, 2))[call]
+        with pytest.raises(ValueError, match=rf"outside \[0, {V}\)"):
+            run()
+
+
+def test_tiny_model_overfits_tiny_batch():
+    torch.manual_seed(0)
+    model = SPEN(tiny())
+    idx = tokens(4, 17, 3)
+    x, y = idx[:, :-1], idx[:, 1:]
+    opt = lm.configure_optimizers(model, 0.0, 2e-2, (0.9, 0.95), "cpu")
+    first = model(x, y)[1].item()
+    for _ in range(60):
+        loss = model(x, y)[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert first > 3.5 and loss.item() < 0.1, (first, loss.item())
+
+
+def test_hidden_states_and_head():
+    model = make()
+    idx = tokens(2, 9, 6)
+    with torch.no_grad():
+        hs = model.hidden_states(idx)
+        logits = model(idx)[0]
+    assert len(hs) == 3 and all(h.shape == (2, 9, 32) for h in hs)
+    assert logits.shape == (2, 9, V) and model.wte.weight.shape == (64, 32)  # padding rows never logits
+    assert torch.allclose(model.lm_head(model.ln_f(hs[-1]))[..., :V], logits, atol=1e-6)
+
+
+def test_config_round_trip_rebuilds_the_same_model():
+    cfg = tiny(predictor="softmax_attn", reads="history", context="selective", alphas=[0.3, 0.05])
+    d = asdict(cfg)
+    assert d["alphas"] == (0.3, 0.05)
+    a = SPEN(cfg)
+    b = SPEN(SPENConfig(**d))
+    b.load_state_dict(a.state_dict())
+    idx = tokens(1, 5, 7)
+    assert torch.equal(a(idx)[0], b(idx)[0])
+
+
+def test_derived_sizes_follow_the_width():
+    cfg = SPENConfig(n_embd=128)
+    assert (cfg.ffn_hidden, cfg.ffn_topk, cfg.n_head) == (512, 31, 2)
+    assert SPENConfig(n_embd=32).n_head == 1
+
+
+@pytest.mark.parametrize("field,value", [
+    ("predictor", "lstm"), ("reads", "all"), ("context", "gru"), ("trace_method", "fast"),
+    ("ffn_topk", 0), ("ffn_topk", 65), ("n_layer", 0), ("n_embd", -1), ("vocab_size", 0),
+    ("alphas", (0.0, 0.5)), ("alphas", "ab"), ("dropout", 1.5), ("block_size", 2.5)])
+def test_bad_config_gives_clear_error(field, value):
+    with pytest.raises(ValueError, match=field) as e:
+        spen.check(tiny(**{field: value}))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor="ema_kv", write_alphas=(0.5, 0.0)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="delta", write_alphas=(1.5,)), r"write_alphas must be .* decays in \(0, 1\]"),
+    (dict(predictor="ema_kv", write_alphas=()), "write_alphas must be None or a non-empty tuple"),
+    (dict(predictor="delta", write_alphas=(0.1, 0.01)), r"write_alphas: predictor='delta' takes at most 1 decay\(s\), got 2"),
+    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas.* the model has none"),
+    (dict(predictor="softmax_attn", reads="history", read_norm=True), "read_norm.* the model has none"),
+    (dict(predictor="linear", conv=4), "conv.* the model has none"),
+    (dict(predictor="delta", conv=-1), "conv must be"), (dict(predictor="delta", conv=4.0), "conv must be"),
+    (dict(predictor="gated_delta", write_alphas=(0.1,)), "gated_delta.* takes at most 0"),
+    (dict(predictor="softmax_attn", reads="history", window=32), "window .* below block_size"),
+    (dict(predictor="softmax_attn", reads="history", window=-1), "window must be"),
+    (dict(predictor="delta", window=4), "window applies to"),
+    (dict(predictor="delta", read_norm=1), "read_norm must be True or False"),
+    (dict(predictor="delta", n_head=5), r"n_embd \(32\) must be divisible by n_head \(5\)"),
+    (dict(predictor="ema_kv", n_head=0), "n_head must be an int >= 1")])
+def test_write_settings_are_checked(kw, match):
+    with pytest.raises(ValueError, match=match) as e:
+        SPEN(tiny(**kw))
+    assert "\n" not in str(e.value)
+    SPEN(tiny(predictor=kw["predictor"], reads=kw.get("reads", "state")))  # the reader itself builds
+
+
+def test_write_settings_default_to_todays_model_and_round_trip():
+    """write_alphas=None, read_norm=False rebuild a saved model unchanged; a JSON list is a tuple."""
+    for predictor in ("ema_kv", "delta"):
+        torch.manual_seed(0)
+        a = SPEN(tiny(predictor=predictor))
+        torch.manual_seed(0)
+        b = SPEN(tiny(predictor=predictor, write_alphas=None, read_norm=False))
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    cfg = tiny(predictor="ema_kv", write_alphas=[0.03, 0.001], read_norm=True)
+    assert cfg.write_alphas == (0.03, 0.001)
+    m = SPEN(cfg)
+    m2 = SPEN(SPENConfig(**asdict(cfg)))
+    m2.load_state_dict(m.state_dict())
+    idx = tokens(1, 5, 7)
+    assert torch.equal(m(idx)[0], m2(idx)[0])
+
+
+@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
+def test_empty_sequence_gives_empty_logits_as_gpt(predictor, reads, context):
+    """T = 0: SPEN returns (B, 0, V) logits and the same loss as GPT (a mean over no token), every
+    reader and both paths (fast and reference)."""
+    import gpt
+    idx = torch.zeros(2, 0, dtype=torch.long)
+    g = gpt.GPT(gpt.GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_embd=32))
+    for method in ("auto", "loop"):
+        logits, loss = make(predictor=predictor, reads=reads, context=context, trace_method=method)(idx, idx)
+        glogits, gloss = g(idx, idx)
+        assert logits.shape == glogits.shape == (2, 0, V)
+        assert loss.isnan() and gloss.isnan()  # F.cross_entropy's mean over no token, in both
+
+
+def test_meaningless_combinations_are_refused():
+    with pytest.raises(ValueError, match="reads='history' needs a predictor that reads the history"):
+        SPEN(tiny(predictor="linear", reads="history"))  # the model checks its config (spen.check)
+    with pytest.raises(ValueError, match="n_head"):
+        spen.check(tiny(predictor="softmax_attn", n_head=5))
+
+
+@pytest.mark.parametrize("call,match", [  # user tokens enter through step and generate
+    (lambda m: m.step(torch.tensor([V]), m.init_state(1)), r"outside \[0, 60\)"),  # a padding row: not a token
+    (lambda m: m.step(torch.tensor([-1, 2]), m.init_state(2)), "outside"),
+    (lambda m: m.step(torch.zeros(1), m.init_state(1)), "integer tensor"),
+    (lambda m: m.step(torch.zeros(1, 3, dtype=torch.long), m.init_state(1)), r"\(B,\)"),
+    (lambda m: m.step(torch.tensor([V + 2]), m.init_state(1)), "token"),
+    (lambda m: m.generate(torch.tensor([[1, V]]), 3), r"outside \[0, 60\)"),
+    (lambda m: m.generate(torch.tensor([[-1, 2]]), 3), "outside"),
+    (lambda m: m.generate(torch.zeros(1, 3), 3), "integer tensor"),
+    (lambda m: m.generate(torch.zeros(3, dtype=torch.long), 3), r"\(B, T\)"),
+    (lambda m: m.generate(torch.zeros(1, 0, dtype=torch.long), 3), "prompt of at least one token"),
+    (lambda m: m.generate(torch.tensor([[V]]), 3), "outside"),
+    (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), -3), "max_new_tokens"),
+    (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), 3, temperature=-1.0), "temperature"),
+    (lambda m: m.generate(torch.zeros(1, 2, dtype=torch.long), 3, top_k=0), "top_k"),
+])
+def test_bad_inputs_give_clear_errors(call, match):
+    with pytest.raises(ValueError, match=match) as e:
+        call(make())
+    assert "\n" not in str(e.value)
+
+
+def test_sparse_ffn_keeps_exactly_k_units_and_their_gradient():
+    torch.manual_seed(4)
+    ffn = SparseFFN(tiny(ffn_hidden=64, ffn_topk=8))
+    u = torch.randn(5, 32)
+    hidden = {}
+    ffn.proj.register_forward_hook(lambda m, inp, out: hidden.setdefault("a", inp[0]))
+    ffn(u).sum().backward()
+    a = hidden["a"]  # (5, 64) the masked activations fed to W_2
+    assert ((a != 0).sum(-1) <= 8).all() and ((a != 0).sum(-1) >= 6).all()  # k kept (relu may zero some)
+    dense = torch.relu(u @ ffn.fc.weight.t())
+    kept = dense >= dense.topk(8, dim=-1).values[:, -1:]
+    assert torch.equal(a, dense * kept)  # the reference, dense-mask definition
+    # W_1's gradient rows are zero for units never selected in the batch
+    never = ~kept.any(0)
+    assert never.any() and (ffn.fc.weight.grad[never] == 0).all()
+
+
+def test_optimizer_groups_and_generate_determinism():
+    model = make(predictor="linear_attn", reads="history")
+    opt = lm.configure_optimizers(model, 0.1, 1e-3, (0.9, 0.95), "cpu")
+    groups = [list(g["params"]) for g in opt.param_groups]
+    assert sum(len(g) for g in groups) == len(list(model.parameters()))
+    assert all(p.dim() < 2 for p in groups[1]) and groups[0] and groups[1]
+    prompt = torch.zeros(2, 3, dtype=torch.long)
+    a = model.generate(prompt, 6, top_k=10, generator=torch.Generator().manual_seed(5))
+    b = model.generate(prompt, 6, top_k=10, generator=torch.Generator().manual_seed(5))
+    assert a.shape == (2, 9) and torch.equal(a, b) and torch.equal(a[:, :3], prompt)
+    assert int(a.max()) < V  # padding rows are never sampled
+    assert torch.equal(model.generate(prompt, 0), prompt)
+
+
+def test_flops_and_mfu():
+    model = make()
+    n = model.flops_per_token(32)
+    assert n > 6 * 64 * 32  # at least the head
+    hist = make(predictor="softmax_attn", reads="history")
+    assert hist.flops_per_token(64) > hist.flops_per_token(32) > make(predictor="softmax_attn").flops_per_token(32)
+    assert runtime.estimate_mfu(model, 32, 1000.0, peak=n * 1000.0) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor=("delta", "delta", "delta")), r"predictor must be one name or a tuple of n_layer = 2"),
+    (dict(predictor=("delta", "nope")), "predictor must be one of"),
+    (dict(predictor=("delta", "linear"), reads=("state", "history")), "needs a predictor that reads the history"),
+    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none")])
+def test_per_block_readers_are_checked(kw, match):
+    """A per-block tuple of the wrong length, an unknown reader in it, or a block that cannot read
+    what it is told: one line, before anything is built."""
+    with pytest.raises(ValueError, match=match) as e:
+        SPEN(tiny(**kw))
+    assert "\n" not in str(e.value)
+
+
+def test_hybrid_reports_the_sum_over_its_blocks():
+    """A model with a different reader per block reports state and FLOPs summed over its blocks
+    (state per layer: the mean), not block 0 times the depth: here block 0 holds no state of its
+    own and block 1 a softmax cache, so the block-0 shortcut would report the traces alone."""
+    T = 32
+    hybrid = SPEN(tiny(predictor=("linear", "softmax_attn"), reads=("state", "history")))
+    plain, full = SPEN(tiny()), SPEN(tiny(predictor="softmax_attn", reads="history"))
+    assert [type(b.pred).__name__ for b in hybrid.blocks] == ["LinearPredictor", "SoftmaxAttnHistory"]
+    assert 2 * hybrid.state_floats(T) == plain.state_floats(T) + full.state_floats(T) > 2 * plain.state_floats(T)
+    per_block = [b.pred.attn_flops(T) for b in hybrid.blocks]
+    assert per_block[0] == 0 < per_block[1] == full.blocks[0].pred.attn_flops(T)
+    extra = hybrid.flops_per_token(T) - 6 * (hybrid.num_params() - sum(p.numel() for p in hybrid.parameters() if p.dim() < 2)
+                                             - sum(b.pred.trace_emb.numel() for b in hybrid.blocks[1:]))
+    assert extra == 3 * per_block[1]

@@ -1,6 +1,6 @@
 """writes.py: each write rule's chunked form against its loop (values and gradients, chunk
 lengths that do and do not divide T), the gated delta rule as the delta rule when its gate is
-constant, a closed gate (alpha -> 0) without overflow; and variants.ShortConv's fast path against
+constant, a closed gate (alpha -> 0) without overflow; and ShortConv's fast path against
 its loop. The readers built on them: tests/test_variants.py; the model: tests/test_spen.py."""
 import math
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import writes
-from variants import ShortConv
+from writes import ShortConv
 
 
 def gated_inputs(B=2, H=3, T=17, D=8, seed=0, low=-1.0):
