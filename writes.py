@@ -308,6 +308,7 @@ class _WriteReader(Reader):
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
         self.convs = nn.ModuleList(ShortConv(n, cfg.conv, self.loop) for n in (n_query * C, C, C)) if cfg.conv else None
+        # (a convolution's taps, like a matrix's weights, cost 2 FLOPs each per token: in the 6N count)
 
     @torch.no_grad()
     def init_weights(self, cfg, done=()):
@@ -355,8 +356,6 @@ class _WriteReader(Reader):
         conv = sum(c.weight.numel() - c.weight.shape[0] for c in self.convs) if self.convs else 0  # (K - 1) X each
         return math.prod(self.state_shape) + conv
 
-    def conv_flops(self):
-        return sum(2 * c.weight.numel() for c in self.convs) if self.convs else 0  # K taps per channel
 
 
 class EMAKVState(_WriteReader):
@@ -390,7 +389,7 @@ class EMAKVState(_WriteReader):
 
     def attn_flops(self, T):  # chunked: in-chunk q^s.k per decay and their sum times v; per decay, read and carry M
         C, L, Sw = self.v.in_features, min(self.chunk, T), len(self.alphas)
-        return 2 * (Sw + 1) * L * C + 4 * Sw * C * self.D + self.conv_flops()
+        return 2 * (Sw + 1) * L * C + 4 * Sw * C * self.D
 
 
 class DeltaRuleState(_WriteReader):
@@ -434,7 +433,7 @@ class DeltaRuleState(_WriteReader):
             return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
     def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times N; P: 3 products
-        return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D + self.conv_flops()
+        return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D
 
 
 class GatedDeltaState(DeltaRuleState):

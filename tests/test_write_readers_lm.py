@@ -1,8 +1,8 @@
-"""The write readers (ema_kv, delta) as language models: the paper-size (130m) config of each,
-built on the meta device, against hand formulas for parameters, recurrent state and training
-FLOPs; a few training steps of each reader and each ingredient (write_alphas, read_norm) under
-bf16 autocast at a tiny size; train.py's flags for them (--n_head --write_alphas --read_norm),
-their one-line errors, and the header line that reports the sizes."""
+"""The write readers (ema_kv, delta, gated_delta) as language models: the paper-size (130m) config
+of each, built on the meta device, against hand formulas for parameters, recurrent state and
+training FLOPs; a few training steps of each reader and each option (write_alphas, read_norm,
+conv, one reader per block) under bf16 autocast at a tiny size; train.py's flags for them, their
+one-line errors, the header line that reports the sizes; a hybrid trained, resumed and sampled."""
 import math
 
 import pytest
@@ -16,6 +16,25 @@ from spen import SPEN, SPENConfig
 Vp, C, L, S, F, H = 50304, 768, 12, 3, 3072, 12  # the paper's size: 130m preset
 D = C // H
 WRITERS = ("ema_kv", "delta")
+
+
+def hand_sizes_gated(conv=4):
+    """The gated delta rule's reader at paper size by hand: W_q, W_v, W_gate (C^2 each), W_k (S C^2),
+    W_beta and W_a (H C each), A_log and dt_bias (H each), the output norm's gain D, a convolution
+    of K taps on each of q, k, v (3 K C, 2 FLOPs per tap and token, as a matrix's weight). State:
+    the S C traces, C D and the convolution's last K - 1 inputs of q, k, v. FLOPs beyond the
+    weights: the delta rule's chunked form, 8 x 64 C + 6 C D."""
+    reader = 3 * C * C + S * C * C + 2 * H * C + 2 * H + D + 3 * conv * C
+    params = Vp * C + 2 * C + L * (4 * C + 2 * C * C + 2 * C * F + reader)
+    vectors = L * (4 * C + 2 * H + D) + 2 * C  # norms, A_log, dt_bias, the gain
+    state = S * C + C * D + (conv - 1) * 3 * C
+    return params, state, 6 * (params - vectors) + 3 * L * (8 * 64 * C + 6 * C * D)
+
+
+def test_paper_size_gated_delta_matches_hand_formulas():
+    with torch.device("meta"):
+        model = SPEN(train.model_config(train.make_config("130m", predictor="gated_delta", conv=4)))
+    assert (model.num_params(), model.state_floats(1024), model.flops_per_token(1024)) == hand_sizes_gated()
 
 
 def hand_sizes(predictor, write_alphas=None, read_norm=False, T=1024):
@@ -57,7 +76,9 @@ def tiny(**kw):
 @pytest.mark.parametrize("kw", [dict(predictor="ema_kv"), dict(predictor="delta"),
                                 dict(predictor="ema_kv", write_alphas=(0.03, 0.001)),
                                 dict(predictor="delta", write_alphas=(0.1,)),
-                                dict(predictor="ema_kv", read_norm=True), dict(predictor="delta", read_norm=True)])
+                                dict(predictor="ema_kv", read_norm=True), dict(predictor="delta", read_norm=True),
+                                dict(predictor="gated_delta", conv=4), dict(predictor="delta", conv=4),
+                                dict(predictor=("ema_kv", "softmax_attn"), reads=("state", "history"))])
 def test_write_readers_train_under_bf16_autocast(kw):
     """Eight AdamW steps on one batch under CPU bf16 autocast: every loss finite, the last below the first."""
     torch.manual_seed(0)
@@ -108,3 +129,20 @@ def test_header_reports_state_and_flops():
     line = next(x for x in train.provenance(cfg, place, model.num_params(), None) if x.startswith("params:"))
     assert f"recurrent state {128 * 3 + 2 * 128 * 64:,} floats per sequence and layer at T = 128 (traces 384)" in line
     assert f"train FLOPs/token {model.flops_per_token(128):.4g}" in line
+
+
+def test_a_hybrid_trains_resumes_and_samples(tmp_path, capsys):
+    """One reader per block through the whole path: train.py with comma lists, --resume to a later
+    step, and sample.py, which reports a state that grows (the one attention block's cache)."""
+    import sample
+    flags = dict(predictor="ema_kv,softmax_attn", reads="state,history", n_layer=2, n_embd=32, block_size=32,
+                 batch_size=2, eval_interval=2, eval_iters=1, log_interval=1, device="cpu", out_dir=str(tmp_path))
+    train.main(train.make_config("cpu_bytes", max_iters=2, **flags))
+    train.main(train.make_config("cpu_bytes", max_iters=3, resume=True, **flags))
+    ckpt = torch.load(tmp_path / "ckpt_last.pt", map_location="cpu", weights_only=False)
+    assert ckpt["step"] == 3 and tuple(ckpt["config"]["predictor"]) == ("ema_kv", "softmax_attn")
+    model, _ = sample.load(str(tmp_path / "ckpt_last.pt"), torch.device("cpu"))
+    assert [type(b.pred).__name__ for b in model.blocks] == ["EMAKVState", "SoftmaxAttnHistory"]
+    sizes = sample.state_sizes(model, torch.tensor([65, 66, 67]))
+    assert sizes[-1] - sizes[-2] == 2 * 3 * 32  # one block's cache: 2 S C per token
+    assert "grows" in sample.describe_state(model, sizes)
