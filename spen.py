@@ -31,8 +31,8 @@ The paper gives no code; where it is silent we chose, each choice written out on
     3. context mix = linear map of [e_t ; x̂_t]               7. selective decays (control, variants.py)
     4. predictors: linear (paper), others (variants.py)      8. vocabulary padded to Vp rows
 
-`SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (parameter
-counts of every variant, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
+`SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (every reader's
+parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
 """
 
 import math
@@ -381,11 +381,17 @@ def check(cfg):
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context
 
-if __name__ == "__main__":
-    for predictor, reads, context in VARIANTS:
+if __name__ == "__main__":  # every reader at the paper's size, its numbers from the reader itself
+    T = 1024
+    print(f"SPEN at the paper's size (12 x 768), T = {T}; per block: the reader's parameters, the state it holds "
+          f"beyond the S C traces (state_floats) and its FLOPs per token beyond its weights (attn_flops)")
+    for (predictor, reads), cls in READERS.items():
         with torch.device("meta"):
-            m = SPEN(SPENConfig(predictor=predictor, reads=reads, context=context))
-        print(f"predictor={predictor:12s} reads={reads:7s} context={context:9s} params {m.num_params():,} "
-              f"(non-embedding {m.num_params(non_embedding=True):,}) "
-              f"train FLOPs/token at T=1024 {m.flops_per_token(1024) / 1e9:.2f} GFLOP, state floats per sequence "
-              f"and layer at T=1024 {m.state_floats(1024):,} (traces {len(m.config.alphas) * m.config.n_embd:,})")
+            m = SPEN(SPENConfig(predictor=predictor, reads=reads))
+        r = m.blocks[0].pred
+        print(f"{predictor:12s} {reads:7s} {cls.__name__:18s} reader params {sum(p.numel() for p in r.parameters()):>10,}"
+              f" | state {r.state_floats(T):>9,} | attn FLOPs {r.attn_flops(T):>10,} | model params {m.num_params():,},"
+              f" train {m.flops_per_token(T) / 1e9:.2f} GFLOP/token")
+    with torch.device("meta"):
+        base, sel = SPEN(SPENConfig()), SPEN(SPENConfig(context="selective"))
+    print(f"context=selective adds {sel.num_params() - base.num_params():,} parameters (W_a, b_s per block) to any reader")
