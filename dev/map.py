@@ -101,7 +101,10 @@ def write_md(rows, settings, path):
     tables.save_text("\n".join(lines) + "\n", path)
 
 
-def plot(rows, path):
+def plot(rows, path, done):
+    """Copy loss and other-bytes loss against state; a curve short of `done` bytes is labelled with
+    the bytes it reached, one under a fifth of them is left out (still on its plateau)."""
+    rows = [r for r in rows if r["tokens"] >= 0.2 * done]
     plt = runs.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -115,12 +118,13 @@ def plot(rows, path):
             ax.scatter(r["state_floats"], r[key], color=c, marker="o" if r["bounded"] else "s",
                        facecolors="none" if r["seed"] else c, s=50, zorder=3)
             if r["seed"] == 0:
-                ax.annotate(r["model"], (r["state_floats"], r[key]), textcoords="offset points", xytext=(5, 4),
-                            fontsize=7, color=c)
+                short = "" if r["tokens"] >= 0.99 * done else f" ({r['tokens'] / 1e6:.1f}M)"
+                ax.annotate(r["model"] + short, (r["state_floats"], r[key]), textcoords="offset points",
+                            xytext=(5, 4), fontsize=7, color=c)
         ax.axhline(gpt[key], color="0.4", ls="--", lw=0.8, label="gpt (its cache: 65,536 floats)")
         ax.axvline(BUDGET, color="0.7", ls=":", lw=1, label=f"bounded budget ({BUDGET:,})")
         ax.set(xscale="log", xlabel="state floats per layer at T = 256", ylabel="nats per byte", title=title)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="lower left")
     fig.suptitle("The map on text at 10M bytes (width 128; circles bounded, squares growing; hollow: seed 1)",
                  fontsize=10)
     fig.tight_layout()
@@ -134,7 +138,7 @@ def main(out_dir):
     tables.save_text(json.dumps(dict(command=f"python -m dev.map --out_dir {out_dir}", rows=rows), indent=1) + "\n",
                      os.path.join(out_dir, "map.json"))
     write_md(rows, settings, os.path.join(out_dir, "map.md"))
-    plot(rows, os.path.join(out_dir, "map.png"))
+    plot(rows, os.path.join(out_dir, "map.png"), settings["max_tokens"])
     print(f"wrote {out_dir}/map.md, map.json, map.png ({len(rows)} curves)")
 
 

@@ -35,7 +35,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-README_MAX_LINES = 300
+README_MAX_LINES = 340  # a page a reader finishes, with headroom: a new section does not start by editing this test
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)  # fenced code blocks
 CODE = re.compile(r"`[^`\n]*`")  # inline code spans
