@@ -43,6 +43,7 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import typing
 
 
@@ -220,7 +221,11 @@ def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
     if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.default_int_handler):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # exit_on_ctrl_c's: from here, KeyboardInterrupt
     try:
-        return run()
+        result = run()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a Ctrl-C while the interpreter shuts down (torch's
+            # teardown takes a moment) would end it by the signal, without a line, after the work was saved
+        return result
     except UserError as e:
         print(f"{prog}: {e.label}{' '.join(str(e).split())}", file=sys.stderr)
         sys.exit(e.status)

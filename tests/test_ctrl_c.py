@@ -14,10 +14,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = {
-    "train": ["train.py", "--preset", "cpu_bytes", "--max_iters", "5", "--eval_iters", "1", "--n_layer", "1",
-              "--n_embd", "16", "--out_dir", "out"],
-    "grid": ["recall.py", "--variants", "linear", "gpt", "--steps", "40", "--curriculum", "10", "--decay", "10",
-             "--eval_every", "20", "--test_seqs", "8", "--val_seqs", "8", "--workers", "2", "--out_dir", "out"],
+    # long enough that no Ctrl-C comes after the end, even on an idle machine (the Ctrl-C stops them at once)
+    "train": ["train.py", "--preset", "cpu_bytes", "--max_iters", "5000", "--eval_interval", "5000", "--eval_iters", "1",
+              "--n_layer", "1", "--n_embd", "16", "--out_dir", "out"],
+    "grid": ["recall.py", "--variants", "linear", "gpt", "--steps", "5000", "--curriculum", "10", "--decay", "10",
+             "--eval_every", "1000", "--test_seqs", "8", "--val_seqs", "8", "--workers", "2", "--out_dir", "out"],
 }
 
 
@@ -42,10 +43,13 @@ def start(what, tmp_path):
 
 
 def ctrl_c(p):
-    """Ctrl-C to p's group -> (stderr, seconds until it exited), once no process of it is left."""
+    """Ctrl-C to p's group -> (its one line about it, seconds until it exited), once no process of it is
+    left. The line is on stderr; train.py in its loop logs it (stdout and log.txt), stderr empty."""
     t0 = time.time()
     os.killpg(p.pid, signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    out, err = p.communicate(timeout=60)
+    assert "Traceback" not in out + err and err.count("\n") <= 1, err
+    err = err or out.splitlines()[-1] + "\n"
     took = time.time() - t0
     deadline = time.time() + 10
     while session(p.pid) and time.time() < deadline:
