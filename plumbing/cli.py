@@ -30,6 +30,10 @@ type's edge), so a field added without bounds fails it the day it lands.
 Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
 `command_line` writes a config back as the command that reproduces it.
 
+Ctrl-C: `exit_on_ctrl_c(__name__, "x.py")`, called before a command's heavy imports, makes a Ctrl-C
+from the first second one line and exit 130; main_guard then takes it over (KeyboardInterrupt),
+and ignores it once the work is done (the interpreter's teardown).
+
 Errors: `UserError` is THE exception for a mistake the user can fix (a flag, a file, a
 checkpoint, the data): its message is one line saying what to do, and `main_guard` prints it
 without a traceback and exits with its `status` (1; 2 for `ConfigError`, a bad flag: argparse's
@@ -209,8 +213,13 @@ def exit_on_ctrl_c(name, prog):
     def stop(signum, frame):
         os.write(2, f"{prog}: interrupted (Ctrl-C) while starting; nothing was written\n".encode())
         os._exit(130)
+    global _script
     if name == "__main__" and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored (nohup): stays so
         signal.signal(signal.SIGINT, stop)
+        _script = True
+
+
+_script = False  # a command run as a script (exit_on_ctrl_c): main_guard then ignores Ctrl-C once its work is done
 
 
 def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
@@ -222,7 +231,7 @@ def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):
         signal.signal(signal.SIGINT, signal.default_int_handler)  # exit_on_ctrl_c's: from here, KeyboardInterrupt
     try:
         result = run()
-        if threading.current_thread() is threading.main_thread():
+        if _script and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: a Ctrl-C while the interpreter shuts down (torch's
             # teardown takes a moment) would end it by the signal, without a line, after the work was saved
         return result
