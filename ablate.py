@@ -99,7 +99,7 @@ PRESETS = {
 class AblateConfig:
     out_dir: str = cli.arg("out/ablate", "folder for ablate.json/md, curves.png, hits.png, content.*; runs in "
                            "OUT/runs", group="I/O")
-    variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
+    variants: tuple = cli.arg(registry.ABLATION, "variants to run, any of " + " ".join(VARIANTS), group="I/O")
     content: bool = cli.arg(True, "run the content probe (content.py) on the seed-0 runs afterwards", group="I/O")
     content_only: bool = cli.arg(False, "train nothing: only the content probe of the runs in OUT/runs", group="I/O")
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")

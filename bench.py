@@ -95,8 +95,7 @@ CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
 READERS = ("linear", "ema_kv", "delta", "gated_delta")  # SPEN predictors the train section times beside GPT
 # the readers section: the map's candidates (plumbing/registry.py) against delta, at scaling.py's shape
-MAP_MODELS = ("delta", "delta_wide", "delta_conv", "ema_kv", "ema_kv_conv", "gated_delta", "gated_delta_wide",
-              "softmax_window", "hybrid_ema_kv", "hybrid_gated_delta", "softmax_history", "gpt")
+MAP_MODELS = ("delta", "ema_kv", "softmax_history", "gpt") + registry.MAP
 TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
 
 
@@ -113,7 +112,7 @@ class BenchConfig:
     quick: bool = cli.arg(False, "tiny sizes, every section in one worker: exercises every code path",
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
-    threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system")
+    threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system", bounds=(0, cli.THREADS[1]))
     allocator: str = cli.arg("on", "runtime.configure_allocator() in each worker: on | off | both (every "
                              "job twice, the tables show both and their ratio)", choices=("on", "off", "both"),
                              group="system")
@@ -122,12 +121,11 @@ class BenchConfig:
     worker_out: str = cli.arg("", "worker protocol: the JSON file the worker writes", group="worker protocol")
 
     def __post_init__(self):
+        cli.check_fields(self)
         names = self.section_list()
         unknown = [s for s in names if s not in SECTIONS]
         cli.require(not unknown, "--sections: unknown section(s) {}; choose from {}", ", ".join(unknown),
                     ", ".join(SECTIONS))
-        cli.require(isinstance(self.threads, int) and self.threads >= 0, "--threads must be an int >= 0, got {}",
-                    self.threads)
         kind = self.device.split(":")[0]
         cli.require(kind in ("auto", "cpu", "cuda"), "--device must be auto, cpu, cuda or cuda:N, got {!r}",
                     self.device)

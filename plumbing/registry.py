@@ -46,6 +46,9 @@ MODELS = {  # name -> TrainConfig overrides; everything else is shared by all mo
                                reads="state,state,state,history", context="ema", conv=4),
     "gpt": dict(model="gpt"),
 }
+MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_delta_wide", "softmax_window", "hybrid_ema_kv",
+       "hybrid_gated_delta")  # the map on text's candidates: scaling.py's curves at 4 blocks (results/map)
+ABLATION = tuple(n for n in MODELS if n not in MAP)  # ablate.py's default: the readers and the ingredients
 FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
           "ema_kv": "write (k vᵀ, fixed decays)", "delta": "write (delta rule)",
