@@ -45,9 +45,9 @@ def load(path):
     return res["settings"], res["curves"]
 
 
-def row(curve, seed, state_floats):
-    """The map's numbers at a curve's last point (its copy split at the same step)."""
-    last = curve["points"][-1]
+def row(curve, seed, state_floats, step=None):
+    """The map's numbers at a curve's last point, or at `step` (its copy split at the same step)."""
+    last = curve["points"][-1] if step is None else next(p for p in curve["points"] if p["step"] == step)
     split = {c["step"]: c for c in curve["copy"]}.get(last["step"])
     far = next((d["loss"] for d in split["by_distance"] if d["lo"] == 128), None) if split else None
     return dict(model=curve["model"], seed=seed, params=curve["params"], state_floats=state_floats,
@@ -56,9 +56,14 @@ def row(curve, seed, state_floats):
 
 
 def collect(root="."):
-    """Every curve of the map, reference first: a list of rows (dicts)."""
+    """Every curve of the map, reference first: a list of rows (dicts), and for a curve short of the
+    last point the references at its step (every curve stops at the same log-spaced steps)."""
     ref_settings, ref = load(os.path.join(root, REFERENCE))
     out = [row(ref[f"{m}_c128"], ref_settings["seed"], ref[f"{m}_c128"]["state_floats"]) for m in REFS]
+    seed1 = os.path.join(root, "results/map/seed1/gpt/scaling.json")  # GPT's second seed: a copy split at every point
+    gpt1 = load(seed1)[1]["gpt_c128"] if os.path.exists(seed1) else None
+    at_step = lambda step: [row(ref[f"{m}_c128"], ref_settings["seed"], ref[f"{m}_c128"]["state_floats"], step)
+                            for m in ("gpt", "ema_kv", "delta")] + ([row(gpt1, 1, None, step)] if gpt1 else [])
     paths = sorted(glob.glob(os.path.join(root, "results/map/*/scaling.json"))) + \
         sorted(glob.glob(os.path.join(root, "results/map/seed*/*/scaling.json")))
     for path in paths:
@@ -69,6 +74,8 @@ def collect(root="."):
         for c in curves.values():
             if c["width"] == 128 and c["points"]:
                 out.append(row(c, settings["seed"], c.get("state_floats")))
+                out[-1]["refs"] = at_step(c["points"][-1]["step"]) if c["points"][-1]["tokens"] < 0.99 * \
+                    ref_settings["max_tokens"] else None
     for r in out:  # bounded: the state at T = 256 is the state at any T (a cache that grows is not)
         r["bounded"] = bounded(r["model"])
     return out, ref_settings
@@ -98,6 +105,15 @@ def write_md(rows, settings, path):
         [[f"`{r['model']}`", r["seed"], "yes" if r["bounded"] else "no", f"{r['state_floats']:,}", f"{r['params']:,}",
           f"{r['tokens'] / 1e6:.1f}M" + ("" if r["tokens"] >= 0.99 * done else " *"), r["val_loss"], r["loss_copy"],
           r["loss_copy_far"], r["loss_other"]] for r in order])
+    short = [r for r in order if r.get("refs")]
+    if short:
+        lines += ["", "The curves marked * beside the references at the same step (every curve evaluates at the "
+                  "same log-spaced steps): overall / copies / other bytes.", ""]
+        lines += tables.md_table(
+            ["model", "bytes", "the model", "`gpt`", "`ema_kv`", "`delta`", "`gpt`, seed 1"][:3 + len(short[0]["refs"])],
+            [[f"`{r['model']}`", f"{r['tokens'] / 1e6:.1f}M"] +
+             [" / ".join(tables.cell(x[k]) for k in ("val_loss", "loss_copy", "loss_other")) for x in [r] + r["refs"]]
+             for r in short])
     tables.save_text("\n".join(lines) + "\n", path)
 
 
