@@ -42,10 +42,14 @@ ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (the paper's)
 
 def one_line_errors():
     """In IPython, a cli.UserError (a bad flag, argument or environment value) prints its one
-    line, no traceback."""
+    line, no traceback; in a script (`python lab/lab.py`) it is the one line and exit status 2."""
     try:
         ip = get_ipython()  # noqa: F821 (defined inside IPython only)
     except NameError:
+        previous = sys.excepthook
+        sys.excepthook = lambda etype, value, tb: (print(f"error: {' '.join(str(value).split())}", file=sys.stderr),
+                                                   sys.exit(2)) if issubclass(etype, cli.UserError) \
+            else previous(etype, value, tb)
         return
     ip.set_custom_exc((cli.UserError,), lambda shell, etype, value, tb, tb_offset=None:
                       print(f"error: {' '.join(str(value).split())}", file=sys.stderr))
@@ -271,6 +275,8 @@ def impulse_response(alphas=ALPHAS, T=80):
 
 def plot_impulse(alphas=ALPHAS, T=80, windows=None):
     """The impulse response of each decay, with its effective window (if given) dotted."""
+    cli.require(windows is None or len(windows) == len(alphas), "plot_impulse: windows needs one window per decay "
+                "({} of them), got {!r}", len(alphas), windows)
     plt = pyplot()
     h = impulse_response(alphas, T)
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -472,6 +478,8 @@ def show_mqar(N=4, T=16, n_keys=8, n_values=16, seed=0):
 
 def recall_table(res, binding, recalled_pairs):
     """The MQAR result with the student's binding and recalled_pairs, one row per variant."""
+    cli.require(isinstance(res, dict) and "variants" in res, "recall_table needs the recall results (the dict "
+                "run_recall returns); run that cell first, got {!r}", type(res).__name__)
     pairs = list(res["settings"]["pairs"])
     rows = [[v, f"{r['state_floats']:,}"] + [f"{r['acc'][str(N)]:.3f} / {binding(r['acc'][str(N)], N):+.3f} / "
                                              f"{recalled_pairs(r['acc'][str(N)], N):.2f}" for N in pairs]
@@ -710,6 +718,8 @@ def loss_split(ckpt, windows=None, k=8):
     import sample
     n = SIZES["split"]["windows"] if windows is None else windows
     positive("loss_split windows", n)
+    cli.require(isinstance(ckpt, str) and os.path.isfile(ckpt), "loss_split needs the byte run's checkpoint file "
+                "(run the training cell first), got {!r}", ckpt)
     model, _ = sample.load(ckpt, "cpu")
     x, y = batches.get_batch(byte_data()[1], n, model.config.block_size, step=0, seed=ablate.HIT_SEED)
     w = torch.cat([x, y[:, -1:]], 1)  # (n, T+1)

@@ -354,6 +354,9 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
     (lambda: helpers.train_points(steps=-1), "steps"),
     (lambda: helpers.train_points(decay=None), "decay"),
     (lambda: helpers.loss_split("nowhere.pt", windows=-3), "windows"),
+    (lambda: helpers.recall_table(None, None, None), "recall_table"),
+    (lambda: helpers.loss_split(None), "checkpoint"),
+    (lambda: helpers.plot_impulse(windows=[1]), "windows"),
 ])
 def test_helpers_refuse_bad_input_in_one_line(call, flag):
     with pytest.raises(cli.UserError) as e:
@@ -371,6 +374,14 @@ def test_a_bad_environment_value_is_one_line(env, says):
     with pytest.raises(cli.UserError) as e:
         helpers.environment(env)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_script_twin_says_a_bad_environment_value_in_one_line():
+    """python lab/lab.py with a bad LAB_THREADS: the one line and exit 2, as the notebook shows it."""
+    import subprocess
+    r = subprocess.run([sys.executable, "lab/lab.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "LAB_THREADS": "abc", "LAB_SMOKE": "1"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "LAB_THREADS" in r.stderr, r.stderr
 
 
 def test_a_read_only_lab_out_is_one_line(tmp_path, monkeypatch):
