@@ -268,7 +268,7 @@ class ShortConv(nn.Module):
     def __init__(self, X, K, loop=False):
         super().__init__()
         self.loop = loop
-        self.weight = nn.Parameter(torch.empty(X, K).uniform_(-K ** -0.5, K ** -0.5))  # w_i per channel; w[:, K - 1]: x_t
+        self.weight = nn.Parameter(torch.zeros(X, K))  # w_i per channel, w[:, K - 1] weights x_t (init_weights)
 
     def forward(self, x):
         K = self.weight.shape[1]
