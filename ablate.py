@@ -66,7 +66,7 @@ cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, grid, ngram, registry, repeats, runs, runtime, tables
+from plumbing import checkpoint, cli, corpus, grid, ngram, registry, repeats, runs, tables
 import content
 import train
 
@@ -74,7 +74,7 @@ VARIANTS, FAMILY = registry.MODELS, registry.FAMILY  # the named models (plumbin
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
-HIT_SEED = runtime.EVAL_SEED + 2  # hit-split windows differ from the val-loss batches and the content probe's
+HIT_SEED = repeats.HIT_SEED  # the hit split's windows (plumbing/repeats.py)
 PRESETS = {
     "cpu": {},  # the field defaults
     # One GPU, offline, on builtin: 4 blocks of width 256, T 256, 32 x 256 = 8,192 tokens per step,
@@ -158,8 +158,7 @@ def train_config(cfg, name, seed):
 
 def hit_windows(cfg, val):
     """The fixed validation windows of the hit split: (hit_seqs, T+1) int64."""
-    x, y = batches.get_batch(val, cfg.hit_seqs, cfg.block_size, step=0, seed=HIT_SEED)  # (B, T) each
-    return torch.cat([x, y[:, -1:]], 1)
+    return repeats.hit_windows(val, cfg.hit_seqs, cfg.block_size)
 
 
 # ---- training (one run per job, cfg.workers at a time) -------------------------------------
@@ -453,24 +452,8 @@ def read_curve(run):
     with open(os.path.join(run, "result.json")) as f:
         cfg = json.load(f)["train_config"]
     per_step = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
-    recs = [r for r in read_jsonl(os.path.join(run, "metrics.jsonl")) if "val_loss" in r]
+    recs = [r for r in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl")) if "val_loss" in r]
     return [[r["step"] * per_step for r in recs], [r["val_loss"] for r in recs]]
-
-
-def read_jsonl(path):
-    """The complete records of a .jsonl file (a line cut short by a stop is skipped); [] if there is none.
-    A line that is not a JSON object is one line (cli.UserError) naming the file."""
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            recs = [json.loads(ln) for ln in f if ln.strip().endswith("}")]
-    except (OSError, ValueError) as e:
-        raise cli.UserError(f"{path} is not a readable record of a run ({' '.join(str(e).split())}); move it away "
-                            "(a run folder's metrics.jsonl: train the run anew)") from None
-    if not all(isinstance(r, dict) for r in recs):
-        raise cli.UserError(f"{path} holds a line that is not a JSON object; move it away")
-    return recs
 
 
 def plot_curves(res, path):

@@ -256,7 +256,7 @@ def summarize(cfg, results, seconds):
     out = dict(tasks=SETTINGS,
                budgets={s: budget_of(cfg, s) for s in cfg.settings}, capacity=capacity_table(cfg),
                seconds=round(seconds, 1), run_seconds=round(sum(r["seconds"] for r in results), 1), points={},
-               diverged=recall.diverged_runs([dict(r, point=f"{r['setting']} {r['point']}") for r in results]))
+               diverged=tables.diverged_runs([dict(r, point=f"{r['setting']} {r['point']}") for r in results]))
     results = [r for r in results if r.get("diverged") is None]  # in no mean: listed under "diverged"
     for setting in cfg.settings:
         out["points"][setting] = {}
@@ -330,7 +330,7 @@ def write_md(res, path):
         ([S] + [cell for s in sets for cell in (f"{row[s]['cond']:.1e}", row[s]["rank_fp32"], row[s]["rank_bf16"],
                                                f"{row[s]['fp32']:.2f}", f"{row[s]['bf16']:.2f}")]
          for S, row in res["capacity"].items()))
-    lines += recall.diverged_lines(res)
+    lines += tables.diverged_lines(res)
     tables.save_text("\n".join(lines) + "\n", path)
 
 

@@ -375,7 +375,7 @@ def summarize(cfg, results, seconds):
     out = dict(seconds=round(seconds, 1), hardware=f"{platform.machine()} CPU, {os.cpu_count()} cores",
                chance=1.0 / cfg.n_values,
                run_seconds=round(sum(r["seconds"] for r in results), 1), reused=sum("reused" in r for r in results),
-               threshold={str(N): threshold(N) for N in cfg.pairs}, variants={}, diverged=diverged_runs(results))
+               threshold={str(N): threshold(N) for N in cfg.pairs}, variants={}, diverged=tables.diverged_runs(results))
     for v in cfg.variants:
         rs = sorted((r for r in results if r["variant"] == v and r.get("diverged") is None), key=lambda r: r["seed"])
         if not rs:
@@ -394,20 +394,6 @@ def summarize(cfg, results, seconds):
                                   diverged_seeds=[r["seed"] for r in results if r["variant"] == v and
                                                   r.get("diverged") is not None])
     return out
-
-
-def diverged_runs(results):
-    """{name: step} of the runs whose loss was not finite (recall's variants, frontier's points)."""
-    return {f"{r.get('variant') or r.get('point')} seed {r['seed']}": r["diverged"] for r in results
-            if r.get("diverged") is not None}
-
-
-def diverged_lines(res):
-    """The report's lines on diverged runs (none when none did): they are out of every table."""
-    if not res.get("diverged"):
-        return []
-    return ["", "**Diverged** (the training loss was not finite; lower --lr): " + ", ".join(
-        f"{k} at step {v}" for k, v in res["diverged"].items()) + ". These runs are in no mean and no table above."]
 
 
 NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept when the table is rewritten
@@ -446,7 +432,7 @@ def write_md(res, path):
     lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", ""]
     lines += tables.md_table(["variant"] + [f"d>={d}" for d in bins],
                              ([v] + [r["acc_distance"].get(str(d), float("nan")) for d in bins] for v, r in vs.items()))
-    lines += diverged_lines(res)
+    lines += tables.diverged_lines(res)
     old = open(path).read() if os.path.exists(path) else ""
     notes = old[old.index(NOTES):] if NOTES in old else ""
     tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)

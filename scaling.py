@@ -60,11 +60,10 @@ cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-import ablate
-from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, repeats, runs, tables
+from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runs, tables
 import train
 
-MODELS = ablate.VARIANTS  # name -> TrainConfig overrides: the ablation's names and settings, any of them
+MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
 PRESETS = {
     "cpu": {},  # the field defaults: UTF-8 bytes of builtin, 4 blocks, widths 128 and 64
     # The paper's pair: 12 x 768, GPT-2 BPE, FineWeb-Edu, C4 validation, 524,288 tokens per step,
@@ -156,7 +155,7 @@ def read_points(run, per_step, train_tokens):
     """The curve of a run folder: one dict per evaluation (step 0 included) with the validation
     loss, the mean training loss since the previous evaluation and the passes over the train split."""
     points, losses = [], []
-    for rec in ablate.read_jsonl(os.path.join(run, "metrics.jsonl")):
+    for rec in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl")):
         if "train_loss" in rec:
             losses.append(rec["train_loss"])
         if "val_loss" in rec:
@@ -169,7 +168,7 @@ def read_points(run, per_step, train_tokens):
 
 def read_copy(run):
     """The copy splits of a run folder (copy.jsonl), one per point, by step."""
-    return ablate.read_jsonl(os.path.join(run, "copy.jsonl"))
+    return checkpoint.read_jsonl(os.path.join(run, "copy.jsonl"))
 
 
 def copy_point(cfg, run, windows, dist, per_step):
@@ -308,7 +307,7 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
 
 def train_seconds(run):
     """Seconds of training in a run folder (the sum of its step times in metrics.jsonl)."""
-    return round(sum(r.get("ms", 0) for r in ablate.read_jsonl(os.path.join(run, "metrics.jsonl"))) / 1000, 1)
+    return round(sum(r.get("ms", 0) for r in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl"))) / 1000, 1)
 
 
 # ---- tables and figure -------------------------------------------------------------------------
@@ -455,7 +454,7 @@ def run_curves(cfg, recorded):
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
-    windows = ablate.hit_windows(cfg, corpus.load_split(name, "val", tokenizer=cfg.tokenizer))  # (hit_seqs, T+1)
+    windows = repeats.hit_windows(corpus.load_split(name, "val", tokenizer=cfg.tokenizer), cfg.hit_seqs, cfg.block_size)  # (hit_seqs, T+1)
     dist = repeats.copy_distance(windows, cfg.copy_k)
     steps = eval_steps(cfg) if cfg.train else []
     if steps:  # the grid's size, announced before it starts

@@ -417,6 +417,23 @@ def kept_metrics(path, step):
     return kept
 
 
+def read_jsonl(path):
+    """The complete records of a run folder's .jsonl file (metrics.jsonl, copy.jsonl; a line cut short
+    by a stop is skipped); [] if there is none. A line that is not a JSON object is one line
+    (cli.UserError) naming the file."""
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            recs = [json.loads(ln) for ln in f if ln.strip().endswith("}")]
+    except (OSError, ValueError) as e:
+        raise cli.UserError(f"{path} is not a readable record of a run ({' '.join(str(e).split())}); move it away "
+                            "(a run folder's metrics.jsonl: train the run anew)") from None
+    if not all(isinstance(r, dict) for r in recs):
+        raise cli.UserError(f"{path} holds a line that is not a JSON object; move it away")
+    return recs
+
+
 def rewrite_metrics(path, step):
     """Atomically keep only the records up to `step` (the resumed checkpoint's)."""
     lines = kept_metrics(path, step)

@@ -30,10 +30,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from plumbing import corpus, ngram
+from plumbing import batches, corpus, ngram, runtime
 
 YARDSTICKS = ("trigram", "bigram", "unigram")  # count models every split is read against (corpus.baselines)
 COPY_BINS = (8, 32, 128)  # edges of the copy distance bins: 1-7 (inside the k-string: runs), 8-31, 32-127, 128+
+HIT_SEED = runtime.EVAL_SEED + 2  # the split's windows differ from the val-loss batches and the content probe's
+
+
+def hit_windows(val, n, T):
+    """The fixed validation windows both splits are read on (ablate.py's and scaling.py's): n windows
+    of T + 1 tokens of the token array val -> (n, T+1) int64."""
+    x, y = batches.get_batch(val, n, T, step=0, seed=HIT_SEED)  # (n, T) each
+    return torch.cat([x, y[:, -1:]], 1)
 
 
 def recall_hits(w):

@@ -83,6 +83,20 @@ def md_table(header, rows, fmt=".3f"):
     return lines
 
 
+def diverged_runs(results):
+    """{name: step} of a grid's runs whose loss was not finite (recall.py's variants, frontier.py's points)."""
+    return {f"{r.get('variant') or r.get('point')} seed {r['seed']}": r["diverged"] for r in results
+            if r.get("diverged") is not None}
+
+
+def diverged_lines(res):
+    """A report's lines on diverged runs (none when none did): they are out of every table."""
+    if not res.get("diverged"):
+        return []
+    return ["", "**Diverged** (the training loss was not finite; lower --lr): " + ", ".join(
+        f"{k} at step {v}" for k, v in res["diverged"].items()) + ". These runs are in no mean and no table above."]
+
+
 def save_json(res, path, script, cfg):
     """Write {command, settings, **res} to path atomically; returns the dict written.
     script: the command's file name ('recall.py'); cfg: its config dataclass."""

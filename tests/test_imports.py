@@ -41,6 +41,50 @@ def imports(name):
     return (found & local) - {name}
 
 
+# What a command may use from another command: its entry points (a config dataclass, any name ending in
+# Config, too). Everything else a second command needs is a shared helper and belongs in plumbing/.
+ENTRY_POINTS = {"main", "make_config", "model_config", "build_model", "get_parser", "parse"}
+RECIPES = {"recall": {"train_and_test", "run_settings", "binding"}}  # recall's recipe, which frontier.py trains under
+
+
+def reach_ins(root, commands):
+    """["a.py uses b.helper"] for every name a command takes from another command that is not one of
+    its entry points: `import b` then `b.helper`, or `from b import helper`. Read with `ast`."""
+    found = []
+    for name in sorted(commands):
+        with open(os.path.join(root, name + ".py")) as f:
+            tree = ast.parse(f.read())
+        alias, used = {}, []  # local name -> command; (command, name) taken
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                alias.update({a.asname or a.name: a.name for a in node.names if a.name in commands - {name}})
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in commands - {name}:
+                used += [(node.module, a.name) for a in node.names]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in alias:
+                used.append((alias[node.value.id], node.attr))
+        allowed = lambda cmd, attr: attr in ENTRY_POINTS | RECIPES.get(cmd, set()) or attr.endswith("Config")
+        found += sorted({f"{name}.py uses {cmd}.{attr}" for cmd, attr in used if not allowed(cmd, attr)})
+    return found
+
+
+def test_a_command_uses_only_another_commands_entry_points():
+    """scaling.py reading ablate.py's helpers broke on every rename in ablate and loaded it whole: a
+    helper two commands need lives in plumbing/."""
+    assert reach_ins(ROOT, COMMANDS) == []
+
+
+def test_the_reach_in_check_finds_a_helper(tmp_path):
+    """The check above can fail: on a tiny fake tree, a helper taken either way is found, an entry point,
+    a config and a name from a module that is not a command are not."""
+    (tmp_path / "a.py").write_text("def main(cfg): pass\nclass AConfig: pass\ndef helper(): pass\n")
+    (tmp_path / "b.py").write_text("import a\nimport a as aa\nimport os\na.main(a.AConfig())\naa.helper()\n"
+                                   "os.path.join('x')\n")
+    (tmp_path / "c.py").write_text("from a import main, helper\nmain(helper())\n")
+    (tmp_path / "d.py").write_text("import a\na.main(None)\n")
+    assert reach_ins(tmp_path, {"a", "b", "c", "d"}) == ["b.py uses a.helper", "c.py uses a.helper"]
+
+
 def test_every_module_is_classified():
     assert not (LESSON & PLUMBING) and not (LESSON & COMMANDS) and not (PLUMBING & COMMANDS)
     unplaced = set(modules()) - LESSON - PLUMBING - COMMANDS
