@@ -66,7 +66,7 @@ cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, grid, ngram, registry, repeats, runs, tables
+from plumbing import checkpoint, cli, corpus, grid, ngram, registry, repeats, tables
 import content
 import train
 
@@ -261,14 +261,14 @@ def run_all(cfg, jobs):
     """Run the jobs through the grid's run cache (plumbing/grid.py: OUT/runs/NAME.json beside each
     run folder, reused only under the same run_key, never replaced by a run of other settings, one
     ablation per folder, Ctrl-C one line), cfg.workers at a time, each in its own process
-    (runs.run_jobs; workers=1: in this one). A failed run stops the ablation (RunInterrupted)."""
+    (grid.run_jobs; workers=1: in this one). A failed run stops the ablation (RunInterrupted)."""
     cells = [grid.Job(f"{name}_s{seed}", run_key(cfg, name, seed), Job(cfg, name, seed)) for cfg, name, seed in jobs]
     try:
         with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), SAVED) as g:
             print(f"ablate: {len(cells)} runs, {len(g.saved)} already saved, {len(cells) - len(g.saved)} to train "
                   f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
             return g.run(run_one, cfg.workers, progress, threads=None)  # workers=1: train.py sets its own threads
-    except (RunInterrupted, runs.JobFailed) as e:
+    except (RunInterrupted, grid.JobFailed) as e:
         raise RunInterrupted(f"{e}; {RESUMES}") from None
 
 
@@ -308,7 +308,7 @@ def state_floats(cfg, name):
     (model.state_floats: the traces plus a reader's own state, or GPT's key-value cache)."""
     tcfg = train_config(cfg, name, 0)
     with torch.device("meta"):  # the shapes only: nothing allocated, nothing initialised for real
-        model = checkpoint.MODELS[tcfg.model][1](train.model_config(tcfg))
+        model = train.build_model(tcfg, seeded=False)
     return model.state_floats(cfg.block_size)
 
 
@@ -331,7 +331,7 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
     for name in cfg.variants:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
-        m, s = runs.mean_std(losses)
+        m, s = tables.mean_std(losses)
         v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
                  best_val=[r["result"]["best_val"] for r in rs],
                  minus_bigram=m - yardsticks["bigram"], minus_unigram=m - yardsticks["unigram"],
@@ -423,7 +423,7 @@ def copy_table(res):
 
 def plot_copy(res, path):
     """Loss on copies (by distance) and on all other targets, per variant, beside the yardsticks."""
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     rows = {n: v["copy"] for n, v in res["variants"].items()}
     rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in repeats.YARDSTICKS if k in res["yardstick_copy"]})
     bins = res["yardstick_copy"]["bigram"]["by_distance"]
@@ -457,7 +457,7 @@ def read_curve(run):
 
 
 def plot_curves(res, path):
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (name, v) in enumerate(res["variants"].items()):
         for s, (xs, ys) in enumerate(v.get("curves", [])):  # rows from before curves were kept have none
@@ -483,7 +483,7 @@ def plot_curves(res, path):
 
 
 def plot_hits(res, path):
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     ys = res["yardstick_split"]
     rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in repeats.YARDSTICKS if k in ys}}
     x = np.arange(len(rows))
@@ -511,7 +511,7 @@ def main(cfg):
     """The ablation (unless content_only), then the content probe; returns the ablate.json dict."""
     if cfg.content_only:
         return content.main(content_config(cfg))  # content.py checks the folder the same way
-    runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
+    checkpoint.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
     earlier = earlier_rows(cfg)  # refuses an ablate.json of other settings before anything trains
     t0 = time.time()
     val = corpus.load_split(cfg.data, "val", tokenizer=cfg.tokenizer)  # a missing corpus fails here, before any write

@@ -48,7 +48,7 @@ cli.exit_on_ctrl_c(__name__, "content.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import batches, checkpoint, cli, corpus, grid, runs, runtime, tables
+from plumbing import batches, checkpoint, cli, corpus, grid, runtime, tables
 import ema
 
 MAX_LAG = 64
@@ -168,7 +168,7 @@ def probe(cfg, runs):
 
 def plot(res, probe_json, path):
     """content.png: raw traces (left), trained models (right); returns a note if role lines are missing."""
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     k = np.array(res["lags"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
     wax = ax1.twinx()
@@ -206,9 +206,9 @@ def plot(res, probe_json, path):
 
 def main(cfg):
     """Probe the runs in cfg.runs; write content.json and content.png; return the dict."""
-    runs.check_out_dir(cfg.out_dir)  # one line before anything is read
+    checkpoint.check_out_dir(cfg.out_dir)  # one line before anything is read
     res = probe(cfg, find_runs(cfg.runs))  # every input is read and checked before the first write
-    runs.make_out_dir(cfg.out_dir)
+    checkpoint.make_out_dir(cfg.out_dir)
     with grid.locked(cfg.out_dir):  # one writer per folder; a killed one's temp files removed
         res["role_accuracy_note"] = plot(res, cfg.probe_json, os.path.join(cfg.out_dir, "content.png"))
         res = tables.save_json(res, os.path.join(cfg.out_dir, "content.json"), "content.py", cfg)

@@ -66,7 +66,7 @@ import torch
 
 import ema
 import recall
-from plumbing import cli, grid, runs, tables
+from plumbing import cli, grid, tables
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
             "press": dict(block_size=64, pairs=(2, 4, 8, 16), n_keys=16, n_values=64)}
@@ -265,7 +265,7 @@ def summarize(cfg, results, seconds):
             rs = sorted((r for r in results if r["setting"] == setting and r["point"] == name), key=lambda r: r["seed"])
             if not rs:
                 continue
-            acc = {N: runs.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
+            acc = {N: tables.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
             out["points"][setting][name] = dict(
                 family=family, knobs=knobs, state_bytes=rs[0]["state_bytes"], params=rs[0]["params"],
                 acc={N: m for N, (m, s) in acc.items()}, acc_std={N: s for N, (m, s) in acc.items()},
@@ -342,7 +342,7 @@ STYLE = {"linear": ("C0", "o"), "softmax_state": ("C1", "s"), "selective": ("C2"
 def plot(res, path):
     """One panel per setting: accuracy at its largest pair count against state bytes (log x),
     one curve per family (the additive families one curve per width, C = 32 dashed)."""
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     sets = list(res["points"])
     fig, axes = plt.subplots(1, len(sets), figsize=(7 * len(sets), 5), squeeze=False)
     for ax, setting in zip(axes[0], sets):

@@ -56,7 +56,7 @@ cli.exit_on_ctrl_c(__name__, "probe.py")  # until main_guard; the imports below 
 import torch
 import torch.nn.functional as F
 
-from plumbing import cli, grid, runs, tables
+from plumbing import checkpoint, cli, grid, tables
 import grammar
 import spcn
 
@@ -377,7 +377,7 @@ def get_fit_parser():
 def fit(cfg):
     """`python probe.py fit`: train an SPCN as FitConfig says and save it to out_dir/spcn.pt -> {errors, path}."""
     torch.set_num_threads(1)  # small matmuls: one thread is fastest and polite on 2 cores
-    runs.make_out_dir(cfg.out_dir)
+    checkpoint.make_out_dir(cfg.out_dir)
     model = spcn.SPCN(cfg.spcn_config(cfg.seed))
     train = grammar.split(cfg.n_train, 0, 0, seed=cfg.data_seed)["A"]["train"]
     t0 = time.time()
@@ -395,7 +395,7 @@ def fit(cfg):
 def summarize(per_seed, seconds):
     """Per-seed score dicts -> the results.json dictionary (means, with stds beside)."""
     def agg(name, key):
-        return runs.mean_std([r[name][key] for r in per_seed])
+        return tables.mean_std([r[name][key] for r in per_seed])
 
     every = lambda split_name, key: {w: (f"{split_name}_{w}", key) for w in WHO}
     within = every("within", "overall")
@@ -426,7 +426,7 @@ def summarize(per_seed, seconds):
         res["prediction_error"][w], std["prediction_error"][w] = {}, {}
         for split_name in ("within", "transfer"):
             res["prediction_error"][w][split_name], std["prediction_error"][w][split_name] = \
-                runs.mean_std([r["prediction_error"][w][split_name] for r in per_seed])
+                tables.mean_std([r["prediction_error"][w][split_name] for r in per_seed])
     res["params"] = per_seed[0]["params"]
     res["per_seed"] = [{name: {k: v[k] for k in ("overall", "deep", "content", "structural", "rc_verb")}
                         for name, v in r.items() if name.startswith(("within_", "transfer_"))}
@@ -479,7 +479,7 @@ def write_markdown(res, path):
 
 
 def plot_roles(res, path):
-    plt = runs.pyplot()
+    plt = tables.pyplot()
 
     roles = list(res["roles"])
     fig, axes = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True)
@@ -516,7 +516,7 @@ def get_parser():
 def main(cfg):
     """Run every seed, then write results.json, results.md and roles.png -> the results dict."""
     loaded = load_spcn(cfg.load_spcn) if cfg.load_spcn else None  # a bad file fails before any output
-    runs.make_out_dir(cfg.out_dir)  # one line before anything is trained
+    checkpoint.make_out_dir(cfg.out_dir)  # one line before anything is trained
     with grid.locked(cfg.out_dir):  # one command per folder; a killed one's temp files removed
         return run_and_report(cfg, loaded)
 

@@ -95,7 +95,7 @@ cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below
 
 import torch
 
-from plumbing import checkpoint, cli, grid, runs, tables
+from plumbing import checkpoint, cli, grid, tables
 import lm
 
 VARIANTS = {  # name -> (model, SPENConfig overrides); width, depth and heads are shared
@@ -380,8 +380,8 @@ def summarize(cfg, results, seconds):
         rs = sorted((r for r in results if r["variant"] == v and r.get("diverged") is None), key=lambda r: r["seed"])
         if not rs:
             continue  # every seed diverged: listed under "diverged", never shown as a score
-        stats = {N: runs.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
-        dist = {d: runs.mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
+        stats = {N: tables.mean_std([r["test"]["acc"][N] for r in rs]) for N in rs[0]["test"]["acc"]}
+        dist = {d: tables.mean_std([r["test"]["acc_distance"][d] for r in rs]) for d in rs[0]["test"]["acc_distance"]}
         out["variants"][v] = dict(acc={N: m for N, (m, s) in stats.items()},
                                   acc_std={N: s for N, (m, s) in stats.items()},
                                   binding={N: binding(m, int(N)) for N, (m, s) in stats.items()},
@@ -445,7 +445,7 @@ def plot(res, path):
     """recall.png: accuracy by N, by distance, and the validation curve at N = 8 (seed 0). Each
     variant has its own marker, a small sideways offset and a line thinner than the one before,
     so a line at the same accuracy as another (gpt and softmax_history at 1.000) shows around it."""
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     pairs, every = list(res["settings"]["pairs"]), res["settings"]["eval_every"]
     ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))

@@ -60,7 +60,7 @@ cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runs, tables
+from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, tables
 import train
 
 MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
@@ -372,7 +372,7 @@ def state_floats(cfg, name, width):
     """Numbers per sequence and layer the run's model holds after T tokens (model.state_floats)."""
     tcfg = run_config(cfg, name, width, 1)
     with torch.device("meta"):  # shapes only: nothing allocated
-        return checkpoint.MODELS[tcfg.model][1](train.model_config(tcfg)).state_floats(cfg.block_size)
+        return train.build_model(tcfg, seeded=False).state_floats(cfg.block_size)
 
 
 def _longest(res):
@@ -380,7 +380,7 @@ def _longest(res):
 
 
 def plot(res, path):
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.5))
     widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
     models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
@@ -431,7 +431,7 @@ def main(cfg):
             os.path.join(cfg.out_dir, "runs")):
         raise cli.UserError(f"--no-train: {cfg.out_dir} holds no scaling run (no scaling.json, no runs/); a typo in "
                             "--out_dir? Train first: the same command without --no-train")
-    runs.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
+    checkpoint.make_out_dir(cfg.out_dir)  # one line before anything is read or trained
     with grid.locked(cfg.out_dir):  # and a killed writer's temp files removed
         return run_curves(cfg, recorded_curves(cfg))
 

@@ -66,7 +66,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, ngram, runs, runtime
+from plumbing import batches, checkpoint, cli, corpus, ngram, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -213,10 +213,13 @@ def model_config(cfg):
     return config
 
 
-def build_model(cfg):
-    """A freshly initialised model for cfg (seeded by cfg.seed)."""
+def build_model(cfg, seeded=True):
+    """A freshly initialised model for cfg, seeded by cfg.seed: the one way a command gets a model
+    from a TrainConfig. seeded=False leaves the RNG alone: a model built under torch.device("meta")
+    for its sizes, inside a run that has seeded already."""
     Config, Model = checkpoint.MODELS[cfg.model]
-    torch.manual_seed(cfg.seed)
+    if seeded:
+        torch.manual_seed(cfg.seed)
     return Model(model_config(cfg))
 
 
@@ -331,7 +334,7 @@ def provenance(cfg, place, nparams, yardsticks):
     dev = runtime.device_name(place.device)
     name = eval_names(cfg)[0]
     with torch.device("meta"):  # the model's sizes from its config alone (no memory, no time)
-        sized, T = checkpoint.MODELS[cfg.model][1](model_config(cfg)), cfg.block_size
+        sized, T = build_model(cfg, seeded=False), cfg.block_size
     squeezed = ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma on the val bytes
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
                f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
@@ -403,7 +406,7 @@ def start(cfg, place, stack, tokens=None):
     """Check every input (model, checkpoint, data), then open the run folder and log how the run
     was made -> (cfg with the checkpoint's settings, model on its device, checkpoint or None,
     (train tokens, {corpus: val tokens}), folder, yardsticks)."""
-    runs.check_out_dir(cfg.out_dir)
+    checkpoint.check_out_dir(cfg.out_dir)
     model, ckpt, cfg = load_model(cfg)
     if tokens is not None:
         data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
@@ -455,6 +458,17 @@ def compiled_or_eager(model, cfg, place, x, y, folder):
     return compiled
 
 
+def cosine_lr(step, lr, min_lr, warmup, decay_end):
+    """Linear warmup to lr over `warmup` steps (step 0 gets lr / warmup), then a cosine from lr
+    to min_lr at step decay_end, then flat at min_lr."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if step >= decay_end:
+        return min_lr
+    ratio = (step - warmup) / max(1, decay_end - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
 def train(cfg, place, raw_model, optimizer, prog, data, folder):
     """The loop: one optimizer step per iteration; log lines, evaluations and checkpoints.
     One host sync per step: the `.tolist()` that reads the loss, grad norm and stop flag (the
@@ -486,7 +500,7 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
             evaluate({"step": 0})
         speed = runtime.Speed(start=prog.step)
         while prog.step < cfg.max_iters:
-            lr = runtime.cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
+            lr = cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum = torch.zeros((), device=place.device)

@@ -1,5 +1,6 @@
-"""The run folder: checkpoints written atomically and read back with clear errors, the lock
-that keeps two runs out of one folder, RNG states, and the metrics.jsonl rewrite on resume.
+"""The run folder: its --out_dir checked before anything is written, checkpoints written
+atomically and read back with clear errors, the lock that keeps two runs out of one folder, RNG
+states, and the metrics.jsonl records (read back; rewritten on resume).
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) trains its 130M SPEN for 8B tokens on one
 GPU; a run that long must survive a crash, a full disk, a Ctrl-C or a second run started in
@@ -35,13 +36,18 @@ results/train_cpu/kill_loop.py, 20 kills)
       without run.json (made before it existed) one of another model than the flags ask for;
     - a missing, corrupt, foreign or mismatched file is one CheckpointError line;
     - an --out_dir that is a file, lies inside a file or cannot be written is one line
-      (runs.check_out_dir, the check every command shares), before anything is written;
+      (check_out_dir, the check every command shares), before anything is written;
     - `RunLock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
       folder is refused while the first lives; the kernel drops the lock when a process dies,
       so a killed run's folder is free at once (no stale lock to clean);
     - `kept_metrics` keeps the records up to the resumed step (a record past it, written before
       its checkpoint was, is recomputed identically by the resumed run) and skips a partial last
       line (a crash mid-write); the rewrite is atomic.
+
+Output folders: `make_out_dir(cfg.out_dir)` is the first thing each command does, before any
+training: an existing file, a path inside a file, a read-only or uncreatable folder is one
+cli.ConfigError line naming the flag (`check_out_dir` alone leaves nothing behind: train.py and
+content.py call it before they read any input, and create their folder once the inputs are good).
 
 Run: nothing to run; see train.py.
 """
@@ -53,12 +59,13 @@ import os
 import random
 import re
 import sys
+import tempfile
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
-from plumbing import cli, runs
+from plumbing import cli
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 
@@ -67,6 +74,34 @@ MODELS = {"spen": (SPENConfig, SPEN), "gpt": (GPTConfig, GPT)}
 
 class CheckpointError(cli.UserError):
     """A checkpoint cannot be read or written; the message is one line saying what to do."""
+
+
+def check_out_dir(out_dir, flag="--out_dir"):
+    """A one-line cli.ConfigError unless out_dir is a folder this process can write in, or can
+    be created as one. It tries: an empty folder is made in the deepest existing part of the path
+    and removed at once, so a read-only mount or a pseudo-filesystem is caught and nothing stays."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise cli.ConfigError(f"{flag} {out_dir} is a file; name a folder (it is created if missing)")
+    parent = os.path.abspath(out_dir)
+    while not os.path.exists(parent):  # the deepest part of the path that is there
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise cli.ConfigError(f"{flag} {out_dir} lies inside the file {parent}; name a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=parent))
+    except OSError as e:
+        raise cli.ConfigError(f"{flag} {out_dir}: {parent} is not writable ({e.strerror}); name a folder you "
+                              f"can write in") from None
+
+
+def make_out_dir(out_dir, flag="--out_dir"):
+    """check_out_dir, then create the folder; what the check cannot foresee is one line too."""
+    check_out_dir(out_dir, flag)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise cli.ConfigError(f"{flag} {out_dir}: cannot create it ({e.strerror}); name another folder") from None
+    return out_dir
 
 
 def _one_line(e):
@@ -345,7 +380,7 @@ class RunFolder:
     def __init__(self, out_dir, master, stack):
         self.out_dir, self.master, self.stack, self.metrics = out_dir, master, stack, None
         if master:
-            runs.make_out_dir(out_dir)
+            make_out_dir(out_dir)
             stack.enter_context(RunLock(out_dir))
             removed = remove_stale_temps(out_dir)  # the lock is ours: no live process writes them
             self.logf = self.open_appending("log.txt")

@@ -1,5 +1,5 @@
 """Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
-GPU peaks, step timing (Speed), the learning-rate schedule, the glibc allocator setting bench.py
+GPU peaks, step timing (Speed), the glibc allocator setting bench.py
 measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load, and
 StopFlag (Ctrl-C or SIGTERM stops train.py's loop at the top of the next step).
 train.py, sample.py, bench.py and the experiment scripts use it; the models (lm.py, spen.py,
@@ -10,7 +10,6 @@ StopFlag: tests/test_train.py's Ctrl-C tests).
 """
 
 import ctypes
-import math
 import os
 import platform
 import shutil
@@ -99,17 +98,6 @@ class Speed:
         if torch.device(device).type == "cuda":
             out["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         return out
-
-
-def cosine_lr(step, lr, min_lr, warmup, decay_end):
-    """Linear warmup to lr over `warmup` steps (step 0 gets lr / warmup), then a cosine from lr
-    to min_lr at step decay_end, then flat at min_lr."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    if step >= decay_end:
-        return min_lr
-    ratio = (step - warmup) / max(1, decay_end - warmup)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
 
 
 # ---- where a run computes ------------------------------------------------------------------

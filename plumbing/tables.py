@@ -1,9 +1,11 @@
-"""Results as files, one way for every command: markdown tables and the results JSON.
+"""Results as files, one way for every command: markdown tables, figures and the results JSON,
+and the mean ± std of a variant's seeds that they show.
 
 `md_table` is the one builder of the GitHub tables in the commands' .md reports; `save_json` is
 the one writer of their results JSON: the command that reproduces the run and its settings first,
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
-leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way.
+leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way (`pyplot`: matplotlib drawing
+into files, imported only when a figure is made).
 `load_record` reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
 curves), refusing one of other settings in one line. `shape_error` says where a JSON read back
 departs from the shape its reader needs (a list where a number should be, a null accuracy, a
@@ -16,6 +18,7 @@ Run: nothing to run; tests/test_tables.py.
 import dataclasses
 import json
 import os
+import statistics
 
 from plumbing import checkpoint, cli
 
@@ -97,6 +100,12 @@ def diverged_lines(res):
         f"{k} at step {v}" for k, v in res["diverged"].items()) + ". These runs are in no mean and no table above."]
 
 
+def mean_std(values):
+    """(mean, sample standard deviation) of a list of numbers; the std of one value is 0."""
+    values = [float(v) for v in values]
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
 def save_json(res, path, script, cfg):
     """Write {command, settings, **res} to path atomically; returns the dict written.
     script: the command's file name ('recall.py'); cfg: its config dataclass."""
@@ -113,6 +122,15 @@ def save_text(text, path):
             f.write(text)
             checkpoint.durable(f)
     checkpoint.atomic_write(path, write)
+
+
+def pyplot():
+    """matplotlib.pyplot drawing into files only (the Agg backend: no screen), imported when a
+    figure is made, so a command that draws nothing never imports matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def save_figure(fig, path, dpi=120):

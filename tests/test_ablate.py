@@ -172,10 +172,10 @@ def test_same_run_tolerates_a_new_field_at_its_default_only():
 def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monkeypatch):
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **dict(TINY, seeds=1))
 
-    def failing(fn, jobs, workers):  # a worker that exited with an error (runs.run_jobs's JobFailed)
-        raise ablate.runs.JobFailed(f"job {jobs[1]!r} exited with status 1; its output above says why")
+    def failing(fn, jobs, workers):  # a worker that exited with an error (grid.run_jobs's JobFailed)
+        raise ablate.grid.JobFailed(f"job {jobs[1]!r} exited with status 1; its output above says why")
         yield
-    monkeypatch.setattr(ablate.runs, "run_jobs", failing)
+    monkeypatch.setattr(ablate.grid, "run_jobs", failing)
     with pytest.raises(ablate.RunInterrupted) as err:
         ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
     assert isinstance(err.value, cli.UserError)  # main_guard: one line, no traceback

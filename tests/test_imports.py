@@ -85,6 +85,31 @@ def test_the_reach_in_check_finds_a_helper(tmp_path):
     assert reach_ins(tmp_path, {"a", "b", "c", "d"}) == ["b.py uses a.helper", "c.py uses a.helper"]
 
 
+def index_entries(init_path):
+    """The module names plumbing/__init__.py's docstring lists: its indented `name  what it holds` lines."""
+    with open(init_path) as f:
+        doc = ast.get_docstring(ast.parse(f.read()), clean=False) or ""
+    return {ln.split()[0] for ln in doc.splitlines() if ln.startswith("    ") and ln.split()}
+
+
+def unlisted(folder):
+    """(modules in the folder the index does not list, names the index lists that are no module)."""
+    files = {f[:-3] for f in os.listdir(folder) if f.endswith(".py") and f != "__init__.py"}
+    listed = index_entries(os.path.join(folder, "__init__.py"))
+    return sorted(files - listed), sorted(listed - files)
+
+
+def test_the_plumbing_index_lists_every_module():
+    assert unlisted(os.path.join(ROOT, "plumbing")) == ([], [])
+
+
+def test_the_index_check_finds_an_unlisted_module(tmp_path):
+    (tmp_path / "__init__.py").write_text('"""The index:\n\n    alpha   one idea\n    gone    moved away\n"""\n')
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.py").write_text("")
+    assert unlisted(tmp_path) == (["beta"], ["gone"])
+
+
 def test_every_module_is_classified():
     assert not (LESSON & PLUMBING) and not (LESSON & COMMANDS) and not (PLUMBING & COMMANDS)
     unplaced = set(modules()) - LESSON - PLUMBING - COMMANDS

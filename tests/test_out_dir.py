@@ -1,5 +1,5 @@
-"""Every command checks its output folder the same way (plumbing/runs.py check_out_dir and
-make_out_dir): an existing file, a path inside a file, a folder it may not write in, a folder
+"""Every command checks its output folder the same way (plumbing/checkpoint.py check_out_dir
+and make_out_dir): an existing file, a path inside a file, a folder it may not write in, a folder
 that cannot be created are each one line and exit status 2, before anything trains, and
 nothing is written. Each command runs in-process (runpy), as `python X.py ...` would; and every
 command prints its --help."""

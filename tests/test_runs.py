@@ -1,4 +1,4 @@
-"""plumbing/runs.py: mean ± std over seeds; run_jobs runs every job once, in worker processes (one torch
+"""tables.mean_std: mean ± std over seeds; grid.run_jobs (the worker pool) runs every job once, in worker processes (one torch
 thread each) or in this one, and turns a failed or interrupted worker into an exception.
 Each worker is a fresh interpreter that imports torch: the tests start four."""
 import os
@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from plumbing import cli, runs
+from plumbing import cli, grid, tables
 
 
 def describe(job):
@@ -22,21 +22,21 @@ def fail_or_stop(job):
 
 
 def test_mean_std():
-    assert runs.mean_std([1.0, 2.0, 4.0]) == pytest.approx((7 / 3, statistics.stdev([1, 2, 4])))
-    assert runs.mean_std([3]) == (3.0, 0.0)
+    assert tables.mean_std([1.0, 2.0, 4.0]) == pytest.approx((7 / 3, statistics.stdev([1, 2, 4])))
+    assert tables.mean_std([3]) == (3.0, 0.0)
 
 
 def test_run_jobs_in_workers_and_in_process():
-    out = dict(runs.run_jobs(describe, [0, 3], workers=2))
+    out = dict(grid.run_jobs(describe, [0, 3], workers=2))
     assert out[0] is None and out[3][0] == 9
     assert out[3][1] != os.getpid() and out[3][2] == 1  # another process, one thread
-    here = dict(runs.run_jobs(describe, [0, 3], workers=1))
+    here = dict(grid.run_jobs(describe, [0, 3], workers=1))
     assert here[0] is None and here[3][:2] == (9, os.getpid())
 
 
 def test_a_failed_or_interrupted_worker_raises(capfd):
-    with pytest.raises(runs.JobFailed, match="job 2 exited with status 1"):
-        list(runs.run_jobs(fail_or_stop, [2], workers=2))
+    with pytest.raises(grid.JobFailed, match="job 2 exited with status 1"):
+        list(grid.run_jobs(fail_or_stop, [2], workers=2))
     assert "error: job 2 has a bad setting" in capfd.readouterr().err  # the worker's one line
     with pytest.raises(KeyboardInterrupt):
-        list(runs.run_jobs(fail_or_stop, [3], workers=2, grace=1))
+        list(grid.run_jobs(fail_or_stop, [3], workers=2, grace=1))

@@ -1,6 +1,5 @@
-"""plumbing/runtime.py: MFU and the exact GPU peak table, the hidden-GPU note, the learning-rate
-schedule, device and dtype selection."""
-import math
+"""plumbing/runtime.py: MFU and the exact GPU peak table, the hidden-GPU note, device and dtype
+selection."""
 
 import pytest
 import torch
@@ -46,20 +45,6 @@ def test_a_gpu_torch_cannot_see_is_named_with_the_fix(monkeypatch):
         with pytest.raises(cli.ConfigError, match="cannot see it") as exc:
             runtime.resolve_device("cuda")
         assert "\n" not in str(exc.value)
-
-
-def test_cosine_lr_warms_up_decays_and_stays_flat():
-    lrs = [runtime.cosine_lr(s, 1e-3, 1e-4, warmup=10, decay_end=100) for s in range(120)]
-    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warmup, peak at its end
-    assert max(lrs) == pytest.approx(1e-3) and all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
-    assert lrs[55] == pytest.approx(0.55e-3)  # half way down the cosine: the mean of lr and min_lr
-    assert lrs[100:] == [1e-4] * 20
-    # the form recall.py trains with: cosine to peak / 10 at its last step
-    steps, warm, peak = 50, 5, 2e-3
-    for s in range(warm, steps):
-        frac = (s - warm) / (steps - 1 - warm)
-        assert runtime.cosine_lr(s, peak, peak / 10, warm, steps - 1) == pytest.approx(
-            peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
 
 
 def test_device_and_dtype_selection():

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from plumbing import cli, runs, tables
+from plumbing import cli, tables
 
 
 def test_md_table_cells_and_shape():
@@ -48,7 +48,7 @@ def test_save_text_and_save_figure_replace_whole_files(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         tables.save_figure(Broken(), str(tmp_path / "r.md"))
     assert path.read_text() == "| a |\n" and os.listdir(tmp_path) == ["r.md"]  # the old file whole
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     fig = plt.figure(figsize=(1, 1))
     tables.save_figure(fig, str(tmp_path / "f.png"))
     plt.close(fig)

@@ -47,7 +47,7 @@ def test_presets_and_flags_resolve_in_order():
     assert a.max_iters * 524288 >= 8e9 > (a.max_iters - 1) * 524288  # 8B tokens
     a = train.parse_args(["--preset", "cpu", "--n_layer", "2", "--no-compile"])
     assert (a.data, a.eval_data, a.n_layer, a.n_embd, a.compile) == ("builtin", "", 2, 128, False)
-    lrs = [runtime.cosine_lr(s, a.lr, a.min_lr, a.warmup_iters, a.lr_decay_iters or a.max_iters)
+    lrs = [train.cosine_lr(s, a.lr, a.min_lr, a.warmup_iters, a.lr_decay_iters or a.max_iters)
            for s in range(a.max_iters + 1)]
     assert max(lrs) == pytest.approx(a.lr) and lrs[-1] == pytest.approx(a.min_lr)
     with pytest.raises(cli.ConfigError, match="unknown setting"):
@@ -566,3 +566,17 @@ def test_ddp_two_process_gloo_smoke(tmp_path):
     log = (out / "log.txt").read_text()
     assert "x 2 process" in log and log.count("argv:") == 1  # only rank 0 logs
     assert torch.load(out / "ckpt_last.pt", weights_only=True)["step"] == 3
+
+
+def test_cosine_lr_warms_up_decays_and_stays_flat():
+    lrs = [train.cosine_lr(s, 1e-3, 1e-4, warmup=10, decay_end=100) for s in range(120)]
+    assert lrs[0] == pytest.approx(1e-4) and lrs[9] == pytest.approx(1e-3)  # linear warmup, peak at its end
+    assert max(lrs) == pytest.approx(1e-3) and all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+    assert lrs[55] == pytest.approx(0.55e-3)  # half way down the cosine: the mean of lr and min_lr
+    assert lrs[100:] == [1e-4] * 20
+    # the form recall.py trains with: cosine to peak / 10 at its last step
+    steps, warm, peak = 50, 5, 2e-3
+    for s in range(warm, steps):
+        frac = (s - warm) / (steps - 1 - warm)
+        assert train.cosine_lr(s, peak, peak / 10, warm, steps - 1) == pytest.approx(
+            peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))

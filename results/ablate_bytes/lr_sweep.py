@@ -20,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root, for plumbing
 
-from plumbing import checkpoint, runs, tables  # noqa: E402
+from plumbing import checkpoint, tables  # noqa: E402
 
 FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
 
@@ -84,7 +84,7 @@ def main():
                                                         for lr in lrs})
     checkpoint.atomic_json(res, os.path.join(HERE, "lr_sweep.json"))
     tables.save_text("\n".join(lines) + "\n", os.path.join(HERE, "lr_sweep.md"))
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in models:
         ax.plot(ran[m], [found[lr][m]["val"] for lr in ran[m]], marker="o", label=m)
