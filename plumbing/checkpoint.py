@@ -15,7 +15,7 @@ with torch.load(weights_only=True):
     optimizer, best_val, val_loss, rng (torch, cuda, numpy, python states)
 
 Guarantees (each tested in tests/test_train.py; a SIGKILL loop in tests/test_kill.py and
-results/train_cpu/kill_loop.py, 20 kills)
+dev/kill_loop.py, 20 kills)
     - a write goes to PATH.tmp<pid>, is fsynced, and is renamed over PATH only when complete; a
       failed write removes the temp file and leaves the previous PATH as it was; a full or
       read-only disk (ENOSPC, EDQUOT, EROFS; torch's "file write failed") is one CheckpointError

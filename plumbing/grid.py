@@ -17,7 +17,7 @@ picklable).
         g.save(name, result)                          # or save runs trained some other way
     with grid.Grid(..., lock=False) as g: g.saved   # a report: read what is saved, train nothing
 
-Guarantees (tests/test_runs_grid.py; a Ctrl-C and kill -9 of a real grid: results/frontier/kill_grid.py)
+Guarantees (tests/test_runs_grid.py; a Ctrl-C and kill -9 of a real grid: python -m dev.kill_grid)
     - a saved run is reused only when its 'config' equals the job's key; one saved under other
       settings stops the grid before anything trains, in one GridError line naming the file,
       the first setting that differs (as its --flag when the command has one) and the ways out

@@ -1,11 +1,10 @@
 """kill -9 at random moments of a small train.py run, resumed each time, loses and repeats nothing.
 
-The loop of results/train_cpu/kill_loop.py (its 20-kill log is results/train_cpu/kill_loop.log)
+The loop of dev/kill_loop.py (its 20-kill log is results/train_cpu/kill_loop.log)
 with 4 kills, every second one aimed inside a checkpoint write. Each life is a fork of this
 process (torch is loaded: no interpreter start) running train.main with one thread, SIGKILLed.
 Run: python -m pytest tests/test_kill.py
 """
-import importlib.util
 import os
 import random
 import signal
@@ -15,11 +14,7 @@ import traceback
 import torch
 
 import train
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-spec = importlib.util.spec_from_file_location("kill_loop", os.path.join(ROOT, "results", "train_cpu", "kill_loop.py"))
-kill_loop = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(kill_loop)
+from dev import kill_loop
 
 
 class Forked:

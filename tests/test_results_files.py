@@ -163,3 +163,10 @@ def test_scaling_says_where_a_ctrl_c_stopped_it(tmp_path, monkeypatch):
         scaling.main(cli.build(scaling.ScalingConfig, out_dir=str(tmp_path), **SCALING))
     assert e.value.status == 130
     one_line(e, "interrupted", "linear C=16", "continues: python scaling.py")
+
+
+def test_results_hold_results_only():
+    """The scripts that made committed results live in dev/ (run as modules); results/ holds what they made."""
+    scripts = [os.path.relpath(os.path.join(d, n), ROOT) for d, _, ns in os.walk(os.path.join(ROOT, "results"))
+               for n in ns if n.endswith((".py", ".sh"))]
+    assert scripts == []

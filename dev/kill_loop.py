@@ -5,7 +5,7 @@ twice, every record (and ckpt_best.pt's loss) equals the uninterrupted run's; at
 the temporary files the kill left are gone. At the end: no temporary file, and the records, the
 final validation loss and the weights equal the uninterrupted run's, bit for bit (one thread).
 
-    python results/train_cpu/kill_loop.py --kills 20 | tee results/train_cpu/kill_loop.log
+    python -m dev.kill_loop --kills 20 | tee results/train_cpu/kill_loop.log
 
 Where the kills fall: `kills` steps drawn uniformly from 0..max_iters-1, sorted, so they spread
 over the whole run; life i is killed a uniformly random 0-1.5 steps' time (at its own pace) after
@@ -29,13 +29,13 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+import tempfile
 
-import torch  # noqa: E402
+import torch
 
-from plumbing import checkpoint  # noqa: E402
+from plumbing import checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: lives run train.py there
 
 ARGS = ["--preset", "cpu_bytes", "--device", "cpu", "--n_layer", "1", "--n_embd", "32", "--block_size", "32",
         "--batch_size", "4", "--eval_interval", "5", "--eval_iters", "2", "--log_interval", "1", "--max_iters", "40"]
@@ -247,9 +247,11 @@ def main(argv=None):
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     p.add_argument("--aim_every", type=int, default=3, help="every N-th kill lands inside a checkpoint write")
-    p.add_argument("--out_dir", default="/tmp/kill_loop", help="the killed run; OUT_DIR-straight the reference")
+    p.add_argument("--out_dir", default=None, help="the killed run; OUT_DIR-straight the reference (default: a "
+                   "new temporary folder)")
     a = p.parse_args(argv)
-    print(f"$ python results/train_cpu/kill_loop.py --kills {a.kills} --seed {a.seed} --aim_every {a.aim_every}\n"
+    a.out_dir = a.out_dir or os.path.join(tempfile.mkdtemp(prefix="kill_loop-"), "run")
+    print(f"$ python -m dev.kill_loop --kills {a.kills} --seed {a.seed} --aim_every {a.aim_every}\n"
           f"each life: OMP_NUM_THREADS=1 python train.py {' '.join(ARGS)} --out_dir {a.out_dir} [--resume]\n"
           f"torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
     t = kill_loop(a.out_dir, a.kills, random.Random(a.seed), say=lambda s: print(s, flush=True), aim_every=a.aim_every)

@@ -13,18 +13,20 @@ The grid is frontier.py --quick with a short budget (6 points, 2 workers). In tu
   5. every saved run equals the reference run of the same point, bit for bit (one thread per
      run), frontier.json holds the 6 points, and no temp file is left.
 
-    python results/frontier/kill_grid.py | tee results/frontier/kill_grid.log
+    python -m dev.kill_grid | tee results/frontier/kill_grid.log      # --out_dir DIR: where (default: a temporary folder)
 """
 
+import argparse
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: frontier.py runs there
 ARGS = ["--quick", "--steps", "40", "--curriculum", "10", "--decay", "5", "--workers", "2"]
 
 
@@ -79,11 +81,14 @@ def gone(pids, seconds=15):
     return None
 
 
-def main():
-    ref, out = "/tmp/kill_grid_ref", "/tmp/kill_grid"
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out_dir", default=None, help="holds the grids ref/ and killed/ (default: a new temporary folder)")
+    root = p.parse_args(argv).out_dir or tempfile.mkdtemp(prefix="kill_grid-")
+    ref, out = os.path.join(root, "ref"), os.path.join(root, "killed")
     for d in (ref, out):
         shutil.rmtree(d, ignore_errors=True)
-    print(f"$ python results/frontier/kill_grid.py\neach life: python frontier.py {' '.join(ARGS)} --out_dir {out}")
+    print(f"$ python -m dev.kill_grid\neach life: python frontier.py {' '.join(ARGS)} --out_dir {out}")
     t0 = time.time()
     p = grid(ref)
     p.communicate()

@@ -1,11 +1,11 @@
 #!/bin/bash
 # ~50 MB local corpus: an uninterrupted build, then a build killed with SIGKILL mid-way and run again.
 set -u
-cd "$(dirname "$0")/../.."  # the repository root
+cd "$(dirname "$0")/.."  # the repository root (run: bash dev/sigkill_resume.sh | tee results/train_cpu/sigkill_resume.log)
 export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
-D=${D:-/tmp/sigkill_resume}; mkdir -p "$D"
+D=${D:-$(mktemp -d -t sigkill_resume-XXXX)}; mkdir -p "$D"  # D=DIR: where (default: a new temporary folder)
 [ -f $D/corpus50.jsonl ] || python -c "
-import sys, pathlib; sys.path.insert(0, 'tests'); import test_prepare as T
+import pathlib; from tests import test_prepare as T
 T._corpus(pathlib.Path('$D/corpus50.jsonl'), 50)"
 ls -l $D/corpus50.jsonl
 ARGS="--dataset files:$D/corpus50.jsonl --num_proc 2 --progress 5 --shard_tokens 1000000"

@@ -8,19 +8,18 @@ from one ablate.py invocation per rate, e.g. 4e-3 and 8e-3:
         --out_dir results/ablate_bytes/lr_4e-3
 and the ablation's own seed-0 runs for 2e-3. Any results/ablate_bytes/lr_*/ablate.json joins the
 table (one made with other settings than the ablation's is refused). Run:
-    python results/ablate_bytes/lr_sweep.py
-Writes lr_sweep.json, lr_sweep.md and lr_sweep.png beside this file.
+    python -m dev.lr_sweep --out_dir results/ablate_bytes     # the committed table
+Reads --results (default results/ablate_bytes); writes lr_sweep.json, lr_sweep.md and lr_sweep.png
+under --out_dir (default out/lr_sweep).
 """
 
+import argparse
 import glob
 import json
 import os
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root, for plumbing
-
-from plumbing import checkpoint, tables  # noqa: E402
+from plumbing import checkpoint, tables
 
 FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
 
@@ -45,10 +44,16 @@ def read(path):
     return res
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", default="results/ablate_bytes", help="the ablation's folder: its ablate.json and lr_*/")
+    p.add_argument("--out_dir", default="out/lr_sweep", help="where lr_sweep.json, .md and .png go")
+    a = p.parse_args(argv)
+    checkpoint.make_out_dir(a.out_dir)
     found = {}  # lr -> {model: dict(val, copy, other)}
     base = None
-    for path in [os.path.join(HERE, "ablate.json"), *sorted(glob.glob(os.path.join(HERE, "lr_*", "ablate.json")))]:
+    for path in [os.path.join(a.results, "ablate.json"),
+                 *sorted(glob.glob(os.path.join(a.results, "lr_*", "ablate.json")))]:
         res = read(path)
         s = {k: v for k, v in res["settings"].items() if k not in FREE}
         if base is None:
@@ -73,7 +78,7 @@ def main():
              f"Validation loss (nats/byte) after {base['max_iters']} steps of {base['batch_size']} x {base['block_size']} "
              f"bytes, {base['n_layer']} x {base['n_embd']}, cosine from the peak rate to a tenth of it; the same data order "
              "for every run. Bold: the model's best rate; a blank: not run at that rate. Command: "
-             "`python results/ablate_bytes/lr_sweep.py` (its docstring names the ablate.py runs).", ""]
+             "`python -m dev.lr_sweep --out_dir results/ablate_bytes` (its docstring names the ablate.py runs).", ""]
     lines += tables.md_table(["model", *(f"lr {lr:g}" for lr in lrs), "best", "where"], rows)
     lines += ["", "On copies and the other bytes at each rate (seed 0):", ""]
     lines += tables.md_table(["model", *(f"copies / others at {lr:g}" for lr in lrs)],
@@ -82,8 +87,8 @@ def main():
                               for m in models])
     res = dict(lrs=lrs, models=models, best=best, loss={f"{lr:g}": {m: found[lr][m] for m in models if m in found[lr]}
                                                         for lr in lrs})
-    checkpoint.atomic_json(res, os.path.join(HERE, "lr_sweep.json"))
-    tables.save_text("\n".join(lines) + "\n", os.path.join(HERE, "lr_sweep.md"))
+    checkpoint.atomic_json(res, os.path.join(a.out_dir, "lr_sweep.json"))
+    tables.save_text("\n".join(lines) + "\n", os.path.join(a.out_dir, "lr_sweep.md"))
     plt = tables.pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in models:
@@ -95,7 +100,7 @@ def main():
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    tables.save_figure(fig, os.path.join(HERE, "lr_sweep.png"))
+    tables.save_figure(fig, os.path.join(a.out_dir, "lr_sweep.png"))
     print("\n".join(lines))
 
 
