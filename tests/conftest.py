@@ -9,6 +9,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a process-level test (a command run as a process, worker pools, the "
+                                       "notebook, a kill or Ctrl-C, a long training); `-m \"not slow\"` skips it")
+
+
 # Small tensors run fastest on one thread: two threads spin against each other on a loaded 2-core machine.
 torch.set_num_threads(1)
 

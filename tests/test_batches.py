@@ -75,8 +75,8 @@ def test_eval_windows_count_each_token_once(tmp_path):
 def test_check_split_message():
     with pytest.raises(cli.UserError) as err:
         batches.check_split(np.zeros(12, np.uint16), 128, "files:X", "val")
-    assert str(err.value) == ("split 'val' of files:X has 12 tokens; block_size 128 needs at least 129: "
-                              "give more text or lower --block_size")
+    msg = str(err.value)
+    assert "\n" not in msg and "'val'" in msg and "129" in msg and "--block_size" in msg
     batches.check_split(np.zeros(129, np.uint16), 128, "builtin", "train")  # exactly enough
     with pytest.raises(cli.UserError, match="has 128 tokens"):
         batches.check_split(128, 128, "builtin", "train")

@@ -17,6 +17,7 @@ def parse(argv):
     return cli.parse(bench.BenchConfig, bench.get_parser(), argv)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     res = bench.main(parse(["--quick", "--device", "cpu", "--threads", "1", "--out", str(out)]))

@@ -56,6 +56,7 @@ def test_ridge_probe_recovers_a_linear_code():
     assert acc[0] == 1.0 and acc[1] < 0.5 and 0.15 < chance[0] < 0.45
 
 
+@pytest.mark.slow
 def test_no_runs_is_one_line_naming_the_command(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, "content.py", "--runs", str(tmp_path / "none" / "runs"),

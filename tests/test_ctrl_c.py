@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow  # process-level: outside the `-m "not slow"` loop
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMANDS = {
     # long enough that no Ctrl-C comes after the end, even on an idle machine (the Ctrl-C stops them at once)

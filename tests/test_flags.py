@@ -105,6 +105,7 @@ def test_issue_cases_are_one_line(argv, flag, capsys):
 
 @pytest.mark.parametrize("argv", [["train.py", "--preset", "cpu", "--seed", "-1"],
                                   ["probe.py", "--threads", "99999"]])
+@pytest.mark.slow
 def test_bad_flag_as_a_command(argv, tmp_path):
     """The whole path: one line, exit 2, nothing written in the folder it runs in."""
     env = dict(os.environ, PYTHONPATH=ROOT)

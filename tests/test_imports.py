@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a student reads first: the models and the grammar. They import each other and torch only.
@@ -135,6 +137,7 @@ def test_the_lesson_imports_no_plumbing():
     assert not {m: s for m, s in wrong.items() if s}
 
 
+@pytest.mark.slow
 def test_importing_the_paper_model_loads_no_command_line_and_no_run_code():
     """In a fresh interpreter, `import spen` (and ema, gpt, variants, lm) loads no plumbing module and
     does not import argparse. torch 2.13 imports argparse itself (torch.utils via unittest), so

@@ -11,10 +11,13 @@ import signal
 import sys
 import traceback
 
+import pytest
 import torch
 
 import train
 from dev import kill_loop
+
+pytestmark = pytest.mark.slow  # process-level: outside the `-m "not slow"` loop
 
 
 class Forked:

@@ -195,6 +195,7 @@ def test_a_right_probe_written_otherwise_passes():
     assert checks.verdict("probe_accuracy", _probe_harmless) == (True, "")
 
 
+@pytest.mark.slow
 def test_a_hang_is_one_line_naming_the_call(monkeypatch):
     """effective_window as a loop without argument checks never returns at alpha = 0 (issue 39)."""
     monkeypatch.setattr(checks, "LIMIT_S", 0.5)
@@ -214,6 +215,7 @@ def test_a_small_tensor_is_shown_in_full_in_a_crash(monkeypatch):
     assert checks._brief(torch.zeros(3, 3)) == "<tensor (3, 3)>"
 
 
+@pytest.mark.slow
 def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each():
     """python -m lab.checks FILE: one line per exercise, exit status 0 only when all pass."""
     import subprocess
@@ -277,6 +279,7 @@ def test_the_notebook_and_its_plain_text_twin_hold_the_same_cells():
     assert "REPO_URL" in setup and "ZIP" in setup and "LAB_SMOKE" in setup and "REPLACE-ME" not in setup
 
 
+@pytest.mark.slow
 def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
     """nbclient executes lab.ipynb as a student would (kernel started in lab/), with tiny sizes
     and the solutions: every check passes (strict: a failed one stops the run) and both verdicts print."""
@@ -316,6 +319,7 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
     assert "results/scaling: SPEN ema_kv" in tables[-1] and "copies 128+ bytes back" in tables[-1]
 
 
+@pytest.mark.slow
 def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys):
     """python lab/lab.py with every exercise unfinished: each check says 'not yet', every cell still runs."""
     for k, v in dict(LAB_SMOKE="1", LAB_OUT=str(tmp_path), MPLBACKEND="Agg").items():
@@ -376,6 +380,7 @@ def test_a_bad_environment_value_is_one_line(env, says):
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_the_script_twin_says_a_bad_environment_value_in_one_line():
     """python lab/lab.py with a bad LAB_THREADS: the one line and exit 2, as the notebook shows it."""
     import subprocess

@@ -33,6 +33,7 @@ def bad_folders(tmp_path):
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.slow
 def test_every_command_refuses_a_bad_output_folder_in_one_line(command, tmp_path, monkeypatch, capsys):
     argv, flag = COMMANDS[command]
     script, *sub = command.split()
@@ -49,6 +50,7 @@ def test_every_command_refuses_a_bad_output_folder_in_one_line(command, tmp_path
 
 
 @pytest.mark.parametrize("command", list(COMMANDS) + ["data", "sample"])
+@pytest.mark.slow
 def test_every_command_prints_its_help(command, monkeypatch, capsys):
     """`python X.py --help` works for every command (and `python probe.py fit --help`)."""
     script, *sub = command.split()

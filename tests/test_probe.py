@@ -118,6 +118,7 @@ BAD = [(["--seeds", "0"], "--seeds must be"),
 
 
 @pytest.mark.parametrize("argv,message", BAD)
+@pytest.mark.slow
 def test_bad_flags_one_line_nothing_written(tmp_path, monkeypatch, capsys, argv, message):
     out = tmp_path / "out"
     monkeypatch.setattr(sys, "argv", ["probe.py", "--out_dir", str(out)] + argv)
@@ -128,6 +129,7 @@ def test_bad_flags_one_line_nothing_written(tmp_path, monkeypatch, capsys, argv,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_corrupt_spcn_file_one_line_nothing_written(tmp_path, monkeypatch, capsys):
     bad, out = tmp_path / "spcn.pt", tmp_path / "out"
     bad.write_bytes(b"not a checkpoint")

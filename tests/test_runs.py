@@ -26,6 +26,7 @@ def test_mean_std():
     assert tables.mean_std([3]) == (3.0, 0.0)
 
 
+@pytest.mark.slow
 def test_run_jobs_in_workers_and_in_process():
     out = dict(grid.run_jobs(describe, [0, 3], workers=2))
     assert out[0] is None and out[3][0] == 9
@@ -34,6 +35,7 @@ def test_run_jobs_in_workers_and_in_process():
     assert here[0] is None and here[3][:2] == (9, os.getpid())
 
 
+@pytest.mark.slow
 def test_a_failed_or_interrupted_worker_raises(capfd):
     with pytest.raises(grid.JobFailed, match="job 2 exited with status 1"):
         list(grid.run_jobs(fail_or_stop, [2], workers=2))

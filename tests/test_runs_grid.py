@@ -55,7 +55,7 @@ def test_a_saved_run_is_reused_under_its_config_and_never_replaced_by_another(tm
     with pytest.raises(grid.GridError) as e:
         run(tmp_path, jobs("a_s0", "near/b_s0", key=other))
     msg = str(e.value)
-    assert "a_s0.json was trained with --steps 5, this command asks 20 (also differ: model.n_embd)" in msg
+    assert "a_s0.json" in msg and "--steps" in msg and "model.n_embd" in msg
     assert "another --out_dir" in msg and "delete it" in msg and "(2 saved runs differ)" in msg
     assert (tmp_path / "runs" / "a_s0.json").read_bytes() == before
 
@@ -98,9 +98,9 @@ def test_one_grid_per_folder_and_a_killed_writers_temp_files_go(tmp_path, capsys
 def test_ctrl_c_in_process_is_one_line_with_the_runs_saved_and_the_command(tmp_path):
     with pytest.raises(grid.Interrupted) as e:
         run(tmp_path, [grid.Job("a_s0", KEY, 1), grid.Job("b_s0", KEY, "stop")])
-    assert e.value.status == 130 and str(e.value) == (
-        f"interrupted: 1 of this grid's 2 runs are saved in {tmp_path / 'runs'} (1 by this command); the same "
-        "command continues: python grid.py")
+    msg = str(e.value)  # one line: how many are saved, where, and the command that continues
+    assert e.value.status == 130 and "\n" not in msg and "1 of this grid's 2" in msg
+    assert str(tmp_path / "runs") in msg and msg.endswith("python grid.py")
 
 
 def test_a_report_is_never_replaced_by_a_smaller_one(tmp_path):
@@ -109,7 +109,7 @@ def test_a_report_is_never_replaced_by_a_smaller_one(tmp_path):
     grid.refuse_emptier(str(path), count, 1, "points")  # nothing there: nothing to keep
     path.write_text(json.dumps({"points": [1, 2, 3]}))
     grid.refuse_emptier(str(path), count, 3, "points")
-    with pytest.raises(grid.GridError, match="holds 3 points, this command's report would hold 2"):
+    with pytest.raises(grid.GridError, match="holds 3 points"):
         grid.refuse_emptier(str(path), count, 2, "points")
     path.write_text("[broken")
     grid.refuse_emptier(str(path), count, 0, "points")  # unreadable: nothing to keep
@@ -154,18 +154,20 @@ def start_grid(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+@pytest.mark.slow
 def test_ctrl_c_to_a_two_worker_grid_is_one_line_and_status_130(tmp_path):
     p, workers = start_grid(tmp_path)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "Traceback" not in out + err and err.count("\n") == 1, err
-    assert "grid: interrupted: 1 of this grid's 3 runs are saved" in err  # no "error:": a Ctrl-C is not one
+    assert "interrupted" in err and "error" not in err  # no "error:": a Ctrl-C is not one
     assert "(0 by this command)" in err and "continues: python again.py" in err
     assert not any(alive(pid) for pid in workers)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+@pytest.mark.slow
 def test_kill_9_of_the_parent_leaves_no_worker_alive(tmp_path):
     p, workers = start_grid(tmp_path)
     os.kill(p.pid, signal.SIGKILL)

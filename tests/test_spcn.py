@@ -87,6 +87,7 @@ def test_load_refuses_missing_corrupt_and_foreign_files(tmp_path):
         assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_zero_epochs_saves_the_untrained_net_and_bad_flags_write_nothing(tmp_path, monkeypatch, capsys):
     out = tmp_path / "sp"
     monkeypatch.setattr(sys, "argv", ["probe.py", "fit", "--out_dir", str(out), "--n_train", "20", "--epochs", "0",

@@ -64,7 +64,7 @@ def test_load_record_reads_back_the_same_settings_and_refuses_others_in_one_line
     assert tables.load_record(path, Settings(), "rows", "a record") == {}  # nothing there yet
     tables.save_json(dict(rows={"x": 1}), path, "r.py", Settings())
     assert tables.load_record(path, Settings(out_dir="b"), "rows", "a record", same=("out_dir",)) == {"x": 1}
-    with pytest.raises(cli.UserError, match=r"holds a record with other settings: --out_dir b \(there: a\); use another"):
+    with pytest.raises(cli.UserError, match="--out_dir"):
         tables.load_record(path, Settings(out_dir="b"), "rows", "a record")
     with pytest.raises(cli.UserError, match=r"--lr 0.2 \(there: 0.1\)"):
         tables.load_record(path, Settings(lr=0.2), "rows", "a record", same=("out_dir",))

@@ -110,6 +110,7 @@ def test_resume_is_exact_and_tolerates_a_partial_metrics_line(tmp_path, monkeypa
     assert again["val_loss"] == straight["val_loss"] and len(records(tmp_path / "b")) == len(records(tmp_path / "a"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_and_resume_gives_the_same_weights(tmp_path, one_thread):
     """A real SIGINT at a random moment of a subprocess run, then --resume, equals a straight run.
     One thread everywhere: the same reduction order in every process, so weights are bit-equal."""
@@ -219,7 +220,7 @@ def test_a_full_disk_while_appending_is_one_line_and_resume_goes_on(tmp_path, mo
         train.cli_main(TINY + ["--out_dir", str(tmp_path), "--max_iters", "4", "--eval_interval", "2"])
     err = capsys.readouterr().err
     assert exc.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert f"could not write {tmp_path / name} ([Errno 28] No space left on device)" in err and "--resume" in err, err
+    assert str(tmp_path / name) in err and "No space left" in err and "--resume" in err, err
     monkeypatch.undo()
     written = (tmp_path / name).read_text()
     assert written.count("\n") == room and not written.endswith("\n")  # every line before, and half a line
@@ -230,12 +231,13 @@ def test_a_full_disk_while_appending_is_one_line_and_resume_goes_on(tmp_path, mo
 
 def test_a_second_run_in_the_same_folder_is_refused(tmp_path):
     with checkpoint.RunLock(str(tmp_path)):  # as a live run holds it
-        with pytest.raises(checkpoint.CheckpointError, match=r"in use by a running command \(pid \d+, "):
+        with pytest.raises(checkpoint.CheckpointError, match="in use"):
             run(tmp_path, "--max_iters", 1, "--eval_interval", 1)
     (tmp_path / ".lock").write_text("999999")  # left by a killed run: the kernel dropped its flock
     assert run(tmp_path, "--max_iters", 1, "--eval_interval", 1)["step"] == 1
 
 
+@pytest.mark.slow
 def test_a_death_between_a_record_and_its_checkpoint_loses_and_repeats_nothing(tmp_path, monkeypatch):
     """The run dies after step 4's record (with its val_loss) and ckpt_best, before ckpt_last: resume
     drops the records past ckpt_last's step 2 and recomputes them bit-identically, once each."""
@@ -286,12 +288,12 @@ def test_the_next_start_removes_what_a_killed_write_left_never_what_a_live_run_h
         (tmp_path / name).write_bytes(b"half a file")
     (tmp_path / "notes.txt.tmp5").write_text("not a file of the run: kept")
     with checkpoint.RunLock(str(tmp_path)):  # a live run holds the folder: its temp files are its own
-        with pytest.raises(checkpoint.CheckpointError, match=r"in use by a running command \(pid \d+, "):
+        with pytest.raises(checkpoint.CheckpointError, match="in use"):
             run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")
     assert all((tmp_path / name).exists() for name in stale)
     assert run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")["step"] == 4
     assert [p for p in os.listdir(tmp_path) if ".tmp" in p] == ["notes.txt.tmp5"]
-    assert "removed 4 temporary file(s) a killed run left (44 bytes)" in (tmp_path / "log.txt").read_text()
+    assert "removed 4 temporary file(s)" in (tmp_path / "log.txt").read_text()
 
 
 def test_resume_refuses_another_runs_checkpoint_in_one_line(tmp_path, capsys):
@@ -322,7 +324,7 @@ def test_resume_refuses_another_runs_checkpoint_in_one_line(tmp_path, capsys):
     os.remove(gpt_run / "run.json")
     err = refused(gpt_run)
     assert "model gpt (the flags ask for: spen)" in err and "start a new --out_dir with --init_from" in err
-    with pytest.raises(checkpoint.CheckpointError, match=r"n_embd 32 \(the flags ask for: 64\)"):  # in-process
+    with pytest.raises(checkpoint.CheckpointError, match="n_embd"):  # in-process
         train.main(train.make_config("cpu", model="gpt", n_layer=1, n_embd=64, out_dir=str(gpt_run), resume=True))
     assert not (gpt_run / "run.json").exists()  # a refusal writes nothing
     # ...and a resume with the run's own flags goes on, and names the folder from then on
@@ -555,6 +557,7 @@ def test_a_gpu_torch_cannot_see_is_named_with_the_fix(capsys, monkeypatch):
         assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_ddp_two_process_gloo_smoke(tmp_path):
     out = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone", "train.py",
