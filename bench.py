@@ -73,7 +73,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from plumbing import bench_report, cli, registry, runs, runtime, tables, timing
+from plumbing import bench_report, checkpoint, cli, registry, runtime, tables, timing
 import ema
 import gpt
 import lm
@@ -593,7 +593,7 @@ def main(cfg):
     device = torch.device(runtime.resolve_device(cfg.device, auto=("cuda",))[0])
     cfg.device = str(device)
     folder = os.path.dirname(os.path.abspath(cfg.out))
-    runs.make_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement
+    checkpoint.make_out_dir(folder, f"--out {cfg.out}: its folder")  # before any measurement
     wanted = cfg.section_list() or [s for s in SECTIONS if s not in CUDA_ONLY or device.type == "cuda" or cfg.quick]
     if cfg.quick and not cfg.section_list():
         wanted.remove("compile")  # compiling even a tiny model takes minutes on a small CPU

@@ -22,7 +22,7 @@ import glob
 import json
 import os
 
-from plumbing import cli, runs, tables
+from plumbing import checkpoint, cli, registry, tables
 
 REFERENCE = "results/scaling/scaling.json"
 SAME = ("n_layer", "data", "tokenizer", "block_size", "batch_size", "grad_accum", "max_tokens", "first_tokens",
@@ -83,7 +83,6 @@ def collect(root="."):
 
 def bounded(name):
     """Whether the named model's state per layer stays the same as T grows (256 -> 4,096)."""
-    from plumbing import registry
     import train
     cfg = train.make_config("cpu_bytes", **registry.MODELS[name], n_layer=4, n_embd=128, block_size=4096)
     model = train.build_model(cfg)
@@ -121,7 +120,7 @@ def plot(rows, path, done):
     """Copy loss and other-bytes loss against state; a curve short of `done` bytes is labelled with
     the bytes it reached, one under a fifth of them is left out (still on its plateau)."""
     rows = [r for r in rows if r["tokens"] >= 0.2 * done]
-    plt = runs.pyplot()
+    plt = tables.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     models = list(dict.fromkeys(r["model"] for r in rows))
@@ -148,9 +147,9 @@ def plot(rows, path, done):
 
 
 def main(out_dir):
-    runs.check_out_dir(out_dir)
+    checkpoint.check_out_dir(out_dir)
     rows, settings = collect()
-    runs.make_out_dir(out_dir)
+    checkpoint.make_out_dir(out_dir)
     tables.save_text(json.dumps(dict(command=f"python -m dev.map --out_dir {out_dir}", rows=rows), indent=1) + "\n",
                      os.path.join(out_dir, "map.json"))
     write_md(rows, settings, os.path.join(out_dir, "map.md"))

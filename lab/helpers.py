@@ -34,7 +34,7 @@ import grammar  # noqa: E402
 import probe  # noqa: E402
 import recall  # noqa: E402
 import spcn  # noqa: E402
-from plumbing import batches, cli, corpus, ngram, repeats, runs, tables  # noqa: E402
+from plumbing import batches, checkpoint, cli, corpus, grid, ngram, repeats, tables  # noqa: E402
 from spen import SPEN, SPENConfig  # noqa: E402
 
 ALPHAS = (0.5, 0.1, 0.02)  # SPEN's decays (the paper's)
@@ -58,12 +58,12 @@ def one_line_errors():
 def environment(env):
     """(smoke, out, cores) from the LAB_* variables of `env`; a bad value is one cli.ConfigError
     line: LAB_THREADS a whole number >= 1 (unset or empty: every core), LAB_OUT a folder this
-    process can write in (runs.check_out_dir: not a file, not read-only)."""
+    process can write in (checkpoint.check_out_dir: not a file, not read-only)."""
     threads = env.get("LAB_THREADS") or ""
     cli.require(threads.isdigit() and int(threads) >= 1 or not threads,
                 "LAB_THREADS must be a whole number of cores >= 1 (or unset: all), got {!r}", threads)
     out = os.path.abspath(env.get("LAB_OUT") or os.path.join(ROOT, "out", "lab"))
-    runs.check_out_dir(out, flag="LAB_OUT")
+    checkpoint.check_out_dir(out, flag="LAB_OUT")
     return env.get("LAB_SMOKE") == "1", out, int(threads) if threads else os.cpu_count() or 1
 
 
@@ -603,7 +603,7 @@ def train_point(job):
 
 
 def train_points(points=POINTS, **overrides):
-    """The write points, min(2, LAB_THREADS) at a time (plumbing.runs.run_jobs; one, in this
+    """The write points, min(2, LAB_THREADS) at a time (plumbing.grid.run_jobs; one, in this
     process, in smoke mode) -> [result]."""
     if points is POINTS and not overrides:
         res = collect("points")
@@ -614,7 +614,7 @@ def train_points(points=POINTS, **overrides):
         positive(k, v) if k not in ("curriculum", "decay") else cli.require(
             isinstance(v, int) and v >= 0, "{} must be an integer >= 0, got {!r}", k, v)
     res = []
-    for _, r in runs.run_jobs(train_point, [(f, k, sizes) for f, k in points], 1 if SMOKE else min(2, CORES)):
+    for _, r in grid.run_jobs(train_point, [(f, k, sizes) for f, k in points], 1 if SMOKE else min(2, CORES)):
         print(f"{r['point']:16s} {r['state_bytes']:>6,} B | acc " + " ".join(f"N={N}: {a:.3f}" for N, a in
                                                                           r["acc"].items()) + f" | {r['seconds']:.0f} s")
         res.append(r)

@@ -392,7 +392,7 @@ def test_the_script_twin_says_a_bad_environment_value_in_one_line():
 def test_a_read_only_lab_out_is_one_line(tmp_path, monkeypatch):
     def refuse(**kwargs):  # what a read-only folder answers (root writes anywhere, so it is simulated)
         raise PermissionError(13, "Permission denied")
-    monkeypatch.setattr(helpers.runs.tempfile, "mkdtemp", refuse)
+    monkeypatch.setattr(helpers.checkpoint.tempfile, "mkdtemp", refuse)
     with pytest.raises(cli.UserError, match="LAB_OUT .* not writable") as e:
         helpers.environment(dict(LAB_OUT=str(tmp_path / "lab")))
     assert "\n" not in str(e.value)
