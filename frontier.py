@@ -9,7 +9,8 @@ point trained under recall.py's one recipe (recall.train_and_test) on recall.py'
 what buys recall: more decays (the additive EMA write at S = 3 .. 24), or a different write (the
 same fixed decays writing key-value outer products, ema_kv; the delta rule, delta).
 
-Families (the models live in spen.py, variants.py and gpt.py)
+Families (named in plumbing/registry.py, any of whose models --families takes; the models live in
+spen.py, variants.py, writes.py and gpt.py; a state per head is read from the model: `headed`)
     linear, softmax_state   SPEN: the additive EMA state read by the paper's linear map or by
                             softmax over its S slots; S in --decays, at each of --widths   S C
     selective               SPEN linear with input-dependent decays (still an additive write)  S C
@@ -66,20 +67,16 @@ import torch
 
 import ema
 import recall
-from plumbing import cli, grid, tables
+from plumbing import cli, grid, registry, tables
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
             "press": dict(block_size=64, pairs=(2, 4, 8, 16), n_keys=16, n_values=64)}
 BUDGETS = {"near": dict(steps=1500, curriculum=500, decay=150),  # recall.py's own: its runs are this grid's points
            "press": dict(steps=1000, curriculum=300, decay=100)}
-SPEN_FAMILIES = {  # family -> SPENConfig overrides
-    "linear": dict(predictor="linear"), "softmax_state": dict(predictor="softmax_attn"),
-    "selective": dict(predictor="linear", context="selective"), "ema_kv": dict(predictor="ema_kv"),
-    "delta": dict(predictor="delta"), "linear_attn_history": dict(predictor="linear_attn", reads="history"),
-    "softmax_history": dict(predictor="softmax_attn", reads="history")}
-FAMILIES = tuple(SPEN_FAMILIES) + ("swa", "gpt")
-ADDITIVE = ("linear", "softmax_state", "selective")  # the EMA of the inputs: a write h += a (x - h)
-HEADED = ("ema_kv", "delta", "linear_attn_history")  # a state per head of width D
+# A family is a named model of plumbing/registry.py (its config overrides: recall.model_overrides), or swa (GPT
+# with a sliding window, w in --windows); whether it holds a state per head is read from the model (headed).
+FAMILIES = ("linear", "softmax_state", "selective", "ema_kv", "delta", "linear_attn_history", "softmax_history",
+            "swa", "gpt")  # the map's families, in the tables' order
 QUICK_POINTS = [("linear", dict(S=3, C=64)), ("softmax_state", dict(S=12, C=64)), ("ema_kv", dict(D=32)),
                 ("delta", dict(D=32)), ("swa", dict(w=8)), ("gpt", {})]  # the grid of --quick
 QUICK = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, curriculum=150, decay=50)  # --quick
@@ -89,7 +86,8 @@ QUICK = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, cur
 class FrontierConfig:
     out_dir: str = cli.arg("out/frontier", "folder for frontier.json/md/png and runs/ (one JSON per finished run)",
                            group="I/O")
-    families: tuple = cli.arg(FAMILIES, "families to train, any of " + " ".join(FAMILIES), group="grid")
+    families: tuple = cli.arg(FAMILIES, "families to train: swa or any name of plumbing/registry.py (python "
+                              "ablate.py --help lists them)", group="grid")
     settings: tuple = cli.arg(tuple(SETTINGS), "tasks, any of " + " ".join(SETTINGS), group="grid")
     decays: tuple = cli.arg((3, 6, 12, 24), "S, numbers of decays of the additive families", group="grid",
                             bounds=(1, 1024))
@@ -117,8 +115,8 @@ class FrontierConfig:
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         for name in ("families", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
             setattr(self, name, tuple(getattr(self, name)))
-        bad = [f for f in self.families if f not in FAMILIES]
-        cli.require(self.families and not bad, "--families must be names from {}, got {}", " ".join(FAMILIES), bad)
+        bad = [f for f in self.families if f not in families()]
+        cli.require(self.families and not bad, "--families must be names from {}, got {}", " ".join(families()), bad)
         bad = [s for s in self.settings if s not in SETTINGS]
         cli.require(self.settings and not bad, "--settings must be names from {}, got {}", " ".join(SETTINGS), bad)
         bad = [D for D in self.head_widths if self.width % D]
@@ -137,6 +135,29 @@ class FrontierConfig:
                         "--curriculum and --decay must be in [0, --steps], got {} and {}", b["curriculum"], b["decay"])
 
 
+def families():
+    """Every family the map can train: the registry's named models (read when asked: one registered
+    after this import is one too) and swa."""
+    return tuple(registry.MODELS) + ("swa",)
+
+
+def headed(family):
+    """Does the family hold a state per head, so that a head width D is a knob? Read from the model:
+    its state at recall's test length changes with the number of heads (a registry line that fixes
+    n_head has no such knob)."""
+    kind, over = recall.model_overrides(family) if family != "swa" else ("gpt", {})
+    if kind != "spen" or "n_head" in over:
+        return False
+    with torch.device("meta"):  # shapes only
+        sizes = {recall.build_model(recall.RecallConfig(n_head=h), kind, over).state_floats(24) for h in (1, 2)}
+    return len(sizes) > 1
+
+
+def rank(family):
+    """A family's place in the tables and the figure: FAMILIES' order, any other after them."""
+    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
+
+
 def budget_of(cfg, setting):
     """steps, curriculum and decay of one setting: its BUDGETS entry under the flags given."""
     return {k: getattr(cfg, k) if getattr(cfg, k) is not None else v for k, v in BUDGETS[setting].items()}
@@ -152,7 +173,7 @@ def points(cfg, setting):
             out += [(family, dict(S=S, C=C)) for C in cfg.widths for S in cfg.decays]
         elif family == "selective":
             out += [(family, dict(S=S, C=cfg.width)) for S in cfg.selective_decays]
-        elif family in HEADED:
+        elif headed(family):
             out += [(family, dict(D=D)) for D in cfg.head_widths]
         elif family == "swa":
             out += [(family, dict(w=w)) for w in cfg.windows if w <= T]
@@ -170,10 +191,11 @@ def build_model(cfg, setting, family, knobs):
     """The point's model (recall.build_model on the point's task: 2 layers, 2 heads unless a head
     width D sets C / D of them, vocabulary K + M + 1)."""
     rcfg = recall_config(cfg, setting, knobs)
-    if family in ("swa", "gpt"):
-        return recall.build_model(rcfg, "gpt", dict(window=knobs.get("w")))
-    return recall.build_model(rcfg, "spen", dict(n_head=rcfg.n_embd // knobs.get("D", rcfg.n_embd // 2),
-                                                 alphas=ema.spread_decays(knobs.get("S", 3)), **SPEN_FAMILIES[family]))
+    kind, over = recall.model_overrides(family) if family != "swa" else ("gpt", {})
+    if kind == "gpt":
+        return recall.build_model(rcfg, "gpt", dict(over, window=knobs.get("w")))
+    return recall.build_model(rcfg, "spen", dict(dict(n_head=rcfg.n_embd // knobs.get("D", rcfg.n_embd // 2),
+                                                      alphas=ema.spread_decays(knobs.get("S", 3))), **over))
 
 
 def state_bytes(model, T):
@@ -281,7 +303,7 @@ RECALLS = 0.9  # the accuracy at the largest N that counts as recalling (the kne
 def family_summary(pts, N):
     """[(family, best point, smallest-state point with acc >= RECALLS or None)] at pair count N."""
     out = []
-    for family in FAMILIES:
+    for family in sorted({p["family"] for p in pts.values()}, key=rank):
         ps = sorted((p for p in pts.values() if p["family"] == family), key=lambda p: p["state_bytes"])
         if ps:
             out.append((family, max(ps, key=lambda p: p["acc"][N]), next((p for p in ps if p["acc"][N] >= RECALLS),
@@ -305,7 +327,7 @@ def write_md(res, path):
             ([name, p["family"], f"{p['state_bytes']:,}", p["seeds"]]
              + [f"{p['acc'][str(N)]:.3f} ± {p['acc_std'][str(N)]:.3f}" for N in pairs]
              + [f"{p['binding'][str(N)]:+.3f}" for N in pairs]
-             for name, p in sorted(pts.items(), key=lambda kv: (FAMILIES.index(kv[1]["family"]),
+             for name, p in sorted(pts.items(), key=lambda kv: (rank(kv[1]["family"]),
                                                                 kv[1]["state_bytes"]))))
         N = str(pairs[-1])
         lines += ["", f"Per family at N = {N}: the best point, and the fewest bytes that answer >= {RECALLS} "
@@ -334,15 +356,14 @@ def write_md(res, path):
     tables.save_text("\n".join(lines) + "\n", path)
 
 
-STYLE = {"linear": ("C0", "o"), "softmax_state": ("C1", "s"), "selective": ("C2", "^"), "ema_kv": ("C3", "D"),
-         "delta": ("C4", "v"), "linear_attn_history": ("C5", "P"), "swa": ("C7", "X"), "gpt": ("k", "*"),
-         "softmax_history": ("C6", "*")}
+MARKERS = "os^DvP*X*p<>h"  # a family's marker by its place (rank); colours from matplotlib's cycle
 
 
 def plot(res, path):
     """One panel per setting: accuracy at its largest pair count against state bytes (log x),
     one curve per family (the additive families one curve per width, C = 32 dashed)."""
     plt = tables.pyplot()
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     sets = list(res["points"])
     fig, axes = plt.subplots(1, len(sets), figsize=(7 * len(sets), 5), squeeze=False)
     for ax, setting in zip(axes[0], sets):
@@ -351,9 +372,11 @@ def plot(res, path):
         for name, p in res["points"][setting].items():
             width = p["knobs"].get("C") if p["family"] in ("linear", "softmax_state") else None
             curves.setdefault((p["family"], width), []).append(p)
-        for (family, width), ps in sorted(curves.items(), key=lambda kv: (FAMILIES.index(kv[0][0]), kv[0][1] or 0)):
+        order = sorted({f for f, _ in curves}, key=lambda f: (rank(f), f))  # a family's place: its colour, marker
+        for (family, width), ps in sorted(curves.items(), key=lambda kv: (rank(kv[0][0]), kv[0][0], kv[0][1] or 0)):
             ps = sorted(ps, key=lambda p: p["state_bytes"])
-            color, marker = STYLE[family]
+            i = rank(family) if family in FAMILIES else len(FAMILIES) + order.index(family)
+            color, marker = cycle[i % len(cycle)], MARKERS[i % len(MARKERS)]
             ax.errorbar([p["state_bytes"] for p in ps], [p["acc"][N] for p in ps], [p["acc_std"][N] for p in ps],
                         color=color, marker=marker, ls="--" if width == 32 else "-", capsize=2, ms=6,
                         label=family + (f" C={width}" if width else ""))

@@ -4,14 +4,16 @@ Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN"
 EMA traces destroy token identity, so no reader of the traces can recover it (the data
 processing inequality). This script tests that claim where it can fail, on multi-query
 associative recall (Arora et al. 2023, "Zoology"): a sequence lists N key-value pairs, then
-asks for every key once; the model must answer each query with that key's value. Variants,
-all with the same width, depth, optimizer, data and token budget:
+asks for every key once; the model must answer each query with that key's value. Variants (the
+named models of plumbing/registry.py, any of which --variants takes, and one of recall's own), all
+with the same width, depth, optimizer, data and token budget:
     gpt                      gpt.GPT: causal softmax attention over all past token states
     linear                   SPEN, the paper's predictor: a linear map of the S traces h_{t-1}
     softmax_state            SPEN, softmax attention over the S trace slots h_{t-1}^{1..S} only
     softmax_history          SPEN, softmax attention over every past (position, trace) slot
     linear_attn_history      SPEN, linear attention over every past (position, trace) slot
-    selective_linear         SPEN linear with input-dependent decays (context='selective')
+    selective                SPEN linear with input-dependent decays (context='selective'; the
+                             committed reports call it selective_linear, read back as selective)
     selective_softmax_state  SPEN softmax_state with input-dependent decays
 The data-processing argument is about the state a reader sees. State readers see S x C numbers
 per layer whatever the length; history readers see the whole sequence of trace states, an
@@ -84,6 +86,7 @@ The reference numbers are in results/recall/.
 
 import dataclasses
 import itertools
+import json
 import os
 import platform
 import time
@@ -95,19 +98,15 @@ cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below
 
 import torch
 
-from plumbing import checkpoint, cli, grid, tables
+from plumbing import checkpoint, cli, grid, registry, tables
 import lm
 
-VARIANTS = {  # name -> (model, SPENConfig overrides); width, depth and heads are shared
-    "gpt": ("gpt", {}),
-    "linear": ("spen", dict(predictor="linear", reads="state")),
-    "softmax_state": ("spen", dict(predictor="softmax_attn", reads="state")),
-    "softmax_history": ("spen", dict(predictor="softmax_attn", reads="history")),
-    "linear_attn_history": ("spen", dict(predictor="linear_attn", reads="history")),
-    "selective_linear": ("spen", dict(predictor="linear", reads="state", context="selective")),
-    "selective_softmax_state": ("spen", dict(predictor="softmax_attn", reads="state", context="selective")),
-}
-BOUNDED = {"linear", "softmax_state", "selective_linear", "selective_softmax_state", "linear_attn_history"}  # O(1) state
+# The models are the registry's (plumbing/registry.py: name -> config overrides; width, depth and heads are
+# recall's), plus the one line of recall's own below; any registry name is a --variants choice.
+OWN = {"selective_softmax_state": dict(model="spen", predictor="softmax_attn", reads="state", context="selective")}
+DEFAULT = ("gpt", "linear", "softmax_state", "softmax_history", "linear_attn_history", "selective",
+           "selective_softmax_state")  # the committed table's variants (results/recall)
+RENAMED = {"selective_linear": "selective"}  # an old name -> the registry's: saved reports and flags still read
 # --quick: these settings under the flags typed (how the step count was chosen: results/recall/README.md)
 QUICK = dict(quick=True, variants=("gpt", "softmax_history", "linear", "softmax_state"), steps=800, curriculum=300,
              decay=100, eval_every=200, test_seqs=128, seeds=1, out_dir="out/recall_quick")
@@ -122,7 +121,8 @@ DIST_BINS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # distance bin d in [lo,
 class RecallConfig:
     out_dir: str = cli.arg("out/recall", "folder for recall.json, recall.md, recall.png and runs/ (one JSON per "
                            "finished run; a rerun with the same settings reuses them)", group="I/O")
-    variants: tuple = cli.arg(tuple(VARIANTS), "variants to run, any of " + " ".join(VARIANTS), group="I/O")
+    variants: tuple = cli.arg(DEFAULT, "variants to run: any name of plumbing/registry.py (python ablate.py --help "
+                              "lists them) or " + " ".join(OWN), group="I/O")
     pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data",
                            bounds=(1, 4096))
     block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N) + G)", group="data", bounds=(2, 2 ** 16))
@@ -162,9 +162,9 @@ class RecallConfig:
 
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
-        self.variants, self.pairs = tuple(self.variants), tuple(self.pairs)
-        bad = [v for v in self.variants if v not in VARIANTS]
-        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
+        self.variants, self.pairs = tuple(RENAMED.get(v, v) for v in self.variants), tuple(self.pairs)
+        bad = [v for v in self.variants if v not in names()]
+        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(names()), bad)
         cli.require(self.pairs, "--pairs must name at least one pair count")
         cli.require(self.block_size >= 3 * max(self.pairs) + self.gap,
                     "--block_size must be >= 3 x the largest --pairs + --gap ({}), got {}",
@@ -180,6 +180,48 @@ class RecallConfig:
                     self.warmup, self.decay)
         cli.require(self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
                     self.curriculum)
+
+
+def names():
+    """Every model recall.py can train: the registry's, then its own (read when asked: a model
+    registered after this import is one too)."""
+    return tuple(registry.MODELS) + tuple(OWN)
+
+
+def model_overrides(name):
+    """(kind, config overrides) of a named model: its registry line (TrainConfig overrides) as the
+    model config's fields, a per-block "a,b" as a tuple (train.model_config's rule)."""
+    spec = dict(registry.MODELS.get(name) or OWN[name])
+    kind = spec.pop("model")
+    return kind, {k: tuple(v.split(",")) if isinstance(v, str) and "," in v else v for k, v in spec.items()}
+
+
+def state_kind(name, T=24):
+    """What a named model's step() holds, from the model itself (built on the meta device at recall's
+    default size): 'traces' (the S trace vectors only), 'bounded' (more, but not growing with T) or
+    'grows' (a cache of the past); None for a name no longer known."""
+    name = RENAMED.get(name, name)
+    if name not in names():
+        return None
+    with torch.device("meta"):  # shapes only
+        model = build_model(RecallConfig(), *model_overrides(name))
+    floats = model.state_floats(T)
+    if floats != model.state_floats(2 * T):
+        return "grows"
+    alphas = getattr(model.config, "alphas", None)
+    return "traces" if alphas and floats == len(alphas) * model.config.n_embd else "bounded"
+
+
+def read_report(path):
+    """A recall.json, its variants under their current names (RENAMED) and with the columns a later
+    version derives from its numbers: a committed report renders the same numbers."""
+    with open(path) as f:
+        res = json.load(f)
+    res["variants"] = {RENAMED.get(v, v): r for v, r in res["variants"].items()}
+    for r in res["variants"].values():  # a report from before the binding column: derived from its accuracies
+        r.setdefault("binding", {N: binding(a, int(N)) for N, a in r["acc"].items()})
+    res["settings"]["variants"] = [RENAMED.get(v, v) for v in res["settings"]["variants"]]
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,10 +341,10 @@ def evaluate(model, sets, cfg):
 
 
 def run(job):
-    """Train one (variant, seed) of VARIANTS under the recipe (`train_and_test`)."""
+    """Train one (variant, seed) under the recipe (`train_and_test`)."""
     cfg, variant, seed = job
     torch.manual_seed(seed)
-    return dict(train_and_test(cfg, build_model(cfg, *VARIANTS[variant]), seed), variant=variant)
+    return dict(train_and_test(cfg, build_model(cfg, *model_overrides(variant)), seed), variant=variant)
 
 
 def train_and_test(cfg, model, seed):
@@ -350,7 +392,7 @@ def run_settings(cfg):
 def run_key(cfg, variant):
     """Everything a (variant, seed) run's numbers depend on: a saved run is reused only under it."""
     return dict(recall=run_settings(cfg), variant=variant,
-                model=dataclasses.asdict(build_model(cfg, *VARIANTS[variant]).config))
+                model=dataclasses.asdict(build_model(cfg, *model_overrides(variant)).config))
 
 
 def progress(r, done, todo, seconds):
@@ -438,6 +480,8 @@ def write_md(res, path):
     tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)
 
 
+FIXED = ("traces", "bounded")  # the state kinds of a fixed size whatever T (dashed in the figure)
+BOUNDED = frozenset(v for v in DEFAULT if state_kind(v) in FIXED)  # those of the default variants (the lab's figure)
 MARKERS = "os^DvP*Xp"  # one per variant: lines that coincide (several at 1.000) stay apart
 
 
@@ -450,7 +494,7 @@ def plot(res, path):
     ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
     for i, (v, r) in enumerate(res["variants"].items()):
-        style, shift = ("--" if v in BOUNDED else "-") + MARKERS[i % len(MARKERS)], i - (len(res["variants"]) - 1) / 2
+        style, shift = ("--" if state_kind(v) in FIXED else "-") + MARKERS[i % len(MARKERS)], i - (len(res["variants"]) - 1) / 2
         side, lw = (lambda xs: [x * 2 ** (0.04 * shift) for x in xs]), 3.5 - 0.35 * i  # log axes: a few % apart
         a1.errorbar(side(pairs), [r["acc"][str(N)] for N in pairs], [r["acc_std"][str(N)] for N in pairs],
                     fmt=style, ms=4, lw=lw, capsize=2, label=v)
@@ -482,12 +526,12 @@ def plot(res, path):
 
 def verdict(res, N=None):
     """The result in one line, read at N pairs (default the largest): do gpt and softmax_history
-    answer >= 0.9 of the queries, and does every state reader (BOUNDED) bind no better than 0.1
+    answer >= 0.9 of the queries, and does every trace-state reader (state_kind) bind no better than 0.1
     above the 1/N plateau? -> (line, holds: True, False, or None if a needed variant is missing)."""
     N = str(N or max(res["settings"]["pairs"]))
     vs = res["variants"]
     readers = [v for v in ("gpt", "softmax_history") if v in vs]
-    states = [v for v in vs if v in BOUNDED - {"linear_attn_history"}]  # the S-trace state readers (the
+    states = [v for v in vs if state_kind(v) == "traces"]  # the S-trace state readers (the
     # running sums of linear attention over the history are bounded too, but C x D of them: 16 pairs' worth)
     recall_ok = all(vs[v]["acc"][N] >= 0.9 for v in readers)
     state_ok = all(vs[v]["binding"][N] <= 0.1 for v in states)

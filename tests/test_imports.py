@@ -46,7 +46,8 @@ def imports(name):
 # What a command may use from another command: its entry points (a config dataclass, any name ending in
 # Config, too). Everything else a second command needs is a shared helper and belongs in plumbing/.
 ENTRY_POINTS = {"main", "make_config", "model_config", "build_model", "get_parser", "parse"}
-RECIPES = {"recall": {"train_and_test", "run_settings", "binding"}}  # recall's recipe, which frontier.py trains under
+RECIPES = {"recall": {"train_and_test", "run_settings", "binding", "model_overrides"}}  # recall's recipe, which
+# frontier.py trains under: the training, the score, and a named model as the task builds it
 
 
 def reach_ins(root, commands):

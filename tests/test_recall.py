@@ -7,12 +7,15 @@ one learning property (a tiny history reader recalls far above the 1/N plateau).
 on 2 cores."""
 import dataclasses
 import json
+import os
 
 import pytest
 import torch
 
 from plumbing import cli, grid
 import recall
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 K, M, T = 12, 10, 40  # key ids, value ids, sequence length of the generator tests
 
@@ -147,7 +150,7 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
     for name, v in on_disk["variants"].items():
         assert len(v["curves"]) == 2 and [s for s, _ in v["curves"][0]] == [0, 2, 3], "eval every 2 steps and at the end"
         assert set(v["exit_step"]) == {"2", "4"} and len(v["exit_step"]["2"]) == 2
-    assert list(on_disk["variants"]) == list(recall.VARIANTS)
+    assert list(on_disk["variants"]) == list(recall.DEFAULT)
     for name, v in on_disk["variants"].items():
         assert {"acc", "acc_std", "params", "state_floats"} <= set(v), name
         assert set(v["acc"]) == set(v["acc_std"]) == set(v["binding"]) == {"2", "4"}
@@ -241,3 +244,24 @@ def test_quick_mode_says_what_it_trades_and_prints_its_verdict(tmp_path, capsys)
     recall.main(cfg)
     out = capsys.readouterr().out
     assert out.startswith(recall.QUICK_TRADES) and "verdict at N = 4: accuracy gpt" in out
+
+
+@pytest.mark.parametrize("folder", ["", "far", "two_seeds"])
+def test_committed_reports_render_the_same_numbers_under_the_registry_names(folder, tmp_path):
+    """A recall.json written before selective_linear became the registry's `selective` (and before the
+    binding column) reads back under the new names, and its tables re-render row for row."""
+    src = os.path.join(ROOT, "results", "recall", folder, "recall.json")
+    res = recall.read_report(src)
+    assert "selective_linear" not in res["variants"] and set(res["variants"]) <= set(recall.names())
+    recall.write_md(res, str(tmp_path / "recall.md"))
+    old = open(src[:-len("json")] + "md").read().split(recall.NOTES)[0].replace("selective_linear", "selective")
+    rows = [ln for ln in old.splitlines() if ln.startswith("| ")]
+    assert rows and not [ln for ln in rows if ln not in (tmp_path / "recall.md").read_text()]
+
+
+def test_state_kinds_come_from_the_models():
+    kinds = {v: recall.state_kind(v) for v in recall.DEFAULT}
+    assert kinds["gpt"] == kinds["softmax_history"] == "grows" and kinds["linear_attn_history"] == "bounded"
+    assert {v for v, k in kinds.items() if k == "traces"} == {"linear", "softmax_state", "selective",
+                                                               "selective_softmax_state"}
+    assert recall.RecallConfig(variants=("selective_linear",)).variants == ("selective",)  # the old flag still reads

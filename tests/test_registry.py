@@ -8,6 +8,8 @@ import torch
 import torch.nn as nn
 
 import ablate
+import frontier
+import recall
 import scaling
 import spen
 import train
@@ -55,3 +57,8 @@ def test_a_new_reader_is_one_class_and_two_lines(monkeypatch):
     assert "toy" in ablate.VARIANTS and "toy" in scaling.MODELS  # the commands read the one table
     ablate.AblateConfig(variants=("toy",), tokenizer="bytes", content=False)
     scaling.ScalingConfig(models=("toy",), widths=(32,))
+    assert "toy" in recall.names() and "toy" in frontier.families()  # recall's and frontier's choices too
+    cfg = recall.RecallConfig(variants=("toy",))
+    assert recall.state_kind("toy") == "traces" and recall.run_key(cfg, "toy")["variant"] == "toy"
+    grid = frontier.FrontierConfig(families=("toy",), settings=("near",), windows=())
+    assert [j.name for j in frontier.jobs(grid)] == ["near/toy_s0", "near/toy_s1"]  # no heads: one point
