@@ -18,7 +18,6 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings
     bench_report  the tables bench.py prints, read from its results JSON
-    runs          the old names of moved functions, for callers outside the package not yet moved
 
 Importing the package imports none of them.
 """
