@@ -67,6 +67,7 @@ import torch
 
 import ema
 import recall
+import spen
 from plumbing import cli, grid, registry, tables
 
 SETTINGS = {"near": dict(block_size=24, pairs=(2, 4, 8), n_keys=8, n_values=64),
@@ -224,10 +225,18 @@ SAVED = dict(setting=str, point=str, seed=int, test={"acc": tables.Each(tables.N
              params=int, seconds=tables.NUMBER)  # what summarize reads, and its shape (grid.Grid checks it)
 
 
+ADDED = ("write_alphas", "read_norm", "conv", "window")  # SPENConfig fields newer than the committed runs
+
+
 def run_key(cfg, setting, family, knobs):
-    """Everything a run's numbers depend on: a saved run is reused only under the same key."""
+    """Everything a run's numbers depend on: a saved run is reused only under the same key. A model
+    field SPENConfig gained after the committed runs (ADDED) is in the key only when it is not at
+    its default: at the default it changes nothing, so those runs stay valid."""
+    model = build_model(cfg, setting, family, knobs).config
+    fields = {f.name: f.default for f in dataclasses.fields(model)}
     return dict(recall=recall.run_settings(recall_config(cfg, setting, knobs)), family=family, knobs=knobs,
-                model=dataclasses.asdict(build_model(cfg, setting, family, knobs).config))
+                model={k: v for k, v in dataclasses.asdict(model).items()
+                       if not isinstance(model, spen.SPENConfig) or k not in ADDED or v != fields[k]})
 
 
 def jobs(cfg):
