@@ -93,7 +93,7 @@ PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m pr
 # (H, D, T, B) of the chunk section: the frontier's grid, the byte ablation at width 128, the paper
 CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
-READERS = ("linear", "ema_kv", "delta", "gated_delta")  # SPEN predictors the train section times beside GPT
+READERS = ("linear",) + tuple(p for p, _ in writes.WRITE_READERS)  # SPEN predictors the train section times beside GPT
 # the readers section: the map's candidates (plumbing/registry.py) against delta, at scaling.py's shape
 MAP_MODELS = ("delta", "ema_kv", "softmax_history", "gpt") + registry.MAP
 TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones

@@ -711,17 +711,16 @@ def plot_bytes(run, y):
 
 
 def loss_split(ckpt, windows=None, k=8):
-    """Per-byte loss of a checkpoint on fixed val windows (ablate.py's, seed ablate.HIT_SEED),
+    """Per-byte loss of a checkpoint on fixed val windows (ablate.py's, seed repeats.HIT_SEED),
     split into in-context copies (the byte and the k before it occurred earlier in the window:
     repeats.copy_distance) and all other bytes -> repeats.copy_split's dict."""
-    import ablate
     import sample
     n = SIZES["split"]["windows"] if windows is None else windows
     positive("loss_split windows", n)
     cli.require(isinstance(ckpt, str) and os.path.isfile(ckpt), "loss_split needs the byte run's checkpoint file "
                 "(run the training cell first), got {!r}", ckpt)
     model, _ = sample.load(ckpt, "cpu")
-    x, y = batches.get_batch(byte_data()[1], n, model.config.block_size, step=0, seed=ablate.HIT_SEED)
+    x, y = batches.get_batch(byte_data()[1], n, model.config.block_size, step=0, seed=repeats.HIT_SEED)
     w = torch.cat([x, y[:, -1:]], 1)  # (n, T+1)
     return repeats.copy_split(repeats.token_nll(model, w), repeats.copy_distance(w, k))
 
