@@ -4,29 +4,22 @@ Paper section "Large scale: SPEN": an EMA context is linear in T to train and ho
 state per generated token; the paper trains its 130M SPEN at 32 x 1024 tokens a micro-batch on
 one H200. Each section (a JSON key) measures one part of that claim on the device it is given:
   limits     copy bandwidth (bytes read + written) and fp32 / bf16 matmul FLOP/s
-  ema        ema.traces, methods "scan" and "matmul", forward and forward+backward, B=8, C=768,
-             S=3, T in {256, 1024, 4096}: ms and ratio to the bandwidth floor (bytes that must
-             move / copy bandwidth); the loop beside them, the largest difference to it (fp32,
-             TF32 off: <= 1e-5; with TF32, reported); L swept at T=1024; one streaming step
-  chunk      the write readers' chunk length: writes.ema_kv_chunked, delta_rule_chunked and gated_delta_chunked at
-             L in CHUNK_LENS against their loops, forward and forward+backward, fp32, at the
-             (H, D, T, B) of CHUNK_CASES; medians of interleaved repeats, as ratios to the loop
+  ema        ema.traces "scan" and "matmul", fwd and fwd+bwd, B=8, C=768, S=3, T in {256, 1024, 4096}:
+             ms against the bandwidth floor (bytes to move / copy bandwidth), the loop beside them and
+             the largest difference to it (fp32: <= 1e-5; TF32's reported); L swept; a streaming step
+  chunk      the write rules' chunked forms (writes.py) at L in CHUNK_LENS against their loops, fwd and
+             fwd+bwd, fp32, at the (H, D, T, B) of CHUNK_CASES: interleaved medians, ratios to the loop
   readers    a training step (forward+backward) of each model of MAP_MODELS at scaling.py's shape
              (4 x 128, T=256, B=16, bytes, fp32) as a ratio to delta's, interleaved repeats
-  blocks     one SPEN block vs one GPT block (C=256), forward+backward tokens/s at
-             T in {256, 1024, 4096, 8192}, B = 8192 / T; the mixers alone beside them
-  gen_spen   ms per generated token and peak memory at context P in {256, 1024, 4096, 16384},
-  gen_gpt    full-size models, batch 1 (SPEN.step: state independent of P; GPT: KV cache of P)
-  ops        aten operators in one training forward+backward (batch 1) of the 12-layer SPEN (trace
-             method "matmul" and "scan") and GPT-2 at T in {256, 1024, 4096}; width 768 (on a
-             CPU for T=256 only) and 64 (the count does not depend on the width)
-  memory     activation memory per token of one 130M SPEN training step (fp32, AdamW), from the
-             peak growth between micro-batches of 256 and 1024 tokens and from the bytes autograd
-             saves, extrapolated to the paper's micro-batch and set against 80 / 141 GB
+  blocks     one SPEN block vs one GPT block (C=256), fwd+bwd tokens/s at T in {256, .., 8192}, B = 8192 / T
+  gen_*      ms per generated token, peak memory at context P up to 16384, full size, batch 1 (gen_spen, gen_gpt)
+  ops        aten operators in one training fwd+bwd (batch 1) of the 12-layer SPEN (traces "matmul",
+             "scan") and GPT-2 at T in {256, 1024, 4096}, widths 768 (CPU: T=256 only) and 64
+  memory     activation memory per token of a 130M SPEN training step (fp32, AdamW), from the peak
+             growth between micro-batches of 256 and 1024 tokens and the bytes autograd saves, against 80 / 141 GB
   compile    torch.compile equals eager on one training step of a 2-layer width-128 SPEN
-  train      CUDA only: training steps in the 130m preset's shape (12 x 768, T=1024, 32 x 1024
-             a micro-batch, halved until it fits; bf16 autocast, fused AdamW, eager) of SPEN with
-             the paper's reader (linear) and the write readers (ema_kv, delta), and of GPT-2:
+  train      CUDA only: training steps in the 130m preset's shape (12 x 768, T=1024, 32 x 1024, halved
+             until it fits; bf16, fused AdamW, eager) of SPEN with each of READERS and of GPT-2:
              ms/step, tokens/s, MFU (runtime.estimate_mfu at runtime.peak_flops), peak memory
   train_run  CUDA only: `train.main`, 130m preset (compile, bf16), TRAIN_RUN_STEPS steps on random
              tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
@@ -42,27 +35,23 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --allocator both       # each section with and without the allocator tweak
       python bench.py --device cuda --out results/bench/bench_cuda.json   # the GPU check
       python bench.py --sections chunk --threads 1 --out results/bench/chunk.json   # chunk lengths
+      python bench.py --sections readers --threads 1 --out results/bench/readers.json   # the map's readers
 The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
 results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
 readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's.
 
-Worker protocol: the driver (this script without --worker) runs each job of JOBS in a fresh
-Python process, `python -m bench --worker SECTIONS --worker_out OUT [--device ... --threads ...
---quick]`, with BENCH_ALLOCATOR=on|off in its environment, and reads OUT: a JSON object {section
-name: result, "allocator": bool, "threads": int, "seconds": {section: s}}. A fresh process per
-job keeps peak-memory readings and the allocator setting from leaking between sections; --quick
-runs every section in one worker.
-
-Departures: generation states are synthetic (random KV cache of P tokens, random EMA state):
-a step's cost does not depend on the values. Peak memory on CPU is the process's peak RSS
-(VmHWM, reset via /proc/self/clear_refs where the kernel allows it), weights included.
+Worker protocol: the driver runs each job of JOBS in a fresh process (`python -m bench --worker
+SECTIONS --worker_out OUT ...`, BENCH_ALLOCATOR=on|off in its environment) and reads OUT, {section:
+result, "allocator", "threads", "seconds"}: peak memory and the allocator setting never leak
+between sections; --quick runs every section in one worker. Departures: generation states are
+synthetic (random KV cache or EMA state: a step's cost does not depend on the values); peak memory
+on CPU is the process's peak RSS (VmHWM, reset via /proc/self/clear_refs where allowed).
 """
 
 import functools
 import json
 import math
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -94,8 +83,7 @@ PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m pr
 CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
 READERS = ("linear",) + tuple(p for p, _ in writes.WRITE_READERS)  # SPEN predictors the train section times beside GPT
-# the readers section: the map's candidates (plumbing/registry.py) against delta, at scaling.py's shape
-MAP_MODELS = ("delta", "ema_kv", "softmax_history", "gpt") + registry.MAP
+MAP_MODELS = ("delta", "ema_kv", "softmax_history", "gpt") + registry.MAP  # the readers section: the map's models
 TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
 
 
@@ -112,7 +100,8 @@ class BenchConfig:
     quick: bool = cli.arg(False, "tiny sizes, every section in one worker: exercises every code path",
                           group="what")
     device: str = cli.arg("auto", "auto (cuda if available, else cpu) | cpu | cuda | cuda:N", group="system")
-    threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system", bounds=(0, cli.THREADS[1]))
+    threads: int = cli.arg(0, "torch threads per worker (0: torch's default)", group="system",
+                           bounds=(0, cli.THREADS[1]))
     allocator: str = cli.arg("on", "runtime.configure_allocator() in each worker: on | off | both (every "
                              "job twice, the tables show both and their ratio)", choices=("on", "off", "both"),
                              group="system")
@@ -283,14 +272,6 @@ def bench_readers(device, quick):
                                 flops_per_token=m.flops_per_token(shape["block_size"])) for k, (m, _) in steps.items()})
 
 
-def _tensors(obj):
-    """Every tensor in nested dicts, lists and tuples."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    return [t for v in items for t in _tensors(v)]
-
-
 def bench_gen(device, quick, model_name):
     """ms per generated token and peak memory at each context P (batch 1, no grad)."""
     contexts = (64, 256) if quick else (256, 1024, 4096, 16384)
@@ -314,7 +295,7 @@ def bench_gen(device, quick, model_name):
             D = cfg.n_embd // cfg.n_head
             state = dict(kv=[(torch.randn(1, cfg.n_head, P, D, device=device),
                               torch.randn(1, cfg.n_head, P, D, device=device)) for _ in range(cfg.n_layer)], pos=P)
-        state_mib = sum(t.numel() * t.element_size() for t in _tensors(state)) / 2**20
+        state_mib = sum(t.numel() * t.element_size() for t in timing.tensors(state)) / 2**20
         reset = timing.reset_peak(device)
         with torch.no_grad():
             holder = [state]
@@ -577,16 +558,6 @@ def spawn(cfg, sections, allocator):
             return json.load(f)
 
 
-def machine(device):
-    cpu = runtime.device_name("cpu").rsplit(", ", 1)[0]  # the CPU model, without the core count
-    out = dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
-               platform=platform.platform(), device=str(device))
-    if device.type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(device)
-        out["gpu_memory_gb"] = torch.cuda.get_device_properties(device).total_memory / 1e9
-    return out
-
-
 def main(cfg):
     """Run the chosen sections (each job in a fresh worker process), print tables, write JSON."""
     t0 = time.time()
@@ -607,7 +578,7 @@ def main(cfg):
             out = spawn(cfg, sections, s)
             by_setting[s]["seconds"].update(out.pop("seconds"))
             by_setting[s].update(out)
-    res = dict(machine=dict(**machine(device), load_start=load_start, load_end=os.getloadavg()),
+    res = dict(machine=dict(**timing.machine(device), load_start=load_start, load_end=os.getloadavg()),
                quick=cfg.quick, runs=by_setting, seconds=time.time() - t0)
     bench_report.print_tables(res)
     res = tables.save_json(res, cfg.out, "bench.py", cfg)  # a failed write leaves no half file

@@ -17,18 +17,15 @@ run.json the flags name the model: any of them). The choices where the paper is 
 
 Data (plumbing/batches.py): the same caches and keys as data.py (--cache_dir, --max_tokens); ids are checked
 against the model's vocabulary as a split loads, never inside forward. Training windows are drawn without
-replacement within an epoch, a pure function of (seed, step, rank): micro-batch m of step s on rank r reads
-epoch_batch(step=s * A/W + m, rank=r, world=W), so `--resume` is exact; the log header states the epochs the
-run makes.
+replacement within an epoch, a pure function of (seed, step, rank) (micro-batch m of step s on rank r reads
+epoch_batch(step=s * A/W + m, rank=r, world=W)), so `--resume` is exact.
 
 Evaluation (plumbing/evaluate.py): during training, a quick estimate on eval_iters fixed random batches (the
 curve, ckpt_best); the reported numbers come from --eval_only: each corpus of --eval_data over contiguous
 windows of its whole val split (or --eval_tokens), every token once, eval.json.
 
-Speed: one host sync per optimizer step (loss, grad norm and stop flag read together); a failed --compile logs
-one warning and trains eagerly; ms/step, MFU (runtime.PEAK_FLOPS) and ETA skip the first runtime.WARMUP_STEPS
-steps. torchrun: rank 0 tokenizes any missing cache before the process group starts; the other ranks wait for
-its files (evaluate.wait_for_caches).
+Speed: one host sync per step (loss, grad norm, stop flag); a failed --compile logs one warning and trains
+eagerly; ms/step, MFU and ETA skip runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes a missing cache first.
 
 Faults: inputs are checked before anything is written; a user's mistake is one line (cli.UserError; exit 2 for
 a flag, else 1), a bug keeps its traceback; a non-finite loss stops before its update; Ctrl-C saves ckpt_last

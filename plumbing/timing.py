@@ -1,5 +1,5 @@
 """How bench.py measures: wall time (best, median, interleaved), peak memory, the operators a
-step dispatches and the bytes autograd saves. A measurement, not a model: bench.py holds the
+step dispatches, the bytes autograd saves, the tensors in a state and the machine it ran on. A measurement, not a model: bench.py holds the
 sections that use these and the tables they print.
 
 Shape glossary: B batch, T time.
@@ -7,11 +7,15 @@ Shape glossary: B batch, T time.
 Run: nothing to run; tests/test_bench.py runs every helper through `python bench.py --quick`.
 """
 
+import os
+import platform
 import resource
 import statistics
 import time
 
 import torch
+
+from plumbing import runtime
 
 WARMUP = 3  # calls before timing; see timed()
 
@@ -123,3 +127,22 @@ def train_step(model, idx, opt=None, autocast=None):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return loss
+
+
+def tensors(obj):
+    """Every tensor in nested dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return [t for v in items for t in tensors(v)]
+
+
+def machine(device):
+    """Where a measurement ran: the CPU model, cores, Python, torch, platform, device (and GPU)."""
+    cpu = runtime.device_name("cpu").rsplit(", ", 1)[0]  # the CPU model, without the core count
+    out = dict(cpu=cpu, cores=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
+               platform=platform.platform(), device=str(device))
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+        out["gpu_memory_gb"] = torch.cuda.get_device_properties(device).total_memory / 1e9
+    return out
