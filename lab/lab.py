@@ -427,6 +427,8 @@ text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 # - On real text (section 6) the write readers beat a same-size GPT on bytes overall by
 #   predicting the bytes no copy predicts better; GPT keeps its lead on copies, most on the far
 #   ones: the additive state's loss is the write's, the far copies' is the fixed decays'.
+#   One softmax layer over the trace history above three write blocks takes the copies back
+#   (results/map/README.md: what brings them back, and at what state).
 # - The full runs behind every committed number: `python probe.py` (3 seeds), `python recall.py`
 #   (7 variants), `python frontier.py` (the map: 132 runs), `python train.py --preset cpu_bytes`,
 #   `python ablate.py --preset cpu_bytes`, `python scaling.py`; their READMEs under `results/`
