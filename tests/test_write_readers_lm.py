@@ -146,3 +146,19 @@ def test_a_hybrid_trains_resumes_and_samples(tmp_path, capsys):
     sizes = sample.state_sizes(model, torch.tensor([65, 66, 67]))
     assert sizes[-1] - sizes[-2] == 2 * 3 * 32  # one block's cache: 2 S C per token
     assert "grows" in sample.describe_state(model, sizes)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(predictor="ema_kv,softmax_attn", reads="state,history"), "one per block"),  # 2 names, 4 blocks
+    (dict(predictor="ema_kv,ema_kv,ema_kv,lstm", reads="state"), "predictor"),
+    (dict(predictor="softmax_attn", reads="history", window=256), "window"),  # w = T: not a window
+    (dict(predictor="softmax_attn", reads="history", window=-1), "window"),
+    (dict(predictor="delta", window=32), "window"),  # no block reads the history
+    (dict(predictor="delta", conv=-1), "conv"), (dict(predictor="linear", conv=4), "conv")])
+def test_the_maps_options_are_refused_in_one_line_before_anything_trains(kw, match, tmp_path):
+    """A per-block list of the wrong length, an unknown reader, a window of T or more (or below 0),
+    a window or a convolution on a model without the reader it applies to: one line, no folder made.
+    (0 means none for both window and conv: their defaults.)"""
+    with pytest.raises(cli.ConfigError, match=match) as e:
+        train.make_config("cpu_bytes", out_dir=str(tmp_path / "run"), **kw)
+    assert "\n" not in str(e.value) and not (tmp_path / "run").exists()
