@@ -254,8 +254,7 @@ def gated_delta_chunked(q, k, v, beta, g, chunk=64):
 
 
 # ------------------------------------------------------------------------------------------
-# Readers that WRITE a state of key-value outer products of their own (module docstring); the
-# rules themselves (step, loop, chunked form) are py's.
+# The readers that write (WRITE_READERS, at the end): projections -> the rule above -> the read-out.
 
 
 class ShortConv(nn.Module):
@@ -357,7 +356,6 @@ class _WriteReader(Reader):
         return math.prod(self.state_shape) + conv
 
 
-
 class EMAKVState(_WriteReader):
     """('ema_kv', 'state'): linear attention with fixed decays (as RetNet, with one query per decay),
     a state of S_w (D x D) matrices per head of key-value outer products:
@@ -366,10 +364,9 @@ class EMAKVState(_WriteReader):
     paper's trace decays. ema_kv_ref is the definition, ema_kv_chunked the fast path."""
 
     def __init__(self, cfg):
-        self_alphas = cfg.write_alphas or cfg.alphas  # the S_w write decays
-        D = cfg.n_embd // cfg.n_head
-        super().__init__(cfg, len(self_alphas), (cfg.n_head, len(self_alphas), D, D))  # W_q: C -> S_w*C; S_w*C*D floats
-        self.alphas = self_alphas
+        alphas, D = cfg.write_alphas or cfg.alphas, cfg.n_embd // cfg.n_head  # the S_w write decays
+        super().__init__(cfg, len(alphas), (cfg.n_head, len(alphas), D, D))  # W_q: C -> S_w*C; S_w*C*D floats
+        self.alphas = alphas
 
     def forward(self, u, h_prev):
         (q, k, v), _ = self.project(u, h_prev)  # (B, T, S_w C), (B, T, C), (B, T, C)
@@ -428,8 +425,8 @@ class DeltaRuleState(_WriteReader):
     def step(self, u_t, h_prev_t, state):
         q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
         with ema._no_autocast(u_t.device):
-            y, M = delta_rule_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0],
-                                          state["M"].to(q.dtype), self.a)  # (B, H, D)
+            y, M = delta_rule_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], state["M"].to(q.dtype),
+                                   self.a)  # (B, H, D)
             return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
     def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times N; P: 3 products
@@ -443,9 +440,11 @@ class GatedDeltaState(DeltaRuleState):
         alpha_t = exp(-exp(A_log) softplus(W_a u_t + dt_bias)) per head,  beta_t = sigmoid(W_beta u_t),
         x̂_t = RMSNorm(y_t) g * SiLU(W_gate u_t)   (per head norm; no output projection: W_mix follows).
     q and k are L2-normalised as in delta; the short convolution is cfg.conv (the published model
-    uses K = 4). gated_delta_ref is the definition, gated_delta_chunked the fast path."""
+    uses K = 4). gated_delta_ref is the definition, gated_delta_chunked the fast path; attn_flops is
+    the delta rule's (the decays inside a chunk are elementwise: left out)."""
 
     max_write_decays = 0  # its decay is learned: write_alphas does not apply
+    own_norm = True  # its output norm is always on: read_norm does not apply (spen.check)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -495,11 +494,8 @@ class GatedDeltaState(DeltaRuleState):
         g = self.log_decay(u_t[:, None])[:, :, 0]  # (B, H)
         with ema._no_autocast(u_t.device):
             y, M = gated_delta_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g,
-                                           state["M"].to(q.dtype))  # (B, H, D)
+                                    state["M"].to(q.dtype))  # (B, H, D)
         return self.gated(y[:, :, None], u_t[:, None])[:, 0], self.state(M, conv)  # (B, C)
-
-    def attn_flops(self, T):  # the delta rule's, plus the decays inside the chunk (elementwise: left out)
-        return super().attn_flops(T)
 
 
 # (predictor, reads) -> class, for spen.READERS. A new write reader: a class above and one line here.

@@ -393,6 +393,7 @@ def test_bad_config_gives_clear_error(field, value):
     (dict(predictor="linear", conv=4), "conv.* the model has none"),
     (dict(predictor="delta", conv=-1), "conv must be"), (dict(predictor="delta", conv=4.0), "conv must be"),
     (dict(predictor="gated_delta", write_alphas=(0.1,)), "gated_delta.* takes at most 0"),
+    (dict(predictor="gated_delta", read_norm=True), "read_norm: gated_delta"),
     (dict(predictor="softmax_attn", reads="history", window=32), "window .* below block_size"),
     (dict(predictor="softmax_attn", reads="history", window=-1), "window must be"),
     (dict(predictor="delta", window=4), "window applies to"),
