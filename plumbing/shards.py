@@ -170,9 +170,13 @@ def _encoded(docs, encode, num_proc=1):
 
 
 def _exit_with(parent):
-    """Worker initializer: end this encoding process when its parent is gone (killed -9, it
-    could not terminate its pool), rather than linger."""
+    """Worker initializer: ignore Ctrl-C (the parent answers it for the group in one line and
+    terminates the pool; a worker would print a KeyboardInterrupt traceback each), and end this
+    encoding process when its parent is gone (killed -9, it could not terminate its pool), rather
+    than linger."""
+    import signal
     import threading
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch():
         while os.getppid() == parent:
