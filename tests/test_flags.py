@@ -3,7 +3,7 @@ bounds): 0, -1, nan, inf, a huge value and the type's edge. Each is a config or 
 exit 2 before anything is built, trained or written; a value outside the field's bounds is refused
 naming the flag. A field added without bounds fails here the day it lands; a command added without
 an entry in COMMANDS fails too. In-process (the parsers' own parse functions); the few cases of
-issue 40 run once more as real commands at the end."""
+the cases found by hand before the fuzz existed run once more as real commands at the end."""
 
 import dataclasses
 import glob
@@ -95,7 +95,7 @@ def test_numeric_flag_fuzzed(script, Config, parse, base, f, capsys):
     (["probe.py", "--threads", "99999"], "--threads"),
     (["frontier.py", "--report", "--seeds", "100000"], "--seeds"),
 ])
-def test_issue_cases_are_one_line(argv, flag, capsys):
+def test_hand_found_cases_are_one_line(argv, flag, capsys):
     parse = COMMANDS[argv[0]][0][1]
     with pytest.raises(SystemExit) as e:
         parse(argv[1:])

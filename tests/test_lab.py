@@ -56,7 +56,7 @@ def _onehot(y_train, y_test):
 
 
 def _probe_least_squares(X_train, y_train, X_test, y_test, l2=1e-3):
-    """Plain least squares: the l2 argument never used (issue 39: reverses section 3 on SPCN's features)."""
+    """Plain least squares: the l2 argument never used (it reverses section 3 on SPCN's features)."""
     Z, Zt = (_with_one(X).double() for X in _standardise(X_train, X_test))
     return _score(torch.linalg.lstsq(Z, _onehot(y_train, y_test)).solution, Zt, y_test)
 
@@ -124,7 +124,7 @@ def _mqar_values_first(keys, values, slots, T, blank):
 
 
 def _window_loop(alpha, mass=0.9):
-    """A loop without the argument checks: at alpha = 0 it never ends (issue 39)."""
+    """A loop without the argument checks: at alpha = 0 it never ends."""
     k, carried = 0, 0.0
     while carried < mass - 1e-12:
         carried += alpha * (1 - alpha) ** k
@@ -169,7 +169,7 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("mqar_sequence", _mqar_values_first, "value first"),
     ("binding", lambda acc, N: acc - 1 / N, "rescale"),  # not rescaled
     ("recalled_pairs", lambda acc, N: acc * N, "free guess"),
-    ("recalled_pairs", lambda acc, N: round(N * acc - 1), "do not round"),  # issue 39: an integer answer
+    ("recalled_pairs", lambda acc, N: round(N * acc - 1), "do not round"),  # an integer answer
     ("recalled_pairs", lambda acc, N: float(int(N * acc - 1)), "do not round"),
     ("ema_kv_step", _ema_kv(read_after=True), "after writing"),
     ("ema_kv_step", _ema_kv(read="M"), "reads M q"),
@@ -197,7 +197,7 @@ def test_a_right_probe_written_otherwise_passes():
 
 @pytest.mark.slow
 def test_a_hang_is_one_line_naming_the_call(monkeypatch):
-    """effective_window as a loop without argument checks never returns at alpha = 0 (issue 39)."""
+    """effective_window as a loop without argument checks never returns at alpha = 0."""
     monkeypatch.setattr(checks, "LIMIT_S", 0.5)
     t0 = time.time()
     passed, message = checks.verdict("effective_window", _window_loop)
@@ -234,7 +234,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
 
 
 def test_the_written_answer_counts_bits_right():
-    """192 float32 numbers are 6,144 bits (issue 39: the answer said 3,072)."""
+    """192 float32 numbers are 6,144 bits (not 3,072: bits are 32 per number)."""
     assert "6,144 bits" in solutions.ANSWER_5C and "3,072" not in solutions.ANSWER_5C
     import jupytext
     text = "\n".join(c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells)

@@ -1,7 +1,7 @@
 """Results files read back are checked for shape, not only JSON: a truncated file or a field of the
 wrong type is one line naming the file and the way out (scaling.json, ablate.json, a frontier run
 file); every committed results file passes the same checks; no wrong number is tabled (a diverged
-run is marked, in no mean); the report paths of issue 40 (scaling.py with no copy, --no-train on a
+run is marked, in no mean); the report paths that crashed once (scaling.py with no copy, --no-train on a
 folder with no run, a Ctrl-C's checkpoint between two points, a checkpoint path that is a folder)."""
 
 import glob
