@@ -47,9 +47,13 @@ def one_line_errors():
         ip = get_ipython()  # noqa: F821 (defined inside IPython only)
     except NameError:
         previous = sys.excepthook
-        sys.excepthook = lambda etype, value, tb: (print(f"error: {' '.join(str(value).split())}", file=sys.stderr),
-                                                   sys.exit(2)) if issubclass(etype, cli.UserError) \
-            else previous(etype, value, tb)
+
+        def hook(etype, value, tb):
+            if not issubclass(etype, cli.UserError):
+                return previous(etype, value, tb)
+            print(f"error: {' '.join(str(value).split())}", file=sys.stderr)
+            sys.exit(2)
+        sys.excepthook = hook
         return
     ip.set_custom_exc((cli.UserError,), lambda shell, etype, value, tb, tb_offset=None:
                       print(f"error: {' '.join(str(value).split())}", file=sys.stderr))
