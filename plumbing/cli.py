@@ -32,7 +32,8 @@ Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0
 
 Ctrl-C: `exit_on_ctrl_c(__name__, "x.py")`, called before a command's heavy imports, makes a Ctrl-C
 from the first second one line and exit 130; main_guard then takes it over (KeyboardInterrupt),
-and ignores it once the work is done (the interpreter's teardown).
+and ignores it once the work is done (the interpreter's teardown). `sigint_held()` holds a Ctrl-C
+back while worker processes start (plumbing/grid.py, plumbing/shards.py) and delivers it after.
 
 Errors: `UserError` is THE exception for a mistake the user can fix (a flag, a file, a
 checkpoint, the data): its message is one line saying what to do, and `main_guard` prints it
@@ -43,6 +44,7 @@ Run: nothing to run; tests/test_cli.py checks this file.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import signal
@@ -220,6 +222,29 @@ def exit_on_ctrl_c(name, prog):
 
 
 _script = False  # a command run as a script (exit_on_ctrl_c): main_guard then ignores Ctrl-C once its work is done
+
+
+@contextlib.contextmanager
+def sigint_held():
+    """A Ctrl-C (SIGINT) held back inside and delivered on leaving: for starting worker processes,
+    which a Ctrl-C in mid-start would leave half-made (a child that never gets its job prints a
+    traceback). Two layers, because the kernel hands a signal to any thread that does not block
+    it while Python runs its handler in the main thread: the main thread's mask blocks it (a
+    process started here inherits the block, through fork and exec, until it lifts it), and a
+    handler that only notes it holds one another thread (torch's, say) took. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted = []
+    old = signal.signal(signal.SIGINT, lambda *_: noted.append(True))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one blocked meanwhile is noted now
+        signal.signal(signal.SIGINT, old)
+        if noted:
+            signal.raise_signal(signal.SIGINT)  # to the handler there was before
 
 
 def main_guard(run, prog=None, interrupted="interrupted (Ctrl-C)"):

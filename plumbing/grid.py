@@ -42,12 +42,12 @@ module-level function (it is pickled by name). A worker lives and dies with this
     - it starts with SIGINT blocked (a Ctrl-C while it imports is no traceback, and is not lost:
       it arrives once the worker unblocks it, before fn), then takes Ctrl-C as KeyboardInterrupt
       inside fn (train.py installs its own handler and saves); a job stopped by it exits 130,
-      quietly. The parent blocks SIGINT too while it starts a worker (a Ctrl-C then arrives just
-      after). On a Ctrl-C, run_jobs stops at once the workers still starting (nothing to save),
-      says after 5 s how many it waits for, gives
-      the others up to `grace` seconds to save and stop (then SIGTERM, then SIGKILL), yields the
-      results of those that finished their job meanwhile (a grid saves them), then raises
-      KeyboardInterrupt;
+      quietly. The parent holds a Ctrl-C back while it starts a worker (cli.sigint_held: it
+      arrives just after, when the worker is whole and in the list stop() reads). On a Ctrl-C,
+      run_jobs stops at once the workers still starting (nothing to save), says after 5 s how
+      many it waits for, gives the others up to `grace` seconds to save and stop (then SIGTERM,
+      then SIGKILL), yields the results of those that finished their job meanwhile (a grid
+      saves them), then raises KeyboardInterrupt;
     - a thread in it polls its parent's pid and ends it within a second of the parent's death
       (a SIGKILL of the parent included: no worker trains on for nobody).
 A worker that fails prints its own traceback (or, for a cli.UserError, its one line) and
@@ -275,20 +275,6 @@ def _worker(fn, job, conn, parent, started):
 
 
 @contextlib.contextmanager
-def _sigint_blocked():
-    """SIGINT blocked inside (not ignored: one sent meanwhile arrives on leaving); a worker started here
-    inherits the block, through exec, until _worker lifts it. Only the main thread sets it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-@contextlib.contextmanager
 def _sigint_ignored():
     """SIGINT ignored inside: a second Ctrl-C while the workers stop is no traceback. Only the main
     thread sets handlers."""
@@ -317,7 +303,7 @@ def run_jobs(fn, jobs, workers, grace=30):
                 recv, send = ctx.Pipe(duplex=False)
                 started = ctx.Event()
                 p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid(), started))
-                with _sigint_blocked():  # a Ctrl-C arrives once p is in running, where stop() finds it
+                with cli.sigint_held():  # a Ctrl-C arrives once p is in running, where stop() finds it
                     p.start()
                     send.close()  # the child holds its own copy: EOF here once it exits
                     running[p] = (pending.pop(0), recv, started)

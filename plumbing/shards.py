@@ -45,7 +45,7 @@ import shutil
 import sys
 import time
 
-from plumbing import sources
+from plumbing import cli, sources
 
 SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
@@ -158,7 +158,9 @@ def _encoded(docs, encode, num_proc=1):
         return
     import multiprocessing
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ctx.Pool(num_proc, _exit_with, (os.getpid(),)) as pool:  # left early: terminated here
+    with cli.sigint_held():  # a Ctrl-C meanwhile arrives once the pool is whole, which `with` then terminates
+        pool = ctx.Pool(num_proc, _exit_with, (os.getpid(),))
+    with pool:  # left early: terminated here
         pending = collections.deque()
         for batch in batches:
             pending.append(pool.apply_async(encode, (batch,)))

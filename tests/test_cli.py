@@ -93,3 +93,27 @@ def test_command_line_reproduces_the_config():
     class On:
         compile: bool = cli.arg(True, "compile")
     assert cli.command_line("x.py", On(compile=False)) == "python x.py --no-compile"
+
+
+@pytest.mark.parametrize("taker", ["main", "other"])
+def test_sigint_held_delivers_a_ctrl_c_on_leaving_whichever_thread_took_it(taker):
+    """A Ctrl-C while workers start is held, then delivered once: also when another thread, whose
+    mask does not block it (torch's pool, say), is the one the kernel hands it to."""
+    import signal
+    import threading
+    import time
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    reached = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with cli.sigint_held():
+                signal.pthread_kill(threading.main_thread().ident if taker == "main" else other.ident, signal.SIGINT)
+                time.sleep(0.05)
+                sum(range(1000))  # bytecodes at which a pending handler would run
+                reached = True
+    finally:
+        stop.set()
+        other.join()
+    assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
