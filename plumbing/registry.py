@@ -33,7 +33,7 @@ MODELS = {  # name -> TrainConfig overrides; everything else is shared by all mo
     "delta_decay": dict(model="spen", predictor="delta", reads="state", context="ema", write_alphas=(0.02,)),
     "delta_norm": dict(model="spen", predictor="delta", reads="state", context="ema", read_norm=True),
     # what might bring the copies back (results/map): a wider head, a short convolution, a gate, a window, one
-    # attention layer among write readers (the last of n_layer = 4 blocks)
+    # attention layer among write readers (block 3, the last of n_layer = 4, or block 1)
     "delta_wide": dict(model="spen", predictor="delta", reads="state", context="ema", n_head=1),
     "delta_conv": dict(model="spen", predictor="delta", reads="state", context="ema", conv=4),
     "ema_kv_conv": dict(model="spen", predictor="ema_kv", reads="state", context="ema", conv=4),
@@ -44,10 +44,12 @@ MODELS = {  # name -> TrainConfig overrides; everything else is shared by all mo
                           context="ema"),
     "hybrid_gated_delta": dict(model="spen", predictor="gated_delta,gated_delta,gated_delta,softmax_attn",
                                reads="state,state,state,history", context="ema", conv=4),
+    "hybrid_gated_delta_1": dict(model="spen", predictor="gated_delta,softmax_attn,gated_delta,gated_delta",
+                                 reads="state,history,state,state", context="ema", conv=4),  # attention in block 1
     "gpt": dict(model="gpt"),
 }
 MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_delta_wide", "softmax_window", "hybrid_ema_kv",
-       "hybrid_gated_delta")  # the map on text's candidates: scaling.py's curves at 4 blocks (results/map)
+       "hybrid_gated_delta", "hybrid_gated_delta_1")  # the map on text's candidates: scaling.py's curves at 4 blocks (results/map)
 ABLATION = tuple(n for n in MODELS if n not in MAP)  # ablate.py's default: the readers and the ingredients
 FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
@@ -59,4 +61,5 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
           "ema_kv_conv": "write, ema_kv + short conv (K = 4)", "gated_delta": "write, gated delta rule + conv (GDN)",
           "gated_delta_wide": "write, GDN, one head of width C", "softmax_window": "history, last 32 positions",
           "hybrid_ema_kv": "hybrid: 3 ema_kv + 1 softmax_history", "hybrid_gated_delta": "hybrid: 3 GDN + 1 softmax_history",
+          "hybrid_gated_delta_1": "hybrid: GDN, softmax_history, 2 GDN",
           "gpt": "tokens (KV cache)"}
