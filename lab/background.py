@@ -1,7 +1,7 @@
 """The lab's long runs in a background process: recall.py's quick run, the four write points and
-the byte run, one after another, each as the notebook's own cell would run it (helpers), its
-printed lines and result written to OUT/background/<job>.json for the cell that needs it
-(helpers.collect). Started by helpers.start_background (the notebook's "start the long runs" cell):
+the byte run, one after another, each as the notebook's own cell would run it (lab/helpers.py,
+lab/write.py), its printed lines and result written to OUT/background/<job>.json for the cell
+that needs it (helpers.collect). Started by helpers.start_background (the notebook's "start the long runs" cell):
 
     python -m lab.background TOKEN      # TOKEN: the starting kernel's, so that it reads only its own results
 """
@@ -14,7 +14,8 @@ import traceback
 
 def main(token):
     from lab import helpers as H
-    jobs = dict(recall=lambda: H.recall_quiet(H.recall_config()), points=H.train_points, bytes=H.train_bytes)
+    from lab import write as W
+    jobs = dict(recall=lambda: H.recall_quiet(H.recall_config()), points=W.train_points, bytes=W.train_bytes)
     for job in H.JOBS:
         text = io.StringIO()
         try:

@@ -121,6 +121,7 @@ import torch  # noqa: E402
 
 import ema  # noqa: E402
 from lab import helpers as H  # noqa: E402  (a bad LAB_* value stops here, in one line)
+from lab import write as W  # noqa: E402  (sections 5 and 6: the write, toy and on bytes)
 from lab.checks import check  # noqa: E402
 from plumbing import ngram  # noqa: E402
 
@@ -331,7 +332,7 @@ wrote = check("ema_kv_step", ex.ema_kv_step) & check("delta_step", ex.delta_step
 # %%
 ex = H.exercises()
 if wrote and probed:
-    write_acc = H.write_table(ex.ema_kv_step, ex.delta_step, ex.probe_accuracy)
+    write_acc = W.write_table(ex.ema_kv_step, ex.delta_step, ex.probe_accuracy)
 else:
     print("the table needs exercise 6 and exercise 3 to pass (re-run their check cells after writing them)")
 
@@ -345,8 +346,8 @@ else:
 # at every point: bytes are not what is short, the write is.
 
 # %%
-points = H.train_points()
-H.plot_points(points);
+points = W.train_points()
+W.plot_points(points);
 
 # %% [markdown]
 # ## 6. Bytes: a loss, its yardsticks, a sample
@@ -361,8 +362,8 @@ H.plot_points(points);
 
 # %%
 ex = H.exercises()
-train_bytes, val_bytes = H.byte_data()
-y = H.yardsticks()
+train_bytes, val_bytes = W.byte_data()
+y = W.yardsticks()
 print("yardsticks (nats/byte):", {k: round(v, 3) for k, v in y.items()})
 if check("compressor_nats_per_byte", ex.compressor_nats_per_byte):
     print("yours on the val bytes:", {k: round(v, 3) for k, v in
@@ -375,9 +376,9 @@ if check("compressor_nats_per_byte", ex.compressor_nats_per_byte):
 # three.
 
 # %%
-run = H.train_bytes()
+run = W.train_bytes()
 print(f"val loss {run['val_loss']:.3f} nats/byte after {run['step']} steps ({run['seconds']:.0f} s)")
-H.plot_bytes(run, y);
+W.plot_bytes(run, y);
 
 # %% [markdown]
 # Where the loss goes: bytes that an in-context copy predicts (the byte and the 8 before it
@@ -391,8 +392,8 @@ H.plot_bytes(run, y);
 # and at where each model wins: the cell after the table says it in words, from the same file.
 
 # %%
-H.split_table(H.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"], run.get("val_loss"))
-H.write_on_bytes();
+W.split_table(W.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"], run.get("val_loss"))
+W.write_on_bytes();
 
 # %% [markdown]
 # So on bytes the write does what section 5 showed on MQAR, in part: the write readers beat GPT
@@ -410,7 +411,7 @@ H.write_on_bytes();
 # steps and about 1.67 nats/byte expect fewer whole words and more broken ones.
 
 # %%
-text = H.generate(run["ckpt"], start="The list")  # sample.py prints the sample and the size of SPEN's state
+text = W.generate(run["ckpt"], start="The list")  # sample.py prints the sample and the size of SPEN's state
 
 # %% [markdown]
 # ## What you saw, and where to go next

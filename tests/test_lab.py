@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from plumbing import cli
-from lab import checks, exercises, helpers, solutions
+from lab import checks, exercises, helpers, solutions, write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = os.path.join(ROOT, "lab")
@@ -345,21 +345,21 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
     (lambda: helpers.recall_config(variants=("gpt", "lstm")), "--variants"),
     (lambda: helpers.recall_config(steps=0), "--steps"),
     (lambda: helpers.probe_config(n_train=0), "--n_train"),
-    (lambda: helpers.train_bytes(max_iters=0), "--max_iters"),
+    (lambda: write.train_bytes(max_iters=0), "--max_iters"),
     (lambda: helpers.probe_features(n_sentences=1), "n_sentences"),
     (lambda: helpers.show_mqar(N=0), "N"),
     (lambda: helpers.two_pasts(T=1), "T"),
-    (lambda: helpers.loss_split("nowhere.pt", windows=0), "windows"),
+    (lambda: write.loss_split("nowhere.pt", windows=0), "windows"),
     (lambda: helpers.probe_features(n_sentences=0), "n_sentences"),
     (lambda: helpers.impulse_response(T=None), "T"),
     (lambda: helpers.two_pasts(T=None), "T"),
     (lambda: helpers.show_mqar(N=None), "N"),
-    (lambda: helpers.write_task(N=4, n_seq=-1), "n_seq"),
-    (lambda: helpers.train_points(steps=-1), "steps"),
-    (lambda: helpers.train_points(decay=None), "decay"),
-    (lambda: helpers.loss_split("nowhere.pt", windows=-3), "windows"),
+    (lambda: write.write_task(N=4, n_seq=-1), "n_seq"),
+    (lambda: write.train_points(steps=-1), "steps"),
+    (lambda: write.train_points(decay=None), "decay"),
+    (lambda: write.loss_split("nowhere.pt", windows=-3), "windows"),
     (lambda: helpers.recall_table(None, None, None), "recall_table"),
-    (lambda: helpers.loss_split(None), "checkpoint"),
+    (lambda: write.loss_split(None), "checkpoint"),
     (lambda: helpers.plot_impulse(windows=[1]), "windows"),
 ])
 def test_helpers_refuse_bad_input_in_one_line(call, flag):
