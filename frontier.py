@@ -225,18 +225,14 @@ SAVED = dict(setting=str, point=str, seed=int, test={"acc": tables.Each(tables.N
              params=int, seconds=tables.NUMBER)  # what summarize reads, and its shape (grid.Grid checks it)
 
 
-ADDED = ("write_alphas", "read_norm", "conv", "window")  # SPENConfig fields newer than the committed runs
-
-
 def run_key(cfg, setting, family, knobs):
-    """Everything a run's numbers depend on: a saved run is reused only under the same key. A model
-    field SPENConfig gained after the committed runs (ADDED) is in the key only when it is not at
-    its default: at the default it changes nothing, so those runs stay valid."""
-    model = build_model(cfg, setting, family, knobs).config
-    fields = {f.name: f.default for f in dataclasses.fields(model)}
+    """Everything a run's numbers depend on: a saved run is reused only under the same key."""
     return dict(recall=recall.run_settings(recall_config(cfg, setting, knobs)), family=family, knobs=knobs,
-                model={k: v for k, v in dataclasses.asdict(model).items()
-                       if not isinstance(model, spen.SPENConfig) or k not in ADDED or v != fields[k]})
+                model=dataclasses.asdict(build_model(cfg, setting, family, knobs).config))
+
+
+NEWER = {f"model.{f.name}": f.default for f in dataclasses.fields(spen.SPENConfig)}  # a model field a saved run
+# lacks is newer than the run: it ran as the field's default does (grid.Grid's `absent`)
 
 
 def jobs(cfg):
@@ -416,7 +412,7 @@ def main(cfg):
               flush=True)
     t0, out = time.time(), lambda name: os.path.join(cfg.out_dir, name)
     with grid.Grid(cfg.out_dir, jobs(cfg), cli.command_line("frontier.py", cfg), vars(cfg), SAVED,
-                   lock=not cfg.report) as cache:
+                   lock=not cfg.report, absent=NEWER) as cache:
         if cfg.report and not cache.saved:
             raise grid.GridError(f"--report: no saved run of this grid in {cache.folder} (a typo in --out_dir?); "
                                  f"train them with the same command without --report")

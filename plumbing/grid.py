@@ -136,12 +136,15 @@ class Grid:
     """OUT/runs as one grid command sees it (a context manager); see the module docstring.
     flags: the command's flag names (a differing setting is named --flag); needs: the keys the
     command reads from a saved run, or {key: shape} (tables.shape_error: a saved run of another shape is
-    one line too); lock=False only reads (a report while a grid runs)."""
+    one line too); lock=False only reads (a report while a grid runs); absent: {dotted key path:
+    value}, what a path a saved key lacks stood for (a config field newer than the saved runs: its
+    default, the behaviour before it existed), so those runs stay valid while the field is at it."""
 
-    def __init__(self, out_dir, jobs, command, flags=(), needs=(), lock=True):
+    def __init__(self, out_dir, jobs, command, flags=(), needs=(), lock=True, absent=None):
         self.out_dir, self.folder, self.command = out_dir, os.path.join(out_dir, "runs"), command
         needs = needs if isinstance(needs, dict) else dict.fromkeys(needs)
         self.jobs, self.flags, self.needs, self.lock = list(jobs), set(flags), {"config": dict, **needs}, lock
+        self.absent = json.loads(json.dumps(absent or {}))  # as a saved file reads back
         self.keys = {j.name: json.loads(json.dumps(j.key)) for j in self.jobs}  # as a saved file reads back
         self.saved, self.stack = {}, contextlib.ExitStack()
 
@@ -166,7 +169,7 @@ class Grid:
         differ = []
         for job in self.jobs:
             saved = self.load(job.name)
-            if saved is not None and saved["config"] != self.keys[job.name]:
+            if saved is not None and self.differing(saved["config"], self.keys[job.name]):
                 differ.append((job.name, saved["config"]))
             elif saved is not None:
                 self.saved[job.name] = dict(saved, reused=True)
@@ -202,11 +205,19 @@ class Grid:
             raise GridError(f"{path} is not a saved run of this command ({wrong}); {redo}")
         return saved
 
+    def differing(self, saved, key):
+        """The dotted paths where a saved run's key and a job's differ, a path the saved one lacks
+        read as `absent` says."""
+        old = {k: self.absent[k] for k in self.absent} | leaves(saved)
+        new = leaves(key)
+        return sorted(k for k in old.keys() | new.keys()
+                      if old.get(k, ABSENT) != new.get(k, ABSENT) and (k in new or k not in self.absent))
+
     def mismatch(self, name, saved):
         """The one line for a run saved under other settings: the first that differs, and the ways out."""
         old, new = leaves(saved), leaves(self.keys[name])
         named = [("--" + k.rsplit(".", 1)[-1] if k.rsplit(".", 1)[-1] in self.flags else k, k) for k in
-                 sorted(k for k in old.keys() | new.keys() if old.get(k, ABSENT) != new.get(k, ABSENT))]
+                 self.differing(saved, self.keys[name])]
         named.sort(key=lambda fk: not fk[0].startswith("--"))  # a flag first: what the user can change
         (flag, key), also = named[0], ", ".join(f for f, _ in named[1:])
         show = lambda d: "(absent)" if d.get(key, ABSENT) is ABSENT else json.dumps(d[key])

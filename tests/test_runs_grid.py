@@ -60,6 +60,20 @@ def test_a_saved_run_is_reused_under_its_config_and_never_replaced_by_another(tm
     assert (tmp_path / "runs" / "a_s0.json").read_bytes() == before
 
 
+def test_a_field_newer_than_the_saved_runs_keeps_them_valid_only_at_its_default(tmp_path):
+    """A key path a saved run lacks reads as `absent` says (the behaviour before the field existed)."""
+    run(tmp_path, jobs("a_s0"))  # saved without model.conv
+    newer = {**KEY, "model": {"n_embd": 16, "conv": 0}}
+
+    def again(key, absent):
+        with grid.Grid(str(tmp_path), jobs("a_s0", key=key), "python grid.py", needs=("twice",), absent=absent) as g:
+            return g.run(double, 1, lambda r, done, todo, s: "")
+    assert again(newer, {"model.conv": 0, "model.window": 0})[0]["reused"]  # a path neither key has: no matter
+    for key, absent in ((newer, None), ({**KEY, "model": {"n_embd": 16, "conv": 4}}, {"model.conv": 0})):
+        with pytest.raises(grid.GridError, match="model.conv"):
+            again(key, absent)
+
+
 @pytest.mark.parametrize("text, says", [('{"twice": 2, "conf', "not a readable saved run"),
                                         ("", "not a readable saved run"),
                                         ("[1, 2]", "a JSON list, not an object"),
