@@ -196,15 +196,20 @@ def model_overrides(name):
     return kind, {k: tuple(v.split(",")) if isinstance(v, str) and "," in v else v for k, v in spec.items()}
 
 
-def state_kind(name, T=24):
+def state_kind(name, T=2048):
     """What a named model's step() holds, from the model itself (built on the meta device at recall's
-    default size): 'traces' (the S trace vectors only), 'bounded' (more, but not growing with T) or
-    'grows' (a cache of the past); None for a name no longer known."""
+    default size, a per-block line at its own depth): 'traces' (the S trace vectors only), 'bounded'
+    (more, but not growing from T to 2T tokens: T above any window) or 'grows' (a cache of the
+    past, in any block); None for a name no longer known. dev/map.py reads it too: the one place a
+    model is called bounded."""
     name = RENAMED.get(name, name)
     if name not in names():
         return None
+    kind, overrides = model_overrides(name)
+    blocks = overrides.get("predictor")
+    cfg = dataclasses.replace(RecallConfig(), n_layer=len(blocks)) if isinstance(blocks, tuple) else RecallConfig()
     with torch.device("meta"):  # shapes only
-        model = build_model(RecallConfig(), *model_overrides(name))
+        model = build_model(cfg, kind, {**overrides, "block_size": 2 * T})
     floats = model.state_floats(T)
     if floats != model.state_floats(2 * T):
         return "grows"
