@@ -375,8 +375,9 @@ def check(cfg):
     require(cfg.window < cfg.block_size, f"window ({cfg.window}) must be below block_size ({cfg.block_size}); "
             f"0 for no window")
     require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
-    require(not cfg.read_norm or not any(getattr(c, "own_norm", False) for c in classes),
-            "read_norm: gated_delta normalises its output already (its own RMSNorm and gate); drop read_norm")
+    own = [p for (p, _), c in zip(blocks, classes) if getattr(c, "own_norm", False)]
+    require(not cfg.read_norm or not own,
+            f"read_norm: {', '.join(own)} normalises its output already (its own RMSNorm and gate); drop read_norm")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
             f"dropout must be in [0, 1), got {cfg.dropout!r}")
 

@@ -1,7 +1,7 @@
 """SPEN's variants: the reader contract (Reader), the attention readers of the traces and the
 selective context. spen.py imports them by name (VARIANT_READERS, SelectiveContext); the paper's
 own reader (the linear predictor) and context (fixed-decay EMA) live in spen.py, the readers that
-write a state of their own (ema_kv, delta, gated_delta) in writes.py beside their rules.
+write a state of their own (ema_kv, delta, gated_delta, gated_ema_kv) in writes.py beside their rules.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN" and its
 predictor ablation (a linear map and full softmax attention over the traces tie). The paper

@@ -1,5 +1,5 @@
 """The write rules and the readers that write: states of key-value outer products (SPEN's write
-readers, `predictor` = ema_kv | delta | gated_delta).
+readers, `predictor` = ema_kv | delta | gated_delta | gated_ema_kv).
 
 Each rule as ema.py writes the traces: the one-token step (the definition), the loop over time
 (the reference, `trace_method='loop'` in the model), and the chunked form with its derivation
@@ -10,6 +10,8 @@ the same split as `fla/ops/<op>/naive.py` beside each kernel.
     delta        M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T         DeltaNet; g = 1 - a fixed
     gated delta  M_t = alpha_t M_{t-1} + beta_t (v_t - alpha_t M_{t-1} k_t) k_t^T   Gated DeltaNet:
                  alpha_t in (0, 1) from the input, passed as its log g_t = log alpha_t <= 0
+    gated, no delta  M_t = alpha_t M_{t-1} + beta_t v_t k_t^T    the control (gated_ema_kv): the same gate,
+                 no correction (delta=False in the gated rule's three forms; Mamba-2's scalar decay)
 
 Every rule here READS BEFORE IT WRITES: y_t = M_{t-1} q_t, so SPEN's prediction x̂_t of u_t never
 sees v_t = W_v u_t. fla's references read after the write (o_t = S_t q_t): the same recurrence,
@@ -22,7 +24,7 @@ state is float32 under autocast. Parameters per block and state floats per layer
 traces; K the convolution's kernel, X its channels):
   ema_kv       (S_w + S + 1) C^2            S_w C D (+ (K - 1) X)
   delta        (S + 2) C^2 + H C            C D (+ (K - 1) X)
-  gated_delta  (S + 3) C^2 + 2 H C + ...    C D (+ (K - 1) X)
+  gated_delta  (S + 3) C^2 + 2 H C + ...    C D (+ (K - 1) X)      (gated_ema_kv: the same)
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) asks whether the EMA's decay or its write
 (h += a (x - h): one vector, no key) loses content; these rules keep the decays and change the
@@ -191,9 +193,9 @@ def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
 # alpha_t = exp(g_t) computed from the input per token and head (GatedDeltaState below).
 
 
-def gated_delta_step(q_t, k_t, v_t, beta_t, g_t, M):
+def gated_delta_step(q_t, k_t, v_t, beta_t, g_t, M, delta=True):
     """One token of the gated delta rule: read the state, decay it by alpha_t = exp(g_t), correct
-    what it holds at k_t toward v_t.
+    what it holds at k_t toward v_t (delta=False: add beta_t v_t k_t^T, no correction).
         y_t = M_{t-1} q_t                                                 read BEFORE t's write
         M_t = alpha_t M_{t-1} + beta_t (v_t - alpha_t M_{t-1} k_t) k_t^T  the write
     q_t, k_t, v_t (B, H, D) (q, k unit vectors), beta_t (B, H) in (0, 1), g_t (B, H) <= 0,
@@ -201,23 +203,23 @@ def gated_delta_step(q_t, k_t, v_t, beta_t, g_t, M):
     which reads after the write.)"""
     y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
     M = g_t.exp()[..., None, None] * M
-    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - alpha_t M k_t
+    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1) if delta else v_t  # (B, H, D) v_t - alpha_t M k_t
     return y, M + (beta_t[..., None] * err).unsqueeze(-1) * k_t.unsqueeze(-2)
 
 
-def gated_delta_ref(q, k, v, beta, g):
+def gated_delta_ref(q, k, v, beta, g, delta=True):
     """Reference: the plain loop over time of `gated_delta_step`, from M_{-1} = 0 (the definition).
     q, k, v (B, H, T, D), beta, g (B, H, T) -> y (B, H, T, D)."""
     B, H, T, D = q.shape
     M = q.new_zeros(B, H, D, D)
     out = []
     for q_t, k_t, v_t, b_t, g_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), g.unbind(2)):
-        y_t, M = gated_delta_step(q_t, k_t, v_t, b_t, g_t, M)
+        y_t, M = gated_delta_step(q_t, k_t, v_t, b_t, g_t, M, delta)
         out.append(y_t)
     return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
 
 
-def gated_delta_chunked(q, k, v, beta, g, chunk=64):
+def gated_delta_chunked(q, k, v, beta, g, chunk=64, delta=True):
     """Fast path of `gated_delta_ref` (the same values): `delta_rule_chunked`'s derivation with the
     constant powers g^n replaced by products of the per-token decays. With b_i = sum_{m<=i} g_m
     (the log of the decay from the chunk's start through i), every factor is exp(b_x - b_y) with
@@ -227,7 +229,8 @@ def gated_delta_chunked(q, k, v, beta, g, chunk=64):
         u  = A^-1 diag(beta) V,   w = A^-1 diag(beta exp(b_i)) K,   n = u - w P_0
         y_i = exp(b_{i-1}) P_0^T q_i + sum_{j<i} exp(b_{i-1} - b_j) (q_i . k_j) n_j
         P_L = exp(b_{L-1}) P_0 + sum_j exp(b_{L-1} - b_j) k_j n_j^T
-    (b_{-1} = 0). q, k, v (B, H, T, D), beta, g (B, H, T) -> y (B, H, T, D)."""
+    (b_{-1} = 0). delta=False (no correction) is A = I and w = 0: n = diag(beta) V, no solve.
+    q, k, v (B, H, T, D), beta, g (B, H, T) -> y (B, H, T, D)."""
     B, H, T, D = q.shape
     L = max(1, min(chunk, T))
     pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
@@ -243,10 +246,13 @@ def gated_delta_chunked(q, k, v, beta, g, chunk=64):
     for q_n, k_n, v_n, b_n, bi, bp in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), b.unbind(2),
                                            b_prev.unbind(2)):  # (B, H, L, .)
         G, R = decay(bi, bi), decay(bp, bi)  # (B, H, L, L) exp(b_i - b_j) and exp(b_{i-1} - b_j), j < i
-        A = torch.eye(L, dtype=q.dtype, device=q.device) + ((b_n * k_n) @ k_n.transpose(-1, -2)) * G
-        u, w = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * bi.exp().to(q.dtype) * k_n], -1),
-                                             upper=False, unitriangular=True).split(D, -1)  # (B, H, L, D) each
-        n = u - w @ P  # (B, H, L, D) the corrections n_i each write adds
+        if delta:
+            A = torch.eye(L, dtype=q.dtype, device=q.device) + ((b_n * k_n) @ k_n.transpose(-1, -2)) * G
+            u, w = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * bi.exp().to(q.dtype) * k_n], -1),
+                                                 upper=False, unitriangular=True).split(D, -1)  # (B, H, L, D) each
+            n = u - w @ P  # (B, H, L, D) the corrections n_i each write adds
+        else:
+            n = b_n * v_n  # (B, H, L, D) the values written, uncorrected
         out.append((bp.exp().to(q.dtype) * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * R) @ n)  # (B, H, L, D)
         last = bi[..., -1:, :]  # (B, H, 1, 1) b_{L-1}
         P = last.exp().to(q.dtype) * P + ((last - bi).exp().to(q.dtype) * k_n).transpose(-1, -2) @ n
@@ -445,6 +451,7 @@ class GatedDeltaState(DeltaRuleState):
 
     max_write_decays = 0  # its decay is learned: write_alphas does not apply
     own_norm = True  # its output norm is always on: read_norm does not apply (spen.check)
+    delta = True  # the delta rule's correction (GatedEMAKVState: off)
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -486,7 +493,7 @@ class GatedDeltaState(DeltaRuleState):
         g = self.log_decay(u)  # (B, H, T)
         with ema._no_autocast(u.device):
             rule = gated_delta_ref if self.loop else functools.partial(gated_delta_chunked, chunk=self.chunk)
-            y = rule(q, k, v, beta, g)  # (B, H, T, D)
+            y = rule(q, k, v, beta, g, delta=self.delta)  # (B, H, T, D)
         return self.gated(y, u)  # (B, T, C)
 
     def step(self, u_t, h_prev_t, state):
@@ -494,8 +501,18 @@ class GatedDeltaState(DeltaRuleState):
         g = self.log_decay(u_t[:, None])[:, :, 0]  # (B, H)
         with ema._no_autocast(u_t.device):
             y, M = gated_delta_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g,
-                                    state["M"].to(q.dtype))  # (B, H, D)
+                                    state["M"].to(q.dtype), self.delta)  # (B, H, D)
         return self.gated(y[:, :, None], u_t[:, None])[:, 0], self.state(M, conv)  # (B, C)
+
+
+class GatedEMAKVState(GatedDeltaState):
+    """('gated_ema_kv', 'state'): the control for gated_delta, everything the same (the gate alpha_t,
+    beta_t, unit q and k, the output norm and gate, cfg.conv) but the write adds beta_t v_t k_t^T
+    with no correction: M_t = alpha_t M_{t-1} + beta_t v_t k_t^T, y_t = M_{t-1} q_t. ema_kv with one
+    state and a learned scalar decay per head (Mamba-2's, not GLA's per channel): set beside
+    gated_delta it separates the gate from the delta rule."""
+
+    delta = False
 
 
 # (predictor, reads) -> class, for spen.READERS. A new write reader: a class above and one line here.
@@ -503,4 +520,5 @@ WRITE_READERS = {
     ("ema_kv", "state"): EMAKVState,
     ("delta", "state"): DeltaRuleState,
     ("gated_delta", "state"): GatedDeltaState,
+    ("gated_ema_kv", "state"): GatedEMAKVState,
 }

@@ -38,6 +38,7 @@ MODELS = {  # name -> TrainConfig overrides; everything else is shared by all mo
     "delta_conv": dict(model="spen", predictor="delta", reads="state", context="ema", conv=4),
     "ema_kv_conv": dict(model="spen", predictor="ema_kv", reads="state", context="ema", conv=4),
     "gated_delta": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4),
+    "gated_ema_kv": dict(model="spen", predictor="gated_ema_kv", reads="state", context="ema", conv=4),  # its control
     "gated_delta_wide": dict(model="spen", predictor="gated_delta", reads="state", context="ema", conv=4, n_head=1),
     "softmax_window": dict(model="spen", predictor="softmax_attn", reads="history", context="ema", window=32),
     "hybrid_ema_kv": dict(model="spen", predictor="ema_kv,ema_kv,ema_kv,softmax_attn", reads="state,state,state,history",
@@ -48,8 +49,8 @@ MODELS = {  # name -> TrainConfig overrides; everything else is shared by all mo
                                  reads="state,history,state,state", context="ema", conv=4),  # attention in block 1
     "gpt": dict(model="gpt"),
 }
-MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_delta_wide", "softmax_window", "hybrid_ema_kv",
-       "hybrid_gated_delta", "hybrid_gated_delta_1")  # the map on text's candidates: scaling.py's curves at 4 blocks (results/map)
+MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_ema_kv", "gated_delta_wide", "softmax_window",
+       "hybrid_ema_kv", "hybrid_gated_delta", "hybrid_gated_delta_1")  # the map on text: scaling.py curves, 4 blocks
 ABLATION = tuple(n for n in MODELS if n not in MAP)  # ablate.py's default: the readers and the ingredients
 FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "state",
           "linear_attn_history": "history", "softmax_history": "history", "selective": "state, selective",
@@ -59,6 +60,7 @@ FAMILY = {"linear": "state", "linear_attn_state": "state", "softmax_state": "sta
           "delta_decay": "write, delta + a = 0.02", "delta_norm": "write, delta + read norm",
           "delta_wide": "write, delta, one head of width C", "delta_conv": "write, delta + short conv (K = 4)",
           "ema_kv_conv": "write, ema_kv + short conv (K = 4)", "gated_delta": "write, gated delta rule + conv (GDN)",
+          "gated_ema_kv": "write, GDN without the delta correction",
           "gated_delta_wide": "write, GDN, one head of width C", "softmax_window": "history, last 32 positions",
           "hybrid_ema_kv": "hybrid: 3 ema_kv + 1 softmax_history", "hybrid_gated_delta": "hybrid: 3 GDN + 1 softmax_history",
           "hybrid_gated_delta_1": "hybrid: GDN, softmax_history, 2 GDN",

@@ -71,7 +71,7 @@ def state_numel(state):
 
 # the reader options and a per-block model, through the same model-level tests as every reader
 OPTIONS = [dict(predictor="delta", conv=4), dict(predictor="ema_kv", conv=2), dict(predictor="gated_delta", conv=4),
-           dict(predictor="gated_delta"), dict(predictor="softmax_attn", reads="history", window=4),
+           dict(predictor="gated_delta"), dict(predictor="gated_ema_kv", conv=4), dict(predictor="softmax_attn", reads="history", window=4),
            dict(predictor=("ema_kv", "softmax_attn"), reads=("state", "history")),
            dict(predictor=("gated_delta", "delta"), conv=3)]
 
@@ -209,7 +209,7 @@ def test_loop_switch_reaches_every_chunked_reader(monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _n=name, _r=real, **k: calls.append(_n) or _r(*a, **k))
     for predictor, reads in (("ema_kv", "state"), ("delta", "state"), ("gated_delta", "state"),
-                             ("linear_attn", "history")):
+                             ("gated_ema_kv", "state"), ("linear_attn", "history")):
         for method in ("auto", "loop"):
             calls.clear()
             make(trace_method=method, predictor=predictor, reads=reads)(tokens(1, 9, 1))

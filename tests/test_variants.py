@@ -195,9 +195,8 @@ def test_decayed_delta_rule_chunk_64_keeps_float32_precision(a):
 
 @pytest.mark.parametrize("predictor", WRITERS)
 def test_write_reader_sees_u_t_only_through_its_query(predictor):
-    """x̂_t reads M_{t-1}, the state before t's own write: with the queries (and gated_delta's output
-    gate) held fixed (a hook
-    replaces W_q u by its unperturbed value), perturbing u_5 (values v_5, and beta_5) leaves
+    """x̂_t reads M_{t-1}, the state before t's own write: with the queries (and the gated rules'
+    output gate) held fixed (a hook replaces W_q u by its unperturbed value), perturbing u_5 (values v_5, and beta_5) leaves
     x̂_0..x̂_5 unchanged and changes x̂_6 on, where the write is read. Without the hook x̂_5 changes:
     through the query only. (With W_q = 0, x̂ = 0 everywhere: every path from u_t runs through q.)"""
     torch.manual_seed(0)
@@ -205,7 +204,7 @@ def test_write_reader_sees_u_t_only_through_its_query(predictor):
     u, h_prev = torch.randn(2, 10, 32), torch.randn(2, 10, 3, 32)
     u2 = u.clone()
     u2[:, 5] += 1.0
-    held = [pred.q] + ([pred.gate] if predictor == "gated_delta" else [])  # gated_delta: its output gate reads u_t too
+    held = [pred.q] + ([pred.gate] if hasattr(pred, "gate") else [])  # the gated rules: their output gate reads u_t too
     with torch.no_grad():
         hooks = [m.register_forward_hook(lambda module, inputs, out, _o=m(u): _o) for m in held]
         x1, x2 = pred(u, h_prev), pred(u2, h_prev)  # the same queries (and gates)

@@ -1,6 +1,6 @@
 """writes.py: each write rule's chunked form against its loop (values and gradients, chunk
 lengths that do and do not divide T), the gated delta rule as the delta rule when its gate is
-constant, a closed gate (alpha -> 0) without overflow; and ShortConv's fast path against
+constant and, without its correction, as ema_kv; a closed gate (alpha -> 0) without overflow; and ShortConv's fast path against
 its loop. The readers built on them: tests/test_variants.py; the model: tests/test_spen.py."""
 import math
 
@@ -21,11 +21,12 @@ def gated_inputs(B=2, H=3, T=17, D=8, seed=0, low=-1.0):
     return [x.detach().requires_grad_() for x in xs]
 
 
+@pytest.mark.parametrize("delta", [True, False])
 @pytest.mark.parametrize("T,chunk", [(1, 4), (7, 4), (16, 4), (17, 5), (17, 64)])
-def test_gated_delta_chunked_equals_its_loop_values_and_gradients(T, chunk):
+def test_gated_delta_chunked_equals_its_loop_values_and_gradients(T, chunk, delta):
     xs = gated_inputs(T=T)
-    ref = writes.gated_delta_ref(*xs)
-    fast = writes.gated_delta_chunked(*xs, chunk=chunk)
+    ref = writes.gated_delta_ref(*xs, delta=delta)
+    fast = writes.gated_delta_chunked(*xs, chunk=chunk, delta=delta)
     assert fast.shape == ref.shape == (2, 3, T, 8)
     assert torch.allclose(fast, ref, atol=1e-12, rtol=0)
     w = torch.randn_like(ref)
@@ -42,6 +43,17 @@ def test_gated_delta_with_a_constant_gate_is_the_delta_rule():
         g = torch.full_like(beta, math.log(1 - a))
         assert torch.allclose(writes.gated_delta_ref(q, k, v, beta, g), writes.delta_rule_ref(q, k, v, beta, a),
                               atol=1e-12, rtol=0)
+
+
+def test_the_gated_rule_without_its_correction_is_ema_kv_at_a_constant_gate():
+    """gated_ema_kv's rule: alpha_t = 1 - a and beta_t = a make it ema_kv with the one decay a; and
+    the correction matters: with it the reads differ."""
+    q, k, v, beta, _ = (x.detach() for x in gated_inputs())
+    a = 0.3
+    g, b = torch.full_like(beta, math.log(1 - a)), torch.full_like(beta, a)
+    plain = writes.gated_delta_ref(q, k, v, b, g, delta=False)
+    assert torch.allclose(plain, writes.ema_kv_ref(q[:, :, None], k, v, (a,)), atol=1e-12, rtol=0)
+    assert not torch.allclose(plain, writes.gated_delta_ref(q, k, v, b, g), atol=1e-3)
 
 
 def test_gated_delta_chunked_survives_a_closed_gate_in_float32():
