@@ -208,10 +208,9 @@ class Grid:
     def differing(self, saved, key):
         """The dotted paths where a saved run's key and a job's differ, a path the saved one lacks
         read as `absent` says."""
-        old = {k: self.absent[k] for k in self.absent} | leaves(saved)
-        new = leaves(key)
-        return sorted(k for k in old.keys() | new.keys()
-                      if old.get(k, ABSENT) != new.get(k, ABSENT) and (k in new or k not in self.absent))
+        old, new = leaves(saved), leaves(key)
+        old |= {k: self.absent[k] for k in new.keys() - old.keys() if k in self.absent}
+        return sorted(k for k in old.keys() | new.keys() if old.get(k, ABSENT) != new.get(k, ABSENT))
 
     def mismatch(self, name, saved):
         """The one line for a run saved under other settings: the first that differs, and the ways out."""
