@@ -265,3 +265,6 @@ def test_state_kinds_come_from_the_models():
     assert {v for v, k in kinds.items() if k == "traces"} == {"linear", "softmax_state", "selective",
                                                                "selective_softmax_state"}
     assert recall.RecallConfig(variants=("selective_linear",)).variants == ("selective",)  # the old flag still reads
+    # a window's cache is bounded once T passes it; one growing block makes a hybrid grow (the map's column)
+    assert recall.state_kind("softmax_window") == recall.state_kind("gated_delta") == "bounded"
+    assert recall.state_kind("hybrid_ema_kv") == recall.state_kind("hybrid_gated_delta_1") == "grows"
