@@ -28,7 +28,7 @@ REFERENCE = "results/scaling/scaling.json"
 SAME = ("n_layer", "data", "tokenizer", "block_size", "batch_size", "grad_accum", "max_tokens", "first_tokens",
         "points", "eval_iters", "hit_seqs", "copy_k", "lr", "warmup_iters")  # what every curve must share
 REFS = ("gpt", "softmax_history", "linear", "ema_kv", "delta")  # from the reference record, width 128
-BUDGET = 18_000  # a quarter of GPT's cache per layer at T = 256 (2 T C = 65,536): the bound
+BUDGET = 18_000  # a quarter of GPT's cache per layer at T = 256 (2 T C = 65,536): the bound set for a bounded reader
 
 
 def load(path):
