@@ -102,6 +102,20 @@ def write_md(rows, settings, path):
         [[f"`{r['model']}`", r["seed"], "yes" if r["bounded"] else "no", f"{r['state_floats']:,}", f"{r['params']:,}",
           f"{r['tokens'] / 1e6:.1f}M" + ("" if r["tokens"] >= 0.99 * done else " *"), r["val_loss"], r["loss_copy"],
           r["loss_copy_far"], r["loss_other"]] for r in order])
+    seeds = {}  # model -> its rows at the last point, one per seed
+    for r in order:
+        if r["tokens"] >= 0.99 * done and r["loss_copy"] is not None:
+            seeds.setdefault(r["model"], []).append(r)
+    paired = {m: rs for m, rs in seeds.items() if len({r["seed"] for r in rs}) > 1}
+    if paired:
+        keys = ("val_loss", "loss_copy", "loss_copy_far", "loss_other")
+        lines += ["", "The models with more than one seed: the mean over the seeds, and the spread (largest − "
+                  "smallest) in brackets. GPT's spread on copies is the yardstick for every gap above.", ""]
+        lines += tables.md_table(
+            ["model", "seeds", "all", "copies", "copies 128+ back", "other bytes"],
+            [[f"`{m}`", len(rs)] + [f"{tables.mean_std([r[k] for r in rs])[0]:.3f} "
+                                    f"({max(r[k] for r in rs) - min(r[k] for r in rs):.3f})" for k in keys]
+             for m, rs in sorted(paired.items(), key=lambda kv: tables.mean_std([r["loss_copy"] for r in kv[1]])[0])])
     short = [r for r in order if r.get("refs")]
     if short:
         lines += ["", "The curves marked * beside the references at the same step (every curve evaluates at the "

@@ -171,3 +171,28 @@ def test_results_hold_results_only():
     scripts = [os.path.relpath(os.path.join(d, n), ROOT) for d, _, ns in os.walk(os.path.join(ROOT, "results"))
                for n in ns if n.endswith((".py", ".sh"))]
     assert scripts == []
+
+
+def test_the_map_tables_every_committed_curve_and_the_seed_means(tmp_path, monkeypatch):
+    """dev/map.py from the committed records: a row per curve (the references and every map folder,
+    second seeds included), the mean over seeds where a model has two, and a curve trained at other
+    settings refused in one line."""
+    from dev import map as M
+    monkeypatch.chdir(ROOT)
+    M.main(str(tmp_path))
+    rows = json.load(open(tmp_path / "map.json"))["rows"]
+    curves = glob.glob(os.path.join(ROOT, "results", "map", "**", "scaling.json"), recursive=True)
+    assert len(rows) == len(M.REFS) + len(curves)
+    md = (tmp_path / "map.md").read_text()
+    gpt = [r["loss_copy"] for r in rows if r["model"] == "gpt"]
+    assert len(gpt) == 2 and "| `gpt` | 2 | " in md and f"{sum(gpt) / 2:.3f} ({max(gpt) - min(gpt):.3f})" in md
+    other = tmp_path / "repo"
+    (other / "results" / "map" / "x").mkdir(parents=True)
+    (other / "results" / "scaling").mkdir()
+    ref = json.load(open(os.path.join(ROOT, M.REFERENCE)))
+    (other / M.REFERENCE).write_text(json.dumps(ref))
+    moved = dict(ref, settings=dict(ref["settings"], lr=1e-3))  # a curve at another learning rate
+    (other / "results" / "map" / "x" / "scaling.json").write_text(json.dumps(moved))
+    with pytest.raises(cli.UserError) as e:
+        M.collect(str(other))
+    one_line(e, "other settings", "lr")
