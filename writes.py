@@ -514,6 +514,9 @@ class GatedEMAKVState(GatedDeltaState):
 
     delta = False
 
+    def attn_flops(self, T):  # chunked, no solve: ema_kv's count at one decay (Q K^T and its product with n; P)
+        return 4 * min(self.chunk, T) * self.v.in_features + 4 * self.v.in_features * self.D
+
 
 # (predictor, reads) -> class, for spen.READERS. A new write reader: a class above and one line here.
 WRITE_READERS = {

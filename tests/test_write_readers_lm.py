@@ -1,4 +1,4 @@
-"""The write readers (ema_kv, delta, gated_delta) as language models: the paper-size (130m) config
+"""The write readers (ema_kv, delta, the gated rules) as language models: the paper-size (130m) config
 of each, built on the meta device, against hand formulas for parameters, recurrent state and
 training FLOPs; a few training steps of each reader and each option (write_alphas, read_norm,
 conv, one reader per block) under bf16 autocast at a tiny size; train.py's flags for them, their
@@ -18,23 +18,27 @@ D = C // H
 WRITERS = ("ema_kv", "delta")
 
 
-def hand_sizes_gated(conv=4):
+def hand_sizes_gated(conv=4, delta=True):
     """The gated delta rule's reader at paper size by hand: W_q, W_v, W_gate (C^2 each), W_k (S C^2),
     W_beta and W_a (H C each), A_log and dt_bias (H each), the output norm's gain D, a convolution
     of K taps on each of q, k, v (3 K C, 2 FLOPs per tap and token, as a matrix's weight). State:
     the S C traces, C D and the convolution's last K - 1 inputs of q, k, v. FLOPs beyond the
-    weights: the delta rule's chunked form, 8 x 64 C + 6 C D."""
+    weights: the delta rule's chunked form, 8 x 64 C + 6 C D; without the correction (no solve,
+    gated_ema_kv) ema_kv's at one decay, 4 x 64 C + 4 C D."""
     reader = 3 * C * C + S * C * C + 2 * H * C + 2 * H + D + 3 * conv * C
     params = Vp * C + 2 * C + L * (4 * C + 2 * C * C + 2 * C * F + reader)
     vectors = L * (4 * C + 2 * H + D) + 2 * C  # norms, A_log, dt_bias, the gain
     state = S * C + C * D + (conv - 1) * 3 * C
-    return params, state, 6 * (params - vectors) + 3 * L * (8 * 64 * C + 6 * C * D)
+    extra = 8 * 64 * C + 6 * C * D if delta else 4 * 64 * C + 4 * C * D
+    return params, state, 6 * (params - vectors) + 3 * L * extra
 
 
-def test_paper_size_gated_delta_matches_hand_formulas():
+@pytest.mark.parametrize("predictor", ["gated_delta", "gated_ema_kv"])
+def test_paper_size_gated_rules_match_hand_formulas(predictor):
     with torch.device("meta"):
-        model = SPEN(train.model_config(train.make_config("130m", predictor="gated_delta", conv=4)))
-    assert (model.num_params(), model.state_floats(1024), model.flops_per_token(1024)) == hand_sizes_gated()
+        model = SPEN(train.model_config(train.make_config("130m", predictor=predictor, conv=4)))
+    assert (model.num_params(), model.state_floats(1024), model.flops_per_token(1024)) == \
+        hand_sizes_gated(delta=predictor == "gated_delta")
 
 
 def hand_sizes(predictor, write_alphas=None, read_norm=False, T=1024):
