@@ -133,10 +133,10 @@ def plot(rows, path, done):
     the bytes it reached, one under a fifth of them is left out (still on its plateau)."""
     rows = [r for r in rows if r["tokens"] >= 0.2 * done]
     plt = tables.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharex=True)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), sharex=True)
+    colors = plt.get_cmap("tab10").colors + plt.get_cmap("Dark2").colors  # 18 strong colours: one per model
     models = list(dict.fromkeys(r["model"] for r in rows))
-    gpt = next(r for r in rows if r["model"] == "gpt" and r["seed"] == 0)
+    gpts = [r for r in rows if r["model"] == "gpt"]
     for ax, key, title in ((axes[0], "loss_copy", "copies (all distances)"), (axes[1], "loss_other", "other bytes")):
         for r in rows:
             if r[key] is None:
@@ -144,17 +144,18 @@ def plot(rows, path, done):
             c = colors[models.index(r["model"]) % len(colors)]
             ax.scatter(r["state_floats"], r[key], color=c, marker="o" if r["bounded"] else "s",
                        facecolors="none" if r["seed"] else c, s=50, zorder=3)
-            if r["seed"] == 0:
-                short = "" if r["tokens"] >= 0.99 * done else f" ({r['tokens'] / 1e6:.1f}M)"
-                ax.annotate(r["model"] + short, (r["state_floats"], r[key]), textcoords="offset points",
-                            xytext=(5, 4), fontsize=7, color=c)
-        ax.axhline(gpt[key], color="0.4", ls="--", lw=0.8, label="gpt (its cache: 65,536 floats)")
+        lo, hi = min(r[key] for r in gpts), max(r[key] for r in gpts)
+        ax.axhspan(lo, hi, color="0.5", alpha=0.15, lw=0, label=f"gpt, {len(gpts)} seed(s) (its cache: 65,536 floats)")
+        ax.axhline(lo, color="0.4", ls="--", lw=0.6)
         ax.axvline(BUDGET, color="0.7", ls=":", lw=1, label=f"bounded budget ({BUDGET:,})")
         ax.set(xscale="log", xlabel="state floats per layer at T = 256", ylabel="nats per byte", title=title)
         ax.legend(fontsize=7, loc="lower left")
+    short = {r["model"]: f" ({r['tokens'] / 1e6:.1f}M bytes)" for r in rows if r["tokens"] < 0.99 * done}
+    fig.legend([plt.Line2D([], [], color=colors[i % len(colors)], marker="o", ls="") for i in range(len(models))],
+               [m + short.get(m, "") for m in models], fontsize=7, loc="center right")
     fig.suptitle("The map on text at 10M bytes (width 128; circles bounded, squares growing; hollow: seed 1)",
                  fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))  # the right edge for the models' legend
     tables.save_figure(fig, path)
 
 
