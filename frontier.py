@@ -142,11 +142,16 @@ def families():
     return tuple(registry.MODELS) + ("swa",)
 
 
+def overrides(family):
+    """(kind, config overrides) of a family: its registry line (recall.model_overrides), or GPT for swa."""
+    return recall.model_overrides(family) if family != "swa" else ("gpt", {})
+
+
 def headed(family):
     """Does the family hold a state per head, so that a head width D is a knob? Read from the model:
     its state at recall's test length changes with the number of heads (a registry line that fixes
     n_head has no such knob)."""
-    kind, over = recall.model_overrides(family) if family != "swa" else ("gpt", {})
+    kind, over = overrides(family)
     if kind != "spen" or "n_head" in over:
         return False
     with torch.device("meta"):  # shapes only
@@ -192,7 +197,7 @@ def build_model(cfg, setting, family, knobs):
     """The point's model (recall.build_model on the point's task: 2 layers, 2 heads unless a head
     width D sets C / D of them, vocabulary K + M + 1)."""
     rcfg = recall_config(cfg, setting, knobs)
-    kind, over = recall.model_overrides(family) if family != "swa" else ("gpt", {})
+    kind, over = overrides(family)
     if kind == "gpt":
         return recall.build_model(rcfg, "gpt", dict(over, window=knobs.get("w")))
     return recall.build_model(rcfg, "spen", dict(dict(n_head=rcfg.n_embd // knobs.get("D", rcfg.n_embd // 2),

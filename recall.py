@@ -485,8 +485,7 @@ def write_md(res, path):
     tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)
 
 
-FIXED = ("traces", "bounded")  # the state kinds of a fixed size whatever T (dashed in the figure)
-BOUNDED = frozenset(v for v in DEFAULT if state_kind(v) in FIXED)  # those of the default variants (the lab's figure)
+FIXED = ("traces", "bounded")  # the state kinds of a fixed size whatever T (dashed in the figures)
 MARKERS = "os^DvP*Xp"  # one per variant: lines that coincide (several at 1.000) stay apart
 
 

@@ -449,7 +449,7 @@ def plot_recall(res):
         gpt = v == "gpt"
         style = dict(marker="o", ms=13 if gpt else 5, mfc="none" if gpt else None, mew=2 if gpt else 1,
                      lw=5 if gpt else 1.5, alpha=0.45 if gpt else 1, zorder=1 if gpt else 2 + i, color=f"C{i}",
-                     ls="--" if v in recall.BOUNDED else "-", label=v + (" (open circles)" if gpt else ""))
+                     ls="--" if recall.state_kind(v) in recall.FIXED else "-", label=v + (" (open circles)" if gpt else ""))
         a1.plot(pairs, [r["acc"][str(N)] for N in pairs], **style)
         d = sorted(int(k) for k in r["acc_distance"])
         a2.plot(d, [r["acc_distance"][str(k)] for k in d], **style)

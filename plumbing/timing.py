@@ -1,6 +1,6 @@
 """How bench.py measures: wall time (best, median, interleaved), peak memory, the operators a
-step dispatches, the bytes autograd saves, the tensors in a state and the machine it ran on. A measurement, not a model: bench.py holds the
-sections that use these and the tables they print.
+step dispatches, the bytes autograd saves, the tensors in a state and the machine it ran on. A
+measurement, not a model: bench.py holds the sections that use these and the tables they print.
 
 Shape glossary: B batch, T time.
 
