@@ -128,8 +128,10 @@ READS = tuple(dict.fromkeys(r for _, r in READERS))  # ('state', 'history')
 class SparseFFN(nn.Module):
     """y = W_2 (m ⊙ relu(W_1 u)), m = 1 on the k largest of the F units of each token, else 0
     (choice 5, PAPER.md). Implemented as topk + scatter: the same function as the dense mask,
-    with the same gradient (zero for the F - k dropped units). It runs dense: a sparse kernel
-    would save most of W_2's FLOPs, not W_1's."""
+    with the same gradient (zero for the F - k dropped units). relu is monotone, so the top k of
+    relu(z) are relu of the top k of z: relu runs on the k kept units only (exactly the same
+    values and gradients, tests/test_spen.py; a dropped unit's gradient is 0 either way). It runs
+    dense: a sparse kernel would save most of W_2's FLOPs, not W_1's."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -138,9 +140,9 @@ class SparseFFN(nn.Module):
         self.proj = nn.Linear(cfg.ffn_hidden, cfg.n_embd, bias=False)  # W_2
 
     def forward(self, u):
-        a = F.relu(self.fc(u))  # (..., F)
-        vals, idx = a.topk(self.k, dim=-1)  # (..., k), ties broken by torch.topk
-        a = torch.zeros_like(a).scatter(-1, idx, vals)  # (..., F), exactly k units survive
+        z = self.fc(u)  # (..., F) pre-activations
+        vals, idx = z.topk(self.k, dim=-1, sorted=False)  # (..., k), ties broken by torch.topk
+        a = torch.zeros_like(z).scatter(-1, idx, F.relu(vals))  # (..., F), at most k units nonzero
         return self.proj(a)  # (..., C)
 
 

@@ -122,6 +122,9 @@ class TrainConfig:
                              bounds=(1, 10 ** 10))
     lr_decay_iters: int = cli.arg(0, "step where the cosine reaches --min_lr; 0: --max_iters", group="optimization",
                                   bounds=(0, 10 ** 10))
+    cooldown_iters: int = cli.arg(0, "WSD: the last N steps before --max_iters scale the lr linearly down to 0 "
+                                  "(a cooldown branch of a constant-lr run); 0: none", group="optimization",
+                                  bounds=(0, 10 ** 10))
     batch_size: int = cli.arg(32, "B, sequences per micro-batch per process", group="optimization", bounds=(1, 2 ** 20))
     grad_accum: int = cli.arg(16, "A, micro-batches per step summed over all processes", group="optimization",
                               bounds=(1, 2 ** 20))
@@ -455,9 +458,12 @@ def compiled_or_eager(model, cfg, place, x, y, folder):
     return compiled
 
 
-def cosine_lr(step, lr, min_lr, warmup, decay_end):
+def cosine_lr(step, lr, min_lr, warmup, decay_end, cooldown=0, end=0):
     """Linear warmup to lr over `warmup` steps (step 0 gets lr / warmup), then a cosine from lr
-    to min_lr at step decay_end, then flat at min_lr."""
+    to min_lr at step decay_end, then flat at min_lr. With cooldown = N > 0 (WSD's cooldown), the
+    last N steps before `end` scale that by (end - step) / N: linearly to 0 (the last step: 1 / N)."""
+    if cooldown and step >= end - cooldown:
+        return cosine_lr(step, lr, min_lr, warmup, decay_end) * (end - step) / cooldown
     if step < warmup:
         return lr * (step + 1) / warmup
     if step >= decay_end:
@@ -497,7 +503,8 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
             evaluate({"step": 0})
         speed = runtime.Speed(start=prog.step)
         while prog.step < cfg.max_iters:
-            lr = cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters)
+            lr = cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters,
+                           cfg.cooldown_iters, cfg.max_iters)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum = torch.zeros((), device=place.device)

@@ -472,7 +472,7 @@ def test_sparse_ffn_keeps_exactly_k_units_and_their_gradient():
     ffn = SparseFFN(tiny(ffn_hidden=64, ffn_topk=8))
     u = torch.randn(5, 32)
     hidden = {}
-    ffn.proj.register_forward_hook(lambda m, inp, out: hidden.setdefault("a", inp[0]))
+    ffn.proj.register_forward_pre_hook(lambda m, inp: hidden.update(a=inp[0]))  # returns None: inputs unchanged
     ffn(u).sum().backward()
     a = hidden["a"]  # (5, 64) the masked activations fed to W_2
     assert ((a != 0).sum(-1) <= 8).all() and ((a != 0).sum(-1) >= 6).all()  # k kept (relu may zero some)
@@ -482,6 +482,13 @@ def test_sparse_ffn_keeps_exactly_k_units_and_their_gradient():
     # W_1's gradient rows are zero for units never selected in the batch
     never = ~kept.any(0)
     assert never.any() and (ffn.fc.weight.grad[never] == 0).all()
+    # values and gradients equal the dense mask's (relu after topk is the same function)
+    u = torch.randn(5, 32, requires_grad=True)
+    def out_and_grads(y):
+        return (y, *torch.autograd.grad(y.square().sum(), (u, ffn.fc.weight, ffn.proj.weight)))
+    z = torch.relu(ffn.fc(u))
+    ref = out_and_grads(ffn.proj(z * (z >= z.topk(8, dim=-1).values[:, -1:])))
+    assert all(torch.allclose(a, b) for a, b in zip(out_and_grads(ffn(u)), ref))
 
 
 def test_optimizer_groups_and_generate_determinism():

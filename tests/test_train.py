@@ -583,3 +583,12 @@ def test_cosine_lr_warms_up_decays_and_stays_flat():
         frac = (s - warm) / (steps - 1 - warm)
         assert train.cosine_lr(s, peak, peak / 10, warm, steps - 1) == pytest.approx(
             peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))))
+
+
+def test_cooldown_scales_the_last_steps_linearly_to_zero():
+    """WSD: a constant rate (min_lr = lr) for 80 steps, then 20 steps down to lr / 20 at the last."""
+    lr = lambda s: train.cosine_lr(s, 2e-3, 2e-3, warmup=5, decay_end=100, cooldown=20, end=100)
+    assert [lr(s) for s in range(5, 80)] == [2e-3] * 75  # the trunk's constant rate, untouched
+    assert [lr(s) for s in range(80, 100)] == pytest.approx([2e-3 * (100 - s) / 20 for s in range(80, 100)])
+    assert lr(99) == pytest.approx(2e-3 / 20) and all(lr(s) > lr(s + 1) for s in range(80, 99))
+    assert train.cosine_lr(50, 2e-3, 2e-3, 5, 100) == lr(50)  # no cooldown: the same schedule
