@@ -50,6 +50,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -60,7 +61,7 @@ cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, tables
+from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runtime, tables
 import train
 
 MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
@@ -106,6 +107,9 @@ class ScalingConfig:
                             group="evaluation", bounds=(1, 10 ** 6))
     copy_k: int = cli.arg(8, "copy split: the target and the k tokens before it occurred earlier in the window",
                           group="evaluation", bounds=(1, 2 ** 16))
+    cooldown: float = cli.arg(0.2, "a branch of each run leaves the trunk at (1 - this) x --max_tokens and decays the lr "
+                              "linearly to 0 by --max_tokens (WSD's cooldown): the curve's annealed last point; "
+                              "0: none", group="optimization", bounds=(0, 0.99))
     lr: float = cli.arg(2e-3, "learning rate after warmup, held constant", group="optimization", bounds=(0, 10))
     warmup_iters: int = cli.arg(50, "linear warmup steps", group="optimization", bounds=(0, 10 ** 10))
     seed: int = cli.arg(0, "seed of initialisation and data order (the same for every run)", group="system",
@@ -137,18 +141,34 @@ def eval_steps(cfg):
     return sorted({int(round(s)) for s in np.geomspace(first, last, cfg.points)})
 
 
-def run_dir(cfg, name, width):
-    return os.path.join(cfg.out_dir, "runs", f"{name}_c{width}")
+def cooldown_start(cfg):
+    """The step at which the cooldown branch leaves the constant-lr trunk (None: no cooldown)."""
+    last = eval_steps(cfg)[-1]
+    return max(1, min(last - 1, round(last * (1 - cfg.cooldown)))) if cfg.cooldown else None
 
 
-def run_config(cfg, name, width, max_iters, resume=False):
-    """The TrainConfig of one segment: train.py's defaults < the shared settings < the model."""
+def stops(cfg):
+    """Where the trunk stops and is scored: its evaluation points and the cooldown's start (the
+    checkpoint the branch starts from)."""
+    return sorted(set(eval_steps(cfg)) | ({cooldown_start(cfg)} if cfg.cooldown else set()))
+
+
+def run_dir(cfg, name, width, branch=False):
+    """A run's folder: the trunk's, or (branch=True) its cooldown branch's, named by its start step."""
+    return os.path.join(cfg.out_dir, "runs", f"{name}_c{width}" + (f"_cool{cooldown_start(cfg)}" if branch else ""))
+
+
+def run_config(cfg, name, width, max_iters, resume=False, branch=False):
+    """The TrainConfig of one segment: train.py's defaults < the shared settings < the model; a
+    branch's ends at the last point, its lr falling linearly to 0 from the cooldown's start."""
+    cool = dict(cooldown_iters=max_iters - cooldown_start(cfg)) if branch else {}
     return train.make_config(
         "130m", **MODELS[name], data=cfg.data, eval_data=cfg.eval_data, tokenizer=cfg.tokenizer, n_layer=cfg.n_layer,
         n_embd=width, block_size=cfg.block_size, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
         max_iters=max_iters, lr=cfg.lr, min_lr=cfg.lr, warmup_iters=cfg.warmup_iters, dropout=0.0,
         eval_interval=max(eval_steps(cfg)), eval_iters=cfg.eval_iters, log_interval=max(1, max_iters // 10),
-        seed=cfg.seed, device=cfg.device, compile=cfg.compile, out_dir=run_dir(cfg, name, width), resume=resume)
+        seed=cfg.seed, device=cfg.device, compile=cfg.compile, out_dir=run_dir(cfg, name, width, branch), resume=resume,
+        **cool)
 
 
 def read_points(run, per_step, train_tokens):
@@ -171,21 +191,48 @@ def read_copy(run):
     return checkpoint.read_jsonl(os.path.join(run, "copy.jsonl"))
 
 
-def copy_point(cfg, run, windows, dist, per_step):
-    """Append the copy split of run's last checkpoint to copy.jsonl, unless that step is there or is
-    not one of the curve's points (a Ctrl-C saves ckpt_last between them: an uninterrupted run has
-    no point there)."""
+def read_scores(run):
+    """The whole-split scores of a run folder (scores.jsonl), one per scored step."""
+    return checkpoint.read_jsonl(os.path.join(run, "scores.jsonl"))
+
+
+def score_point(cfg, run, val, windows, dist, steps):
+    """Score run's last checkpoint once, if its step is one of `steps` (a Ctrl-C saves ckpt_last
+    between them: an uninterrupted run has no point there): the whole val split, the copy split per
+    window (repeats.window_scores), with the machine that scored it, into scores.jsonl; the fixed
+    windows' copy split (ablate.py's) into copy.jsonl."""
     path = os.path.join(run, "ckpt_last.pt")
     if not os.path.exists(path):
         return
     ckpt = checkpoint.load(path)
-    if ckpt["step"] in {r["step"] for r in read_copy(run)} or ckpt["step"] not in eval_steps(cfg):
+    step, tokens = ckpt["step"], ckpt["step"] * tokens_per_step(cfg)
+    todo = [f for f in ("copy.jsonl", "scores.jsonl")
+            if step not in {r["step"] for r in checkpoint.read_jsonl(os.path.join(run, f))}]
+    if step not in steps or not todo:
         return
     model = checkpoint.build(ckpt, path)
-    rec = dict(step=ckpt["step"], tokens=ckpt["step"] * per_step,
-               **repeats.copy_split(repeats.token_nll(model, windows), dist))
-    with open(os.path.join(run, "copy.jsonl"), "a") as f:
-        f.write(json.dumps(rec) + "\n")
+    for f in todo:
+        rec = (dict(step=step, tokens=tokens, **repeats.copy_split(repeats.token_nll(model, windows), dist))
+               if f == "copy.jsonl" else
+               dict(step=step, tokens=tokens, machine=runtime.machine_line(),
+                    windows=repeats.window_scores(model, val, cfg.block_size, cfg.copy_k)))
+        with open(os.path.join(run, f), "a") as out:
+            out.write(json.dumps(rec) + "\n")
+
+
+def fork(cfg, name, width):
+    """Start the cooldown branch: the trunk's folder at the cooldown's start (its checkpoint, record
+    and log) copied to the branch's folder, once, atomically (a temp folder renamed)."""
+    trunk, branch = run_dir(cfg, name, width), run_dir(cfg, name, width, branch=True)
+    if os.path.isdir(branch) or progress(trunk) != cooldown_start(cfg):
+        return
+    tmp = branch + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)  # a fork killed half way
+    os.makedirs(tmp)
+    for f in ("ckpt_last.pt", "run.json", "metrics.jsonl", "log.txt"):
+        if os.path.exists(os.path.join(trunk, f)):
+            shutil.copy2(os.path.join(trunk, f), tmp)
+    os.replace(tmp, branch)
 
 
 def progress(run):
@@ -242,23 +289,24 @@ def analyse(curves):
 # ---- the runs ----------------------------------------------------------------------------------
 
 
-def advance(cfg, name, width, step):
-    """Train one (model, width) run up to `step` (a segment: resume, train, evaluate, save);
-    nothing when its checkpoint is already there. Returns True when it trained."""
-    done = progress(run_dir(cfg, name, width))
+def advance(cfg, name, width, step, branch=False):
+    """Train one (model, width) run (or its cooldown branch) up to `step` (a segment: resume, train,
+    evaluate, save); nothing when its checkpoint is already there. Returns True when it trained."""
+    done = progress(run_dir(cfg, name, width, branch))
     if done >= step:
         return False
     t0 = time.time()
     try:
         with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # train.py's log: its log.txt
-            res = train.main(run_config(cfg, name, width, step, resume=done > 0))
+            res = train.main(run_config(cfg, name, width, step, resume=done > 0, branch=branch))
     except (KeyboardInterrupt, SystemExit) as e:  # train.py saves ckpt_last on Ctrl-C, then SystemExit(130)
         if isinstance(e, SystemExit) and e.code != 130:
             raise  # its NaN guard: the message says it all
-        raise grid.Interrupted(f"interrupted: {name} C={width} stopped at step {progress(run_dir(cfg, name, width))} "
+        raise grid.Interrupted(f"interrupted: {name} C={width}{' (cooldown)' if branch else ''} stopped at step "
+                               f"{progress(run_dir(cfg, name, width, branch))} "
                                f"of its segment to {step}; every finished point is saved in {cfg.out_dir}; the same "
                                f"command continues: {cli.command_line('scaling.py', cfg)}") from None
-    print(f"{name:<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
+    print(f"{name + (' cooldown' if branch else ''):<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
           f"{time.time() - t0:.0f} s", flush=True)
     return True
 
@@ -268,8 +316,8 @@ CURVE = dict(model=str, width=int, params=(int, type(None)), train_seconds=N,
              points=[dict(step=int, tokens=N, val_loss=N)],
              copy=[dict(step=int, tokens=N, loss_copy=(N, type(None)), loss_other=(N, type(None)), by_distance=list)])
 # what the tables and the figure read from a recorded curve (tables.load_record checks it)
-SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points")
-# settings that do not change a curve's run (the budget and the points read along it: runs continue)
+SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points", "cooldown")
+# settings that do not change a curve's trunk (the budget, the points read along it, where a branch leaves it)
 
 
 def recorded_curves(cfg):
@@ -294,8 +342,17 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
                 with open(os.path.join(run, "log.txt")) as f:
                     params = next((int(ln.split("params:")[1].split("|")[0].replace(",", ""))
                                    for ln in f if ln.startswith("params:")), None)
+                scores = read_scores(run)
                 curves[f"{m}_c{w}"] = dict(model=m, width=w, params=params, run=run, points=pts,
-                                           train_seconds=train_seconds(run), copy=read_copy(run))
+                                           train_seconds=train_seconds(run), copy=read_copy(run),
+                                           scores=[totals(r) for r in scores], machines=machines(scores))
+                branch, start = run_dir(cfg, m, w, branch=True), cooldown_start(cfg)
+                if cfg.cooldown and os.path.isdir(branch):
+                    scores = read_scores(branch)
+                    curves[f"{m}_c{w}"]["cooldown"] = dict(
+                        run=branch, start_step=start, start_tokens=start * per, scores=[totals(r) for r in scores],
+                        points=[p for p in read_points(branch, per, train_tokens) if p["step"] > start],
+                        train_seconds=train_seconds(branch, after=start), machines=machines(scores))
     for c in curves.values():
         c["state_floats"] = state_floats(cfg, c["model"], c["width"])
     order = lambda k: (-curves[k]["width"], curves[k]["model"] != "gpt", list(MODELS).index(curves[k]["model"]))
@@ -305,9 +362,50 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
                 yardsticks=yardsticks, seconds=round(seconds, 1), curves=curves, crossovers=analyse(curves))
 
 
-def train_seconds(run):
-    """Seconds of training in a run folder (the sum of its step times in metrics.jsonl)."""
-    return round(sum(r.get("ms", 0) for r in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl"))) / 1000, 1)
+def train_seconds(run, after=0):
+    """Seconds of training in a run folder (the sum of its step times in metrics.jsonl; a branch:
+    the steps after its start)."""
+    recs = checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl"))
+    return round(sum(r.get("ms", 0) for r in recs if r["step"] > after) / 1000, 1)
+
+
+def totals(rec):
+    """A scores.jsonl record as the curve keeps it: the step and the whole split's losses."""
+    return dict(step=rec["step"], tokens=rec["tokens"], **repeats.score_totals(rec["windows"]))
+
+
+def machines(scores):
+    """The machines that scored a run's points (one, for a run the seeds driver made)."""
+    return sorted({r["machine"] for r in scores})
+
+
+def read_windows(path):
+    """A windows.json as written ({} when there is none); a damaged one is one line."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as e:
+        old = e
+    if not isinstance(old, dict):
+        raise cli.UserError(f"{path} is not a windows record ({old}); move it away (the run folders rewrite it)")
+    return old
+
+
+def window_record(cfg, curves):
+    """{curve: {trunk: last scored point's per-window sums, cooldown: the branch's}}: the file a
+    bootstrap over windows reads (windows.json)."""
+    out = {}
+    for k, c in curves.items():
+        if "run" not in c:
+            continue  # a recorded curve without its folder: its windows are in the windows.json that holds it
+        for part, run in (("trunk", c["run"]), ("cooldown", c.get("cooldown", {}).get("run"))):
+            scores = read_scores(run) if run else []
+            if scores:
+                out.setdefault(k, {})[part] = dict(step=scores[-1]["step"], tokens=scores[-1]["tokens"],
+                                                   **scores[-1]["windows"])
+    return out
 
 
 # ---- tables and figure -------------------------------------------------------------------------
@@ -450,24 +548,36 @@ def run_curves(cfg, recorded):
     def save():
         res = collect(cfg, yardsticks, train_tokens, time.time() - t0, recorded)
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
+        path = os.path.join(cfg.out_dir, "windows.json")  # a curve recorded without its folder keeps its entry
+        checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path)
         write_md(res, os.path.join(cfg.out_dir, "scaling.md"))
         plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
-    windows = repeats.hit_windows(corpus.load_split(name, "val", tokenizer=cfg.tokenizer), cfg.hit_seqs, cfg.block_size)  # (hit_seqs, T+1)
+    val = corpus.load_split(name, "val", tokenizer=cfg.tokenizer)
+    windows = repeats.hit_windows(val, cfg.hit_seqs, cfg.block_size)  # (hit_seqs, T+1)
     dist = repeats.copy_distance(windows, cfg.copy_k)
-    steps = eval_steps(cfg) if cfg.train else []
+    steps, last, start = (stops(cfg) if cfg.train else []), eval_steps(cfg)[-1], cooldown_start(cfg)
     if steps:  # the grid's size, announced before it starts
-        print(f"scaling: {len(cfg.models) * len(cfg.widths)} runs of {steps[-1]:,} steps "
-              f"({steps[-1] * tokens_per_step(cfg):,} tokens) each, read at {len(steps)} points", flush=True)
+        print(f"scaling: {len(cfg.models) * len(cfg.widths)} runs of {last:,} steps ({last * tokens_per_step(cfg):,} "
+              f"tokens) each, read at {len(steps)} points" + (f", and a cooldown branch of each from its step {start:,}"
+                                                               if start else ""), flush=True)
     for step in steps:  # step-major: stopped at any time, every curve reaches about the same D
         trained = False
         for w in cfg.widths:
             for m in cfg.models:
                 trained |= advance(cfg, m, w, step)
-                copy_point(cfg, run_dir(cfg, m, w), windows, dist, tokens_per_step(cfg))
+                score_point(cfg, run_dir(cfg, m, w), val, windows, dist, steps)
+                if step == start:
+                    fork(cfg, m, w)
         if trained:
             save()  # partial results land on disk as they come
+    for w in cfg.widths if steps and start else ():  # the branches, once every trunk is done
+        for m in cfg.models:
+            if os.path.isdir(run_dir(cfg, m, w, branch=True)):  # none when the trunk passed its start before
+                advance(cfg, m, w, last, branch=True)
+                score_point(cfg, run_dir(cfg, m, w, branch=True), val, windows, dist, [last])
+                save()
     res = save()
     with open(os.path.join(cfg.out_dir, "scaling.md")) as f:
         print(f.read(), flush=True)

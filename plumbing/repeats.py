@@ -134,6 +134,43 @@ def copy_split(nll, dist, bins=COPY_BINS):
                 copy_fraction=copy.double().mean().item(), by_distance=rows)
 
 
+@torch.no_grad()
+def window_scores(model, val, T, k, bins=COPY_BINS, chunk=16):
+    """The whole val split scored once (batches.eval_windows: contiguous non-overlapping windows of
+    T targets, the last shorter, every token but the first a target once, no context across
+    windows), with the copy split of copy_distance inside each window. Per window, in the split's
+    order: targets `n` and their summed loss `loss`; the same for copies (`copy_n`, `copy_loss`)
+    and for each distance bin of copy_split (`bin_n`, `bin_loss`: one list per bin). Sums, not
+    means, so that windows can be pooled or resampled (a bootstrap) later; totals: score_totals."""
+    edges = (1, *bins, None)
+    cols = dict(n=[], loss=[], copy_n=[], copy_loss=[], bin_n=[[] for _ in bins + (0,)],
+                bin_loss=[[] for _ in bins + (0,)])
+    for x, y in batches.eval_batches(val, T, chunk):  # (b, L) each, full windows first, then the short one
+        w = torch.cat([x, y[:, -1:]], 1)  # (b, L+1) the window's tokens
+        dist = copy_distance(w, k) if w.size(1) > k else torch.zeros_like(y)  # (b, L); a window of <= k tokens: no copy
+        nll = token_nll(model, w).double()  # (b, L)
+        masks = [torch.ones_like(dist, dtype=torch.bool), dist > 0] + [
+            (dist >= lo) & (dist < hi if hi else True) for lo, hi in zip(edges, edges[1:])]
+        sums = [((nll * m).sum(1).tolist(), m.sum(1).tolist()) for m in masks]  # per window of the batch
+        for (ls, ns), key in zip(sums[:2], ("", "copy_")):
+            cols[key + "loss"] += [round(v, 4) for v in ls]
+            cols[key + "n"] += ns
+        for b, (ls, ns) in enumerate(sums[2:]):
+            cols["bin_loss"][b] += [round(v, 4) for v in ls]
+            cols["bin_n"][b] += ns
+    return dict(bins=[[lo, hi] for lo, hi in zip(edges, edges[1:])], **cols)
+
+
+def score_totals(s):
+    """Losses per target from window_scores' sums: all, copies, copies in the last (farthest) bin,
+    the other targets, with their target counts (None where a set is empty)."""
+    mean = lambda loss, n: sum(loss) / sum(n) if sum(n) else None
+    other = [a - c for a, c in zip(s["loss"], s["copy_loss"])], [a - c for a, c in zip(s["n"], s["copy_n"])]
+    return dict(all=mean(s["loss"], s["n"]), copies=mean(s["copy_loss"], s["copy_n"]),
+                copies_far=mean(s["bin_loss"][-1], s["bin_n"][-1]), other=mean(*other), targets=sum(s["n"]),
+                copy_targets=sum(s["copy_n"]), far_targets=sum(s["bin_n"][-1]), windows=len(s["n"]))
+
+
 def yardstick_nll(name, w, tokenizer="gpt2"):
     """Per-token losses (B, T) of the unigram, bigram and trigram yardsticks (corpus.baselines: the
     same counts and weights) on windows w; each window is scored on its own (no context across)."""

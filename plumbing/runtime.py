@@ -203,6 +203,24 @@ def device_name(device):
     return f"{cpu}, {os.cpu_count()} cores"
 
 
+def machine_line():
+    """The CPU a number was computed on, with what decides its rounding: the model as /proc/cpuinfo
+    names it with its family and model numbers (one name covers several generations), the vector
+    units torch's kernels pick from, torch's version and its thread count."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for ln in f:
+                k, _, v = ln.partition(":")
+                info.setdefault(k.strip(), v.strip())
+    except OSError:  # not Linux
+        pass
+    units = [u for u in ("avx2", "avx512f", "amx_tile") if u in info.get("flags", "").split()]
+    cpu = info.get("model name") or platform.processor() or platform.machine()
+    return (f"{cpu} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}; {' '.join(units) or 'no avx'}),"
+            f" torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+
+
 class StopFlag:
     """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the top of the next step, where the
     weights, optimizer and data position agree; a second Ctrl-C aborts at once."""

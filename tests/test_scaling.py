@@ -3,6 +3,7 @@ trained in one go (constant lr, exact resume); a rerun reuses the finished point
 crossover and the gap extrapolation on curves whose answer is known; scaling.json keeps a
 recorded curve whose run folder is gone, and refuses a record of other settings or a corrupt one;
 bad settings are one line."""
+import dataclasses
 import json
 import math
 import os
@@ -10,12 +11,12 @@ import os
 import pytest
 import torch
 
-from plumbing import cli
+from plumbing import cli, corpus
 import scaling
 import train
 
 TINY = dict(models=("gpt", "linear"), widths=(32,), n_layer=1, block_size=32, batch_size=2, max_tokens=64 * 6,
-            first_tokens=64 * 2, points=3, eval_iters=1, warmup_iters=2)
+            first_tokens=64 * 2, points=3, eval_iters=1, warmup_iters=2, cooldown=0.5)  # the branch: steps 3 -> 6
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +55,34 @@ def test_outputs_and_segments_equal_one_run(tiny_run, tmp_path):
     # the same run in one go (no segments) ends at the same validation loss: the lr is constant
     cfg = cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(tmp_path), **TINY)
     once = train.main(scaling.run_config(cfg, "linear", 32, 6))
-    assert once["val_loss"] == pytest.approx(saved["curves"]["linear_c32"]["points"][-1]["val_loss"], abs=1e-6)
+    curve = saved["curves"]["linear_c32"]
+    assert once["val_loss"] == pytest.approx(curve["points"][-1]["val_loss"], abs=1e-6)
+    # the whole val split scored at every point; the cooldown branch leaves the trunk at step 3
+    assert [r["step"] for r in curve["scores"]] == [2, 3, 6] and len(curve["machines"]) == 1
+    val_bytes = len(corpus.load_split("builtin", "val", tokenizer="bytes"))
+    assert all(r["targets"] == val_bytes - 1 and r["windows"] == -(-(val_bytes - 1) // 32) for r in curve["scores"])
+    cool = curve["cooldown"]
+    assert cool["start_step"] == 3 and [p["step"] for p in cool["points"]] == [6] and cool["scores"][0]["step"] == 6
+    # the branch is the run trained in one go with the lr falling linearly to 0 over steps 3..5
+    annealed = train.main(dataclasses.replace(scaling.run_config(cfg, "linear", 32, 6), cooldown_iters=3,
+                                              out_dir=str(tmp_path / "annealed")))
+    assert annealed["val_loss"] == pytest.approx(cool["points"][0]["val_loss"], abs=1e-6) != once["val_loss"]
+    windows = json.load(open(os.path.join(out, "windows.json")))["linear_c32"]
+    assert windows["trunk"]["step"] == 6 and windows["cooldown"]["step"] == 6
+    assert sum(windows["cooldown"]["loss"]) / sum(windows["cooldown"]["n"]) == pytest.approx(cool["scores"][0]["all"])
 
 
 def test_rerun_reuses_the_finished_points(tiny_run, capsys):
     out, first = tiny_run
     again = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=out, **TINY))
-    assert " step " not in capsys.readouterr().out.split("# Where")[0]  # no segment was trained
+    assert " step " not in capsys.readouterr().out.split("# Where")[0].replace("its step", "")  # no segment trained
     assert again["curves"] == first["curves"]
     # --no-train with a larger budget only reports the runs as they are
     report = scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=out,
                                     **dict(TINY, max_tokens=64 * 60), train=False))
-    assert " step " not in capsys.readouterr().out.split("# Where")[0] and report["curves"] == first["curves"]
+    trunks = lambda res: {k: {f: v for f, v in c.items() if f != "cooldown"} for k, c in res["curves"].items()}
+    assert " step " not in capsys.readouterr().out.split("# Where")[0] and trunks(report) == trunks(first)
+    assert not any("cooldown" in c for c in report["curves"].values())  # the branch of a 6-step budget is not this one's
 
 
 def test_scaling_json_keeps_curves_whose_run_folders_are_gone(tiny_run, tmp_path):
@@ -124,3 +141,40 @@ def test_gpu_presets_build_the_runs_they_name():
         assert scaling.eval_steps(cfg)[-1] * scaling.tokens_per_step(cfg) == pytest.approx(cfg.max_tokens, rel=0.01)
     cfg = cli.build(scaling.ScalingConfig, scaling.PRESETS, "gpu_130m")
     assert scaling.tokens_per_step(cfg) == 524288 and cfg.widths == (768,) and cfg.n_layer == 12
+
+
+def test_window_scores_equal_a_per_byte_loop():
+    """The whole split, target by target: each predicted from its window's earlier tokens alone,
+    a copy when the k tokens before it and it occurred earlier in its window, binned by distance."""
+    import numpy as np
+    import torch.nn.functional as F
+    from plumbing import repeats
+    from spen import SPEN, SPENConfig
+    torch.manual_seed(0)
+    model = SPEN(SPENConfig(vocab_size=5, block_size=8, n_layer=1, n_embd=16, n_head=2, ffn_hidden=32, ffn_topk=4))
+    val = np.random.default_rng(0).integers(0, 2, size=45).astype(np.uint16)  # 2 symbols: many copies
+    T, k, bins = 8, 2, (2, 4)
+    s = repeats.window_scores(model, val, T, k, bins=bins)
+    want = dict(n=[0] * 6, loss=[0.0] * 6, copy_n=[0] * 6, copy_loss=[0.0] * 6)
+    want_bins = [([0] * 6, [0.0] * 6) for _ in range(3)]  # distances 1, 2-3, 4+
+    for i in range(1, len(val)):  # every token but the first is a target once
+        w, w0 = (i - 1) // T, (i - 1) // T * T
+        with torch.no_grad():
+            logits, _ = model(torch.tensor(val[w0:i].astype(np.int64))[None])
+        nll = -F.log_softmax(logits[0, -1].double(), -1)[int(val[i])].item()
+        js = [j for j in range(i - 1, w0 + k - 1, -1) if i - k >= w0 and list(val[j - k:j + 1]) == list(val[i - k:i + 1])]
+        want["n"][w] += 1
+        want["loss"][w] += nll
+        if js:
+            d = i - js[0]
+            want["copy_n"][w] += 1
+            want["copy_loss"][w] += nll
+            b = 0 if d < 2 else 1 if d < 4 else 2
+            want_bins[b][0][w] += 1
+            want_bins[b][1][w] += nll
+    assert s["n"] == want["n"] and s["copy_n"] == want["copy_n"] and sum(want["copy_n"]) > 5
+    assert s["loss"] == pytest.approx(want["loss"], abs=1e-3) and s["copy_loss"] == pytest.approx(want["copy_loss"], abs=1e-3)
+    assert s["bin_n"] == [n for n, _ in want_bins] and s["bins"] == [[1, 2], [2, 4], [4, None]]
+    assert s["bin_loss"] == [pytest.approx(l, abs=1e-3) for _, l in want_bins]
+    t = repeats.score_totals(s)
+    assert t["targets"] == 44 and t["windows"] == 6 and t["all"] == pytest.approx(sum(want["loss"]) / 44, abs=1e-4)
