@@ -251,8 +251,9 @@ def bench_chunk(device, quick):
 def bench_readers(device, quick):
     """A training step (forward + backward, fp32, no optimizer) of each model of MAP_MODELS at
     scaling.py's shape, every one built from its registry line, timed in interleaved rounds:
-    ms and the ratio to delta's (> 1: slower than delta). Checks the chunked forms' cost where the
-    curves run them (results/map)."""
+    ms, the ratio to delta's (> 1: slower than delta) and the model FLOP/s (flops_per_token) as a
+    fraction of the fp32 matmul peak measured here, in this thread count (a square matmul of the
+    step's largest size). Checks the chunked forms' cost where the curves run them (results/map)."""
     shape = dict(tokenizer="bytes", n_layer=2, n_embd=32, block_size=48) if quick else \
         dict(tokenizer="bytes", n_layer=4, n_embd=128, block_size=256)
     B, reps = (2, 2) if quick else (16, 5)
@@ -266,10 +267,17 @@ def bench_readers(device, quick):
         idx = torch.randint(256, (B, cfg.block_size), device=device)
         steps[name] = (model, lambda model=model, idx=idx: timing.train_step(model, idx))
     ms = timing.interleaved({k: fn for k, (_, fn) in steps.items()}, device, reps)
-    return dict(B=B, T=shape["block_size"], C=shape["n_embd"], reps=reps,
+    n = 64 if quick else 1024  # the peak: a square fp32 matmul (the step's largest are 4,096 x 128 x 512)
+    a = torch.randn(n, n, device=device)
+    peak = 2 * n ** 3 / timing.timed(lambda: a @ a, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
+    tokens = B * shape["block_size"]
+    return dict(B=B, T=shape["block_size"], C=shape["n_embd"], reps=reps, threads=torch.get_num_threads(),
+                matmul_fp32_flops=peak,
                 models={k: dict(ms=ms[k], ratio_to_delta=ms[k] / ms["delta"], params=m.num_params(),
                                 state_floats=m.state_floats(shape["block_size"]),
-                                flops_per_token=m.flops_per_token(shape["block_size"])) for k, (m, _) in steps.items()})
+                                flops_per_token=m.flops_per_token(shape["block_size"]),
+                                fraction_of_peak=m.flops_per_token(shape["block_size"]) * tokens / (ms[k] / 1e3) / peak)
+                        for k, (m, _) in steps.items()})
 
 
 def bench_gen(device, quick, model_name):

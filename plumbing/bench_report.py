@@ -106,9 +106,12 @@ def print_tables(res):
     if "readers" in base:
         r = base["readers"]
         print(f"\nthe map's readers, a training step (fwd+bwd, fp32) at B={r['B']} T={r['T']} C={r['C']} (median of "
-              f"{r['reps']} interleaved repeats): ms, ratio to delta, state floats per layer")
+              f"{r['reps']} interleaved repeats, {r.get('threads', '?')} thread(s)): ms, ratio to delta, state floats "
+              f"per layer, model FLOP/s as a fraction of the fp32 matmul peak measured beside them "
+              f"({r.get('matmul_fp32_flops', 0) / 1e9:.0f} GFLOP/s)")
         for name, m in r["models"].items():
-            print(f" {name:20s} {m['ms']:9.1f} ms {m['ratio_to_delta']:6.2f}x {m['state_floats']:>9,}")
+            frac = f"{m['fraction_of_peak']:6.1%}" if "fraction_of_peak" in m else "     —"
+            print(f" {name:20s} {m['ms']:9.1f} ms {m['ratio_to_delta']:6.2f}x {m['state_floats']:>9,} {frac}")
     if "chunk" in base:
         print(f"\nwrite readers, chunked vs loop (median of {base['chunk']['reps']} interleaved repeats), fp32: "
               "ms (loop ms / chunked ms)")

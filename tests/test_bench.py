@@ -54,6 +54,8 @@ def test_quick_run_writes_json(tmp_path):
     readers = run["readers"]["models"]  # every map candidate timed beside delta, from its registry line
     assert readers["delta"]["ratio_to_delta"] == 1 and all(r["ms"] > 0 for r in readers.values())
     assert readers["hybrid_ema_kv"]["state_floats"] > readers["ema_kv"]["state_floats"]  # one growing cache of four
+    # the cost figure: model FLOP/s against the matmul peak measured in the same run, a fraction in (0, 1)
+    assert run["readers"]["matmul_fp32_flops"] > 0 and all(0 < r["fraction_of_peak"] < 1 for r in readers.values())
     assert all(set(r["ms"]) == {"loop", "8", "16"} and str(r["best_L"]) in r["ratio"] for r in chunk)
     tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
     assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2
