@@ -18,7 +18,9 @@ Run (from the repository root)
 """
 
 import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -57,10 +59,25 @@ def command(model, seed, out_dir):
             os.path.abspath(os.path.join(out_dir, f"{model}_s{seed}"))]
 
 
+def finished(out_dir, model, seed):
+    """Whether OUT/<model>_s<seed>/scaling.json holds the finished curve (its last point and its
+    cooldown's): on a fresh clone the run folders (checkpoints) are gone, and scaling.py would train
+    the curve again; its record is what the map reads."""
+    path = os.path.join(out_dir, f"{model}_s{seed}", "scaling.json")
+    try:
+        with open(path) as f:
+            res = json.load(f)
+        c = res["curves"][f"{model}_c128"]
+        return c["points"][-1]["tokens"] >= 0.99 * res["settings"]["max_tokens"] and bool(c["cooldown"]["scores"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return False  # none yet, or not finished: scaling.py continues it (and says so if it is damaged)
+
+
 def run(jobs, out_dir, workers):
     """Run the jobs `workers` at a time, in order; a job that fails stops the rest (its last lines shown)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     todo, running, t0 = list(jobs), {}, time.time()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops the curves as a Ctrl-C does
     try:
         loop(jobs, todo, running, out_dir, workers, env, t0)
     finally:  # Ctrl-C or a failure: each curve still running saves its checkpoint (SIGTERM) before we return
@@ -106,7 +123,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     jobs = parse_plan(a.plan)
     checkpoint.make_out_dir(a.out_dir)
-    print(f"seeds: {len(jobs)} curves, {a.workers} at a time, under {a.out_dir}", flush=True)
+    done = [j for j in jobs if finished(a.out_dir, *j)]
+    jobs = [j for j in jobs if j not in done]
+    print(f"seeds: {len(jobs)} curves to train ({len(done)} finished already), {a.workers} at a time, under "
+          f"{a.out_dir}", flush=True)
     run(jobs, a.out_dir, a.workers)
 
 

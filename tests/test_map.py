@@ -105,3 +105,22 @@ def test_main_writes_the_tested_tables(tmp_path, monkeypatch):
     md = (tmp_path / "out" / "map.md").read_text()
     assert "| `delta` | `gpt` | against GPT | copies |" in md and "**above**" in md and "**tie**" in md
     assert os.path.getsize(tmp_path / "out" / "map.png") > 10_000
+
+
+def test_seeds_plan_and_finished_curves(tmp_path):
+    """dev.seeds: a plan names each (model, seed) once in its order; a finished record is not trained
+    again on a fresh clone (its run folder gone), a curve without its cooldown is."""
+    from dev import seeds
+    assert seeds.parse_plan("gpt:0-2,delta:4") == [("gpt", 0), ("gpt", 1), ("gpt", 2), ("delta", 4)]
+    assert seeds.parse_plan(seeds.PLAN)[:3] == [("gpt", 0), ("delta", 0), ("hybrid_ema_kv", 0)]
+    for bad in ("lstm:0", "gpt:a", "gpt:0,gpt:0", ""):
+        with pytest.raises(cli.UserError) as e:
+            seeds.parse_plan(bad)
+        assert "\n" not in str(e.value) and "--plan" in str(e.value)
+    root = repo(tmp_path, {"gpt": [0.8]})
+    out = root / M.SEEDS
+    assert seeds.finished(str(out), "gpt", 0) and not seeds.finished(str(out), "gpt", 1)
+    rec = json.loads((out / "gpt_s0" / "scaling.json").read_text())
+    del rec["curves"]["gpt_c128"]["cooldown"]
+    (out / "gpt_s0" / "scaling.json").write_text(json.dumps(rec))
+    assert not seeds.finished(str(out), "gpt", 0)
