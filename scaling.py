@@ -51,6 +51,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 
@@ -166,7 +167,7 @@ def run_config(cfg, name, width, max_iters, resume=False, branch=False):
         "130m", **MODELS[name], data=cfg.data, eval_data=cfg.eval_data, tokenizer=cfg.tokenizer, n_layer=cfg.n_layer,
         n_embd=width, block_size=cfg.block_size, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
         max_iters=max_iters, lr=cfg.lr, min_lr=cfg.lr, warmup_iters=cfg.warmup_iters, dropout=0.0,
-        eval_interval=max(eval_steps(cfg)), eval_iters=cfg.eval_iters, log_interval=max(1, max_iters // 10),
+        eval_interval=max(eval_steps(cfg)), eval_iters=cfg.eval_iters, log_interval=10,
         seed=cfg.seed, device=cfg.device, compile=cfg.compile, out_dir=run_dir(cfg, name, width, branch), resume=resume,
         **cool)
 
@@ -296,8 +297,9 @@ def advance(cfg, name, width, step, branch=False):
     if done >= step:
         return False
     t0 = time.time()
+    label = f"{name}{' cooldown' if branch else ''} C={width}"
     try:
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # train.py's log: its log.txt
+        with contextlib.redirect_stdout(Relay(label, eval_steps(cfg)[-1])):  # train.py's log: its log.txt
             res = train.main(run_config(cfg, name, width, step, resume=done > 0, branch=branch))
     except (KeyboardInterrupt, SystemExit) as e:  # train.py saves ckpt_last on Ctrl-C, then SystemExit(130)
         if isinstance(e, SystemExit) and e.code != 130:
@@ -309,6 +311,33 @@ def advance(cfg, name, width, step, branch=False):
     print(f"{name + (' cooldown' if branch else ''):<16s} C={width:<4d} step {step:6d} | {res['tokens']:>12,d} tokens | val {res['val_loss']:.4f} | "
           f"{time.time() - t0:.0f} s", flush=True)
     return True
+
+
+class Relay:
+    """Where train.py's stdout goes during a segment (its whole log is in the run's log.txt): a step
+    line passed on at most once a minute, with the run's place and the ETA of its last step at this
+    segment's rate, so a long segment is never silent."""
+
+    def __init__(self, label, last, every=60.0):
+        self.out, self.label, self.last, self.every = sys.stdout, label, last, every
+        self.start, self.shown, self.rest = None, time.time(), ""
+
+    def write(self, text):
+        *lines, self.rest = (self.rest + text).split("\n")
+        for line in lines:
+            if not line.startswith("step "):
+                continue
+            step, now = int(line.split("|")[0].split()[1]), time.time()
+            self.start = self.start or (step, now)
+            if now - self.shown >= self.every and step > self.start[0]:
+                self.shown = now
+                eta = (self.last - step) * (now - self.start[1]) / (step - self.start[0])
+                print(f"  {self.label} step {step:,}/{self.last:,} |{line.split('|')[1]}| eta {eta / 60:.1f} min",
+                      file=self.out, flush=True)
+        return len(text)
+
+    def flush(self):
+        pass
 
 
 N = tables.NUMBER

@@ -178,3 +178,13 @@ def test_window_scores_equal_a_per_byte_loop():
     assert s["bin_loss"] == [pytest.approx(l, abs=1e-3) for _, l in want_bins]
     t = repeats.score_totals(s)
     assert t["targets"] == 44 and t["windows"] == 6 and t["all"] == pytest.approx(sum(want["loss"]) / 44, abs=1e-4)
+
+
+def test_relay_passes_a_step_line_a_minute_with_an_eta(monkeypatch, capsys):
+    clock = iter([0.0, 0.0, 30.0, 61.0, 62.0])  # the Relay's start, then one time per step line
+    monkeypatch.setattr(scaling.time, "time", lambda: next(clock))
+    relay = scaling.Relay("delta C=128", last=1010)
+    relay.write("eval line\nstep     10 | loss 2.5000 | lr 2.00e-03\nstep     20 | loss 2.4")  # a line in two writes
+    relay.write("000 | lr 2.00e-03\nstep     30 | loss 2.3000 | lr\nstep     40 | loss 2.2000 | lr\n")
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["  delta C=128 step 30/1,010 | loss 2.3000 | eta 49.8 min"]  # 20 steps in 61 s: 980 x 3.05 s
