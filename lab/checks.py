@@ -138,6 +138,8 @@ def check_effective_window(fn):
                 f"effective_window({a}, {mass}) should be an int, got {got!r}"
             assert got != want - 1, f"effective_window({a}, {mass}) = {got}: one short (rounded down?): the " \
                                     f"{got} most recent inputs carry less than {mass}; the fewest that carry it are {want}"
+            assert got != want + 1, f"effective_window({a}, {mass}) = {got}: one too many (rounded up past an " \
+                                    f"exact boundary?): the {want} most recent inputs already carry {mass}"
             assert got == want, f"effective_window({a}, {mass}) = {got}, but the {want} most recent inputs are the " \
                                 f"fewest that carry {mass} of the weight"
     assert fn(0.1) == fn(0.1, 0.9), "mass defaults to 0.9"
@@ -204,13 +206,15 @@ def ridge_probe(X_train, y_train, X_test, y_test, l2=1e-3, *, standardise="train
     return (z(Xte) @ W).argmax(1).eq(y_test).double().mean().item()
 
 
-def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0):
+def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0, constant=4):
     """The fixed data set of the probe's fingerprint, built so that each mistake scores differently:
     few training rows for many correlated features (60 features of 6 hidden factors plus noise:
     without the ridge, or with one N times too weak, the probe overfits, as on SPCN's trace
     features), features far from 0 in unequal units (standardising and the intercept matter),
-    unequal classes, and test rows shifted against the training rows (statistics taken from the
-    test rows move them)."""
+    unequal classes, test rows shifted against the training rows (statistics taken from the
+    test rows move them), and `constant` features that never vary in the training rows but do in
+    the test rows (as 80 of SPCN's 4,096 trace features in section 3: a std without its + 1e-3
+    divides by zero there)."""
     g, D = torch.Generator().manual_seed(seed), torch.float64
     mix = torch.randn(rank, F, generator=g, dtype=D)  # (rank, F) the features' hidden factors
     read = torch.randn(rank, R, generator=torch.Generator().manual_seed(1), dtype=D)
@@ -220,19 +224,24 @@ def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0):
     for n, shift in ((n_train, 0.0), (n_test, torch.linspace(-0.5, 1.0, F, dtype=D) * units)):
         h = torch.randn(n, rank, generator=g, dtype=D)
         X = (h @ mix + 0.3 * torch.randn(n, F, generator=g, dtype=D)) * units + 5 + shift
-        rows += [X, (h @ read + prior + torch.randn(n, R, generator=g, dtype=D)).argmax(1)]
+        y = (h @ read + prior + torch.randn(n, R, generator=g, dtype=D)).argmax(1)
+        fixed = torch.full((n, constant), 2.0, dtype=D) if n == n_train else 2 + torch.randn(n, constant, generator=g,
+                                                                                              dtype=D)
+        rows += [torch.cat([X, fixed], 1), y]
     return rows
 
 
 PROBE_L2 = (1e-3, 0.03, 1.0)  # the fingerprint's settings: the default, and two where the ridge decides
+PROBE_ALTERNATIVES = ({}, dict(ridge="unpenalised intercept"))  # right: the docstring's, and sklearn's free intercept
 PROBE_MISTAKES = (  # (keywords of ridge_probe, what the message says): the first that matches is named
+    (dict(std_eps=0.0), "it matches a std without its + 1e-3: a feature constant in the training rows (80 of SPCN's "
+                        "4,096 trace features in section 3) has std 0, and 0 / 0 poisons the fit: use "
+                        "X_train.std(0) + 1e-3"),
     (dict(fit_on="test"), "it matches a probe fit on the test rows: fit W on X_train, y_train only"),
     (dict(ridge="none"), "it matches plain least squares (no ridge): add l2 N I to Z^T Z; without it the probe "
                          "overfits correlated features (on SPCN's traces it scores below activity alone)"),
     (dict(ridge="default"), "it matches a probe that ignores its l2 argument (always 1e-3): use the l2 passed in"),
     (dict(ridge="l2 I"), "it matches l2 I in place of l2 N I: scale the ridge by N, the number of training rows"),
-    (dict(ridge="unpenalised intercept"), "it matches a ridge that leaves the constant column out: the docstring's "
-                                          "l2 N I penalises every column of Z, the constant 1 too"),
     (dict(intercept=False), "it matches a probe without an intercept: append a constant 1 to the standardised "
                             "features"),
     (dict(standardise="none"), "it matches a probe on raw units: standardise with the training mean and std"),
@@ -252,13 +261,16 @@ def check_probe_accuracy(fn):
     # to 5 rows of 1,000 (the population std, float32 or lstsq change 0-2 rows; a mistake 12 or more)
     data, tol = _correlated(), 0.005
     got = [fn(*data, l2) for l2 in PROBE_L2]
-    want = [ridge_probe(*data, l2) for l2 in PROBE_L2]
-    if not all(abs(a - b) <= tol for a, b in zip(got, want)):
+    assert all(isinstance(a, float) and a == a for a in got), f"probe_accuracy returned {got} on a data set with " \
+        "features constant in the training rows: a std without its + 1e-3 divides by zero (use X_train.std(0) + 1e-3)"
+    wants = [[ridge_probe(*data, l2, **keywords) for l2 in PROBE_L2] for keywords in PROBE_ALTERNATIVES]
+    if not any(all(abs(a - b) <= tol for a, b in zip(got, want)) for want in wants):
+        want = wants[0]
         for keywords, message in PROBE_MISTAKES:
             if all(abs(a - ridge_probe(*data, l2, **keywords)) <= tol for a, l2 in zip(got, PROBE_L2)):
                 raise AssertionError(f"probe_accuracy: {message}")
         l2, a, b = next((l2, a, b) for l2, a, b in zip(PROBE_L2, got, want) if abs(a - b) > tol)
-        raise AssertionError(f"on a fixed data set (100 training rows, 60 correlated features) at l2 = {l2} the "
+        raise AssertionError(f"on a fixed data set (100 training rows, 60 correlated features, 4 constant) at l2 = {l2} the "
                              f"probe of the docstring scores {b:.3f}, yours {a:.3f}: standardise with the training "
                              "rows' mean and std (+ 1e-3), append a constant 1, and solve with l2 N I")
     assert acc >= 0.85, f"labels that a linear map of the features decides: the probe reads {acc:.3f} of them, " \
@@ -345,6 +357,20 @@ def _pair(out, name, shapes):
     return y.double(), M.double()
 
 
+def _unchanged(name, *pairs):
+    """The arguments as the step got them (each pair: the tensor passed, a copy taken before)."""
+    for passed, before in pairs:
+        assert torch.equal(passed, before), f"{name} changes the state M it was given (in place): section 5 runs " \
+            "one M for many sequences, so each would start where the last ended; return a new tensor, M_new"
+
+
+def _float32(name, what, got, want):
+    """A difference of float32's size (the inputs are float64) names the dtype."""
+    if not torch.allclose(got, want, rtol=1e-9, atol=1e-9) and torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise AssertionError(f"{name}: {what} is off by {float((got - want).abs().max()):.1g}, float32 rounding: keep "
+                             "the inputs' float64 (torch.tensor(alphas, dtype=M.dtype), not torch.tensor(alphas))")
+
+
 def check_ema_kv_step(fn):
     g = torch.Generator().manual_seed(0)
     D = 4
@@ -353,7 +379,9 @@ def check_ema_kv_step(fn):
         a = torch.tensor(alphas, dtype=torch.float64).view(S, 1, 1)  # (S, 1, 1)
         q, k, v = (torch.randn(D, generator=g, dtype=torch.float64) for _ in range(3))
         M = torch.randn(S, D, D, generator=g, dtype=torch.float64)
-        y, M2 = _pair(fn(q, k, v, M.clone(), alphas), "ema_kv_step", ((D,), (S, D, D)))
+        M_in = M.clone()
+        y, M2 = _pair(fn(q, k, v, M_in, alphas), "ema_kv_step", ((D,), (S, D, D)))
+        _unchanged("ema_kv_step", (M_in, M))
         want_y, want_M = (t[0, 0] for t in writes.ema_kv_step(q.expand(1, 1, S, D), k[None, None], v[None, None],
                                                                   M[None, None], alphas))
         kv = torch.outer(k, v)  # (D, D) key index first
@@ -363,6 +391,7 @@ def check_ema_kv_step(fn):
             ("reads M q: the key index comes first (M[s] holds k v^T), so read M[s]^T q", (M @ q).sum(0)),
             ("averages over the decays: y is the sum over s of M[s]^T q", read(M) / S)])
         assert not said, f"ema_kv_step {said}"
+        _float32("ema_kv_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
             f"ema_kv_step (decays {alphas}): y differs from writes.ema_kv_step's read, y = sum_s M[s]^T q"
         said = _diagnose(M2, want_M, [
@@ -371,6 +400,7 @@ def check_ema_kv_step(fn):
             ("swaps a_s and 1 - a_s: keep (1 - a_s) of the state, write a_s of the pair", a * M + (1 - a) * kv),
             ("writes k v^T without its weight a_s", (1 - a) * M + kv)])
         assert not said, f"ema_kv_step {said}"
+        _float32("ema_kv_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
             f"ema_kv_step (decays {alphas}): M_new differs from writes.ema_kv_step's, (1 - a_s) M[s] + a_s k v^T"
     # the loop of the steps from the empty state against the repository's (writes.ema_kv_ref)
@@ -393,7 +423,9 @@ def check_delta_step(fn):
     for beta in (0.7, 0.25):
         q, k = (unit(torch.randn(D, generator=g, dtype=torch.float64)) for _ in range(2))
         v, M = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, D, generator=g, dtype=torch.float64)
-        y, M2 = _pair(fn(q, k, v, beta, M.clone()), "delta_step", ((D,), (D, D)))
+        M_in = M.clone()
+        y, M2 = _pair(fn(q, k, v, beta, M_in), "delta_step", ((D,), (D, D)))
+        _unchanged("delta_step", (M_in, M))
         want_y, want_M = (t[0, 0] for t in writes.delta_rule_step(q[None, None], k[None, None], v[None, None],
                                                                       torch.tensor([[beta]], dtype=torch.float64),
                                                                       M[None, None]))
@@ -403,6 +435,7 @@ def check_delta_step(fn):
              want_M @ q),
             ("reads M^T q: here the value index comes first (M k is the value stored at k), so read M q", M.T @ q)])
         assert not said, f"delta_step {said}"
+        _float32("delta_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
             "delta_step: y differs from writes.delta_rule_step's read, y = M q"
         said = _diagnose(M2, want_M, [
@@ -413,6 +446,7 @@ def check_delta_step(fn):
             ("decays the state: the delta rule has no decay, M + beta (v - M k) k^T", (1 - beta) * M + beta *
              torch.outer(v, k))])
         assert not said, f"delta_step {said}"
+        _float32("delta_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
             "delta_step: M_new differs from writes.delta_rule_step's, M + beta (v - M k) k^T"
     T = 10

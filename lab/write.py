@@ -54,9 +54,9 @@ def run_steps(step, rule, q, k, v, beta=1.0, alphas=H.ALPHAS):
             ys.append(y)
         return torch.stack(ys, -2)  # (..., T, D)
     try:
-        return loop(torch.func.vmap(one), q, k, v, M0.expand(B, *M0.shape))
+        return loop(torch.func.vmap(one), q, k, v, M0.expand(B, *M0.shape).clone())  # a state of each sequence's own
     except Exception:  # a step vmap cannot trace (Python control flow on values, .item(), ...)
-        return torch.stack([loop(one, q[b], k[b], v[b], M0) for b in range(B)])
+        return torch.stack([loop(one, q[b], k[b], v[b], M0.clone()) for b in range(B)])  # a fresh state each
 
 
 def write_reads(task, step, rule, beta=1.0):

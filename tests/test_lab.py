@@ -109,6 +109,14 @@ def _probe_free_intercept(X_train, y_train, X_test, y_test, l2=1e-3):
     return _score(W, Zt, y_test)
 
 
+def _probe_std_without_eps(X_train, y_train, X_test, y_test, l2=1e-3):
+    """X_train.std(0) without the + 1e-3: a feature constant in the training rows divides by zero."""
+    mu, sd = X_train.mean(0), X_train.std(0)
+    Z, Zt = (_with_one((X - mu) / sd).double() for X in (X_train, X_test))
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
+
+
 def _probe_harmless(X_train, y_train, X_test, y_test, l2=1e-3):
     """Right, written otherwise: the population std, float32, the ridge as an augmented lstsq."""
     Z, Zt = (_with_one(X).float() for X in _standardise(X_train.float(), X_test.float(), pop=True))
@@ -132,23 +140,28 @@ def _window_loop(alpha, mass=0.9):
     return k
 
 
-def _ema_kv(read_after=False, read="MT", decay=True, outer="kv", order="yM"):
+def _ema_kv(read_after=False, read="MT", decay=True, outer="kv", order="yM", in_place=False, float32=False):
     def step(q, k, v, M, alphas):
-        a = torch.tensor(alphas, dtype=M.dtype).view(-1, 1, 1)
+        a = torch.tensor(alphas, dtype=torch.float32 if float32 else M.dtype).view(-1, 1, 1)
         kv = torch.outer(k, v) if outer == "kv" else torch.outer(v, k)
         new = ((1 - a) * M if decay else M) + a * kv
+        if in_place:
+            new = M.copy_(new)
         src = new if read_after else M
         y = (src.transpose(-1, -2) @ q).sum(0) if read == "MT" else (src @ q).sum(0)
         return (y, new) if order == "yM" else (new, y)
     return step
 
 
-def _delta(read_after=False, use_beta=True, outer="vk", sign=1):
+def _delta(read_after=False, use_beta=True, outer="vk", sign=1, in_place=False):
     def step(q, k, v, beta, M):
         b = beta if use_beta else 1.0
         err = v - M @ k
+        y = M @ q
         new = M + sign * b * (torch.outer(err, k) if outer == "vk" else torch.outer(k, err))
-        return (new if read_after else M) @ q, new
+        if in_place:
+            new = M.copy_(new)
+        return new @ q if read_after else y, new
     return step
 
 
@@ -165,7 +178,7 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("probe_accuracy", _probe_without_intercept, "without an intercept"),
     ("probe_accuracy", _probe_test_statistics, "their own mean"),
     ("probe_accuracy", _probe_all_statistics, "together"),
-    ("probe_accuracy", _probe_free_intercept, "constant column"),
+    ("probe_accuracy", _probe_std_without_eps, "+ 1e-3"),  # divides by zero on a feature constant in training
     ("mqar_sequence", _mqar_values_first, "value first"),
     ("binding", lambda acc, N: acc - 1 / N, "rescale"),  # not rescaled
     ("recalled_pairs", lambda acc, N: acc * N, "free guess"),
@@ -176,10 +189,15 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("ema_kv_step", _ema_kv(decay=False), "never decays"),
     ("ema_kv_step", _ema_kv(outer="vk"), "writes v k^T"),
     ("ema_kv_step", _ema_kv(order="My"), "returns (M_new, y)"),
+    ("ema_kv_step", _ema_kv(in_place=True), "in place"),  # section 5's runner would carry one state over
+    ("ema_kv_step", _ema_kv(float32=True), "float32"),
+    ("effective_window", lambda a, mass=0.9: max(1, math.floor(math.log(1 - mass) / math.log(1 - a)) + 1),
+     "one too many"),  # floor + 1: right except at an exact boundary (0.75 at a = 0.5: 3, not 2)
     ("delta_step", _delta(read_after=True), "after writing"),
     ("delta_step", _delta(use_beta=False), "ignores beta"),
     ("delta_step", _delta(outer="kv"), "writes k (v - M k)^T"),
     ("delta_step", _delta(sign=-1), "away from v"),
+    ("delta_step", _delta(in_place=True), "in place"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
      | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}, "strongest setting"),  # zlib's default level
 ]
@@ -191,8 +209,10 @@ def test_each_check_names_a_wrong_answer(name, wrong, says):
     assert passed is False and says in message and "\n" not in message
 
 
-def test_a_right_probe_written_otherwise_passes():
-    assert checks.verdict("probe_accuracy", _probe_harmless) == (True, "")
+@pytest.mark.parametrize("right", [_probe_harmless, _probe_free_intercept])
+def test_a_right_probe_written_otherwise_passes(right):
+    """The population std, float32, an lstsq solve, or sklearn's unpenalised intercept: all right."""
+    assert checks.verdict("probe_accuracy", right) == (True, "")
 
 
 @pytest.mark.slow
