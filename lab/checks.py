@@ -12,30 +12,33 @@ Every call of the student's function runs under a time limit (LIMIT_S seconds; o
 without SIGALRM, or off the main thread, without one): a hang is one line naming the call, as a
 crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
 
-Autograding, outside the notebook (every exercise of a student's file, one line each, exit status
-0 only when all pass):
+Autograding, outside the notebook (lab/grader.py: every exercise of a student's file in a process
+of its own, under a time limit, the verdict decided in the grader's process; one line each, exit
+status 0 only when all pass):
 
     python -m lab.checks                      # lab/exercises.py
-    python -m lab.checks FILE                 # a student's copy of exercises.py
+    python -m lab.checks FILE --json out.json # a student's copy of exercises.py, and a summary
 
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
-import bz2
-import importlib.util
-import lzma
-import math
-import os
-import random
-import signal
-import sys
-import threading
-import zlib
+from plumbing import cli
 
-import torch
+cli.exit_on_ctrl_c(__name__, "lab.checks")  # before torch's import: a Ctrl-C from the first second is one line
 
-import ema
-import recall
-import writes
+import bz2  # noqa: E402
+import lzma  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import zlib  # noqa: E402
+
+import torch  # noqa: E402
+
+import ema  # noqa: E402
+import recall  # noqa: E402
+import writes  # noqa: E402
 
 LIMIT_S = 10.0  # per call of the student's function: the solutions take milliseconds, a loaded CPU 100x that
 
@@ -159,7 +162,7 @@ def check_same_state(fn):
         assert torch.allclose(h[0], h[1], rtol=0, atol=1e-10), \
             f"the final states differ by {float((h[0] - h[1]).abs().max()):.3g} (alphas {alphas}, T = {T}): " \
             "x2 - x must lie in the null space of ema.trace_map(alphas, T)"
-    assert _raises(fn, (0.5, 0.1, 0.02), torch.randn(3, dtype=torch.float64)), \
+    assert _raises(fn, (0.5, 0.1, 0.02), torch.randn(3, generator=g, dtype=torch.float64)), \
         "T <= S: V is one-to-one, same_state should raise ValueError"
 
 
@@ -522,38 +525,6 @@ def check(name, fn):
     return False
 
 
-def grade(path):
-    """Every check on the functions of the file at `path` (a student's exercises.py), one line
-    each, and the written answer's length -> the number of exercises that did not pass."""
-    spec = importlib.util.spec_from_file_location("student_exercises", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # a syntax error or an import that fails: the whole file, one line
-        print(f"[not yet] {path}: the file does not import: {type(e).__name__}: {' '.join(str(e).split())}")
-        return len(CHECKS)
-    failed = 0
-    for name in CHECKS:
-        fn = getattr(module, name, None)
-        passed, message = verdict(name, fn) if callable(fn) else (False, "missing from the file")
-        failed += not passed
-        print(f"[pass] {name}" if passed else f"[FAIL] {name}: {message}")
-    answer = " ".join(str(getattr(module, "ANSWER_5C", "")).split())
-    words = len(answer.split())
-    stub = answer.startswith("Exercise 5c (written")
-    print(f"[read] ANSWER_5C: {'the stub, not written yet' if stub or not words else f'{words} words'} "
-          "(graded by hand: lab/INSTRUCTOR.md has the rubric)")
-    print(f"{len(CHECKS) - failed} of {len(CHECKS)} exercises pass")
-    return failed
-
-
-if __name__ == "__main__":
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if len(sys.argv) > 2 or sys.argv[1:] and sys.argv[1].startswith("-"):
-        print("usage: python -m lab.checks [path/to/exercises.py]", file=sys.stderr)
-        sys.exit(2)
-    target = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "lab", "exercises.py")
-    if not os.path.isfile(target):
-        print(f"error: {target} is not a file", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(1 if grade(target) else 0)
+if __name__ == "__main__":  # python -m lab.checks FILE: the autograder (lab/grader.py), a process per exercise
+    from lab import grader
+    grader.main()

@@ -240,7 +240,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
     """python -m lab.checks FILE: one line per exercise, exit status 0 only when all pass."""
     import subprocess
     run = lambda path: subprocess.run([sys.executable, "-m", "lab.checks", path], cwd=ROOT, capture_output=True,
-                                      text=True, timeout=120)
+                                      text=True, timeout=300)
     good, bad = run(os.path.join(LAB, "solutions.py")), run(os.path.join(LAB, "exercises.py"))
     assert good.returncode == 0 and bad.returncode == 1, good.stderr + bad.stderr
     for r, tag in ((good, "[pass]"), (bad, "[FAIL]")):
@@ -251,6 +251,43 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
     assert "9 of 9 exercises pass" in good.stdout and "0 of 9 exercises pass" in bad.stdout
     assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
     assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
+
+
+SOLVED = open(os.path.join(LAB, "solutions.py")).read()
+SUBMISSIONS = {  # a student's file -> what the grader must say of binding and delta_step, the two graded here
+    "tamper": (SOLVED.replace("def binding", "def _binding") + "\nimport lab.checks as _c\n_c.verdict = lambda name, fn: "
+               "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["calls recorded", "calls recorded"]),
+    "exit": ("import sys\nsys.exit(0)\n" + SOLVED, ["stopped the grader", "stopped the grader"]),
+    "loop": ("while True:\n    pass\n" + SOLVED, ["did not finish within", "did not finish within"]),
+    "mixed": (SOLVED.replace("    return y, M + beta", "    import os; os._exit(3)\n    return y, M + beta"),
+              [None, "status 3"]),
+    "reference": (SOLVED.replace("y = M @ q  #", "import writes; return tuple(t[0, 0] for t in writes.delta_rule_step("
+                                 "q[None, None], k[None, None], v[None, None], torch.tensor([[beta]], dtype=M.dtype), "
+                                 "M[None, None]))  #"), [None, "calls writes.delta_rule_step"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(SUBMISSIONS))
+def test_the_autograder_cannot_be_fooled_and_grades_each_exercise_alone(kind, tmp_path):
+    """A file that patches the checks in its process and prints "[pass]", exits or loops at import, kills
+    its process in one exercise or calls the repository's answer: each exercise failed by name, in time,
+    the others still graded, a non-zero exit status, and a JSON summary that says so."""
+    import subprocess
+    text, says = SUBMISSIONS[kind]
+    (tmp_path / "exercises.py").write_text(text)
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "lab.checks", str(tmp_path / "exercises.py"), "--limit", "20",
+                        "--exercises", "binding", "delta_step", "--json", str(tmp_path / "grade.json")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and time.time() - t0 < 60, r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith(("[pass]", "[FAIL]"))]
+    assert len(lines) == 2 and "Traceback" not in r.stdout + r.stderr
+    summary = json.load(open(tmp_path / "grade.json"))
+    assert summary["total"] == 2 and summary["passed"] == sum(s is None for s in says)
+    for line, name, said in zip(lines, ("binding", "delta_step"), says):
+        assert line == f"[pass] {name}" if said is None else line.startswith(f"[FAIL] {name}: ") and said in line, line
+        assert summary["exercises"][name]["passed"] is (said is None)
 
 
 def test_the_written_answer_counts_bits_right():
