@@ -26,6 +26,7 @@ from plumbing import cli
 cli.exit_on_ctrl_c(__name__, "lab.checks")  # before torch's import: a Ctrl-C from the first second is one line
 
 import bz2  # noqa: E402
+import json  # noqa: E402
 import lzma  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -178,38 +179,7 @@ def _blobs(n, F, R, g, informative=True):
     return X, (X @ A).argmax(1)
 
 
-def ridge_probe(X_train, y_train, X_test, y_test, l2=1e-3, *, standardise="train", intercept=True,
-                ridge="l2 N I", fit_on="train", std_eps=1e-3):
-    """The docstring's probe, and (through the keywords) each mistake that the check names:
-    standardise 'train' (the docstring), 'none', 'own' (each split with its own statistics), 'all'
-    (train and test rows together); ridge 'l2 N I' (the docstring), 'l2 I', 'none' (plain least
-    squares, pinv), 'default' (l2 ignored: always 1e-3), 'unpenalised intercept'; fit_on 'test'."""
-    Xtr, Xte = X_train.double(), X_test.double()
-    if fit_on == "test":
-        Xtr, y_train = Xte, y_test
-    stats = {"train": Xtr, "all": torch.cat([Xtr, Xte])}.get(standardise)
-    if standardise == "none":
-        scale = lambda X: X
-    elif standardise == "own":
-        scale = lambda X: (X - X.mean(0)) / (X.std(0) + std_eps)
-    else:
-        mu, sd = stats.mean(0), stats.std(0) + std_eps
-        scale = lambda X: (X - mu) / sd
-    z = (lambda X: torch.cat([scale(X), torch.ones(len(X), 1, dtype=X.dtype)], 1)) if intercept else scale
-    Z, R = z(Xtr), int(max(y_train.max(), y_test.max())) + 1
-    Y = torch.nn.functional.one_hot(y_train.long(), R).to(Z.dtype)  # (N, R)
-    eye = torch.eye(Z.shape[1], dtype=Z.dtype)
-    if ridge == "unpenalised intercept":
-        eye[-1, -1] = 0
-    if ridge == "none":
-        W = torch.linalg.pinv(Z) @ Y
-    else:
-        lam = {"l2 I": l2, "default": 1e-3 * len(Z)}.get(ridge, l2 * len(Z))
-        W = torch.linalg.solve(Z.T @ Z + lam * eye, Z.T @ Y)
-    return (z(Xte) @ W).argmax(1).eq(y_test).double().mean().item()
-
-
-def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0, constant=4):
+def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0, constant=0):
     """The fixed data set of the probe's fingerprint, built so that each mistake scores differently:
     few training rows for many correlated features (60 features of 6 hidden factors plus noise:
     without the ridge, or with one N times too weak, the probe overfits, as on SPCN's trace
@@ -234,25 +204,27 @@ def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0, constant=4)
     return rows
 
 
-PROBE_L2 = (1e-3, 0.03, 1.0)  # the fingerprint's settings: the default, and two where the ridge decides
-PROBE_ALTERNATIVES = ({}, dict(ridge="unpenalised intercept"))  # right: the docstring's, and sklearn's free intercept
-PROBE_MISTAKES = (  # (keywords of ridge_probe, what the message says): the first that matches is named
-    (dict(std_eps=0.0), "it matches a std without its + 1e-3: a feature constant in the training rows (80 of SPCN's "
-                        "4,096 trace features in section 3) has std 0, and 0 / 0 poisons the fit: use "
-                        "X_train.std(0) + 1e-3"),
-    (dict(fit_on="test"), "it matches a probe fit on the test rows: fit W on X_train, y_train only"),
-    (dict(ridge="none"), "it matches plain least squares (no ridge): add l2 N I to Z^T Z; without it the probe "
-                         "overfits correlated features (on SPCN's traces it scores below activity alone)"),
-    (dict(ridge="default"), "it matches a probe that ignores its l2 argument (always 1e-3): use the l2 passed in"),
-    (dict(ridge="l2 I"), "it matches l2 I in place of l2 N I: scale the ridge by N, the number of training rows"),
-    (dict(intercept=False), "it matches a probe without an intercept: append a constant 1 to the standardised "
-                            "features"),
-    (dict(standardise="none"), "it matches a probe on raw units: standardise with the training mean and std"),
-    (dict(standardise="own"), "it matches test rows standardised with their own mean and std: use the "
-                              "training rows' statistics for both splits"),
-    (dict(standardise="all"), "it matches statistics taken over the training and test rows together: use the "
-                              "training rows' only"),
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.json")  # python -m lab.snapshot
+PROBE_MISTAKES = (  # (the mistake's name in EXPECTED, what the message says): the first that matches is named
+    ("fit on test", "it matches a probe fit on the test rows: fit W on X_train, y_train only"),
+    ("no ridge", "it matches plain least squares (no ridge): add l2 N I to Z^T Z; without it the probe "
+                 "overfits correlated features (on SPCN's traces it scores below activity alone)"),
+    ("l2 ignored", "it matches a probe that ignores its l2 argument (always 1e-3): use the l2 passed in"),
+    ("l2 I", "it matches l2 I in place of l2 N I: scale the ridge by N, the number of training rows"),
+    ("no intercept", "it matches a probe without an intercept: append a constant 1 to the standardised features"),
+    ("raw units", "it matches a probe on raw units: standardise with the training mean and std"),
+    ("own statistics", "it matches test rows standardised with their own mean and std: use the training rows' "
+                       "statistics for both splits"),
+    ("all statistics", "it matches statistics taken over the training and test rows together: use the training "
+                       "rows' only"),
 )
+
+
+def expected():
+    """The stored answers (lab/expected.json, written by the instructor's `python -m lab.snapshot`
+    from the reference implementations, which the students' handout leaves out)."""
+    with open(EXPECTED) as f:
+        return json.load(f)
 
 
 def check_probe_accuracy(fn):
@@ -263,19 +235,26 @@ def check_probe_accuracy(fn):
     # the fingerprint: the accuracy at each l2 against the docstring's probe and each known mistake's,
     # to 5 rows of 1,000 (the population std, float32 or lstsq change 0-2 rows; a mistake 12 or more)
     data, tol = _correlated(), 0.005
-    got = [fn(*data, l2) for l2 in PROBE_L2]
+    stored = expected()["probe"]
+    got = [fn(*data, l2) for l2 in stored["l2"]]
     assert all(isinstance(a, float) and a == a for a in got), f"probe_accuracy returned {got} on a data set with " \
         "features constant in the training rows: a std without its + 1e-3 divides by zero (use X_train.std(0) + 1e-3)"
-    wants = [[ridge_probe(*data, l2, **keywords) for l2 in PROBE_L2] for keywords in PROBE_ALTERNATIVES]
-    if not any(all(abs(a - b) <= tol for a, b in zip(got, want)) for want in wants):
-        want = wants[0]
-        for keywords, message in PROBE_MISTAKES:
-            if all(abs(a - ridge_probe(*data, l2, **keywords)) <= tol for a, l2 in zip(got, PROBE_L2)):
+    close = lambda accs: all(abs(a - b) <= tol for a, b in zip(got, accs))
+    if not any(close(accs) for accs in stored["right"].values()):  # the docstring's, or a free intercept
+        want = stored["right"]["docstring"]
+        for mistake, message in PROBE_MISTAKES:
+            if close(stored["mistakes"][mistake]):
                 raise AssertionError(f"probe_accuracy: {message}")
-        l2, a, b = next((l2, a, b) for l2, a, b in zip(PROBE_L2, got, want) if abs(a - b) > tol)
-        raise AssertionError(f"on a fixed data set (100 training rows, 60 correlated features, 4 constant) at l2 = {l2} the "
+        l2, a, b = next((l2, a, b) for l2, a, b in zip(stored["l2"], got, want) if abs(a - b) > tol)
+        raise AssertionError(f"on a fixed data set (100 training rows, 60 correlated features) at l2 = {l2} the "
                              f"probe of the docstring scores {b:.3f}, yours {a:.3f}: standardise with the training "
                              "rows' mean and std (+ 1e-3), append a constant 1, and solve with l2 N I")
+    # the same data with 4 features constant in the training rows (varying in the test rows): the
+    # docstring's probe gives them weight 0 (their column of Z is 0, the ridge does the rest): same accuracy
+    fixed = [fn(*_correlated(constant=4), l2) for l2 in stored["l2"]]
+    assert all(abs(a - b) <= tol for a, b in zip(fixed, got)), \
+        f"probe_accuracy: 4 features constant in the training rows move the accuracy from {got} to {fixed}: their std " \
+        "is 0 (80 of SPCN's 4,096 trace features in section 3), so divide by X_train.std(0) + 1e-3, never the bare std"
     assert acc >= 0.85, f"labels that a linear map of the features decides: the probe reads {acc:.3f} of them, " \
                         "expected >= 0.85"
     X, y = _blobs(500, 60, 4, g, informative=False)

@@ -88,7 +88,7 @@ def child(name, path, record):
     to `record` (torch.save), whatever happens (an exit at import, a crash)."""
     import importlib.util
     import torch
-    sys.modules["lab.solutions"] = None  # importing it raises ImportError
+    sys.modules["lab.solutions"] = sys.modules["lab.snapshot"] = None  # importing them raises ImportError
     import recall
     import writes
     from lab import checks

@@ -209,6 +209,13 @@ def test_each_check_names_a_wrong_answer(name, wrong, says):
     assert passed is False and says in message and "\n" not in message
 
 
+def test_the_stored_answers_are_the_reference_implementations_own():
+    """lab/expected.json is what `python -m lab.snapshot` computes now (the checks compare with it)."""
+    from lab import snapshot
+    with open(checks.EXPECTED) as f:
+        assert json.load(f) == snapshot.snapshot(), "lab/expected.json is stale: run python -m lab.snapshot"
+
+
 @pytest.mark.parametrize("right", [_probe_harmless, _probe_free_intercept])
 def test_a_right_probe_written_otherwise_passes(right):
     """The population std, float32, an lstsq solve, or sklearn's unpenalised intercept: all right."""
@@ -476,7 +483,13 @@ def test_the_handout_leaves_the_answers_out_and_its_zip_sets_the_notebook_up(tmp
     archive = handout.main(["--out_dir", str(tmp_path / "handout"), "--repo_url", "https://example.org/x.git"])
     names = zipfile.ZipFile(archive).namelist()
     assert "ema-is-not-all-you-need/lab/exercises.py" in names and "ema-is-not-all-you-need/ema.py" in names
-    assert not any(n.endswith(("lab/solutions.py", "lab/INSTRUCTOR.md", "tests/test_lab.py")) for n in names)
+    assert not any(n.endswith(("lab/solutions.py", "lab/snapshot.py", "lab/INSTRUCTOR.md", "tests/test_lab.py"))
+                   for n in names)
+    with zipfile.ZipFile(archive) as z:  # no reference implementation of an exercise in any file of the zip
+        lab_code = {n: z.read(n).decode() for n in names if "/lab/" in n and n.endswith(".py")}
+    solved = [line.strip() for line in open(os.path.join(LAB, "solutions.py")) if line.startswith("    return ")]
+    for text in lab_code.values():
+        assert "def ridge_probe" not in text and not any(line in text for line in solved if len(line) > 20)
     nb = nbformat.read(str(tmp_path / "handout" / "lab.ipynb"), as_version=4)
     assert 'REPO_URL = "https://example.org/x.git"' in nb.cells[1].source
     student = tmp_path / "colab"
