@@ -1,10 +1,8 @@
 """One check per exercise of exercises.py. Each tests a property that a wrong answer fails (not
-only shapes), against the repository's own code where it has one (ema.traces_ref, ema.trace_map,
-recall.mqar, recall.binding, writes.ema_kv_step and ema_kv_ref, writes.delta_rule_step and
-delta_rule_ref), or else against the docstring's formula on a fixed data set. Where a wrong
-answer is a known mistake (WRONG_ANSWERS below: an l2 ignored, a state read after its write, ...)
-the message names it. tests/test_lab.py holds every check to failing on the stub and on each of
-those mistakes, and passing on solutions.py.
+only shapes), against the repository's own code (ema, recall, writes), stored answers
+(expected.json: the probe) or the docstring's formula (scipy.stats: the seeds' verdict). A known
+mistake is named in its message; tests/test_lab.py holds each check to failing on the stub and
+on each mistake, and passing on solutions.py and the right alternatives.
 
     check("effective_window", my_function)   # prints one line: passed, or what is wrong; returns True/False
 
@@ -470,10 +468,46 @@ def check_compressor_nats_per_byte(fn):
     assert _raises(fn, b""), "empty data should raise ValueError"
 
 
+# ---- 8: the noise ---------------------------------------------------------------------------------
+
+
+def check_seed_verdict(fn):
+    import scipy.stats
+    t = lambda x: torch.tensor(x, dtype=torch.float64)
+    base = [0.80, 0.95, 0.87, 1.02, 0.91]  # seeds spread by 0.2, as the map's copies; the pairs differ by ~0.011
+    for a, b, paired in (([0.79, 0.81, 0.80, 0.82], [0.85, 0.86, 0.84, 0.88], False), ([0.79, 0.80], [0.84, 0.86],
+                         False), ([0.80, 0.90, 0.85],
+                         [0.84, 0.80, 0.95, 0.88, 0.90], False), ([x - 0.011 + 0.001 * (-1) ** i for i, x in
+                         enumerate(base)], base, True), (base[:4], [x + 0.05 for x in base[1:]], True)):
+        A, B, n = t(a), t(b), len(a)
+        d = A - B if paired else None
+        test = scipy.stats.ttest_rel if paired else lambda x, y, **k: scipy.stats.ttest_ind(x, y, equal_var=False, **k)
+        p = float(test(A, B, alternative="less").pvalue)
+        want = float(A.mean() - B.mean()), float(d.std() / n ** 0.5 if paired else (A.var() / n + B.var() / len(b)) ** 0.5)
+        welch = float((A.var() / n + B.var() / len(b)) ** 0.5)
+        got = fn(list(a), list(b), paired)
+        assert isinstance(got, (tuple, list)) and len(got) == 3, "seed_verdict returns (diff, se, verdict)"
+        diff, se, said = float(got[0]), float(got[1]), got[2]
+        assert _close(diff, want[0], 1e-9), f"seed_verdict({a}, {b}): diff = {diff:.4g}, expected mean(a) - mean(b)"
+        std = float(d.std()) if paired else float((A.var() + B.var()) ** 0.5)
+        assert not _close(se, std, 1e-6), f"seed_verdict({a}, {b}): se = {se:.4g} is the standard deviation, not the " \
+                                          "standard error of the mean difference: divide by sqrt(n)"
+        assert not (paired and _close(se, welch, 1e-6)), f"seed_verdict(..., paired=True): se = {se:.4g} is Welch's: " \
+            "it ignores the pairing; seed i of a and of b share their data: use d_i = a_i - b_i, se = std(d) / sqrt(n)"
+        assert _close(se, want[1], 1e-6), f"seed_verdict({a}, {b}, paired={paired}): se = {se:.4g}, expected " \
+                                          f"{want[1]:.4g} (std and var with n - 1)"
+        right = "below" if p < 0.01 else "tie"
+        assert said == right, f"seed_verdict({a}, {b}, paired={paired}): {said!r}, but the one-sided t-test gives " \
+                              f"p = {p:.2g} against alpha = 0.01: {right!r} (a t distribution with its df, not a normal)"
+    assert _raises(fn, [0.796], [0.815], False), "seed_verdict([0.796], [0.815]): a verdict from one seed each; one " \
+                                                 "seed has no spread, so no standard error: raise ValueError"
+    assert _raises(fn, [0.8, 0.9], [0.8, 0.85, 0.9], True), "paired with 2 and 3 seeds should raise ValueError"
+
+
 CHECKS = {"effective_window": check_effective_window, "same_state": check_same_state,
           "probe_accuracy": check_probe_accuracy, "mqar_sequence": check_mqar_sequence, "binding": check_binding,
           "recalled_pairs": check_recalled_pairs, "ema_kv_step": check_ema_kv_step, "delta_step": check_delta_step,
-          "compressor_nats_per_byte": check_compressor_nats_per_byte}
+          "compressor_nats_per_byte": check_compressor_nats_per_byte, "seed_verdict": check_seed_verdict}
 
 
 def verdict(name, fn):

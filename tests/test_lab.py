@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from plumbing import cli
-from lab import checks, exercises, helpers, solutions, write
+from lab import checks, exercises, helpers, seeds, solutions, write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = os.path.join(ROOT, "lab")
@@ -165,6 +165,21 @@ def _delta(read_after=False, use_beta=True, outer="vk", sign=1, in_place=False):
     return step
 
 
+def _verdict(se="right", one_seed=False, p="t"):
+    """seed_verdict's wrong answers: the std for the SE, Welch's SE on paired data, a one-seed verdict, a normal p."""
+    def fn(a, b, paired, alpha=0.01):
+        import scipy.stats
+        if one_seed and len(a) < 2:
+            return a[0] - b[0], 0.0, "below" if a[0] < b[0] else "tie"
+        diff, right, _ = solutions.seed_verdict(a, b, paired and se != "welch", alpha)
+        A, B = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+        err = float((A - B).std() if paired else (A.var() + B.var()) ** 0.5) if se == "std" else right
+        z = diff / err
+        below = scipy.stats.norm.cdf(z) < alpha if p == "normal" else solutions.seed_verdict(a, b, paired, alpha)[2] == "below"
+        return diff, err, "below" if below else "tie"
+    return fn
+
+
 WRONG = [  # plausible mistakes, each of which its check must catch with a message naming it (a key word)
     ("effective_window", lambda a, mass=0.9: 1 if a == 1 else max(1, int(math.log(1 - mass) / math.log(1 - a))),
      "one short"),
@@ -198,6 +213,10 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("delta_step", _delta(outer="kv"), "writes k (v - M k)^T"),
     ("delta_step", _delta(sign=-1), "away from v"),
     ("delta_step", _delta(in_place=True), "in place"),
+    ("seed_verdict", _verdict(se="std"), "standard deviation"),
+    ("seed_verdict", _verdict(se="welch"), "ignores the pairing"),
+    ("seed_verdict", _verdict(one_seed=True), "one seed"),
+    ("seed_verdict", _verdict(p="normal"), "not a normal"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
      | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}, "strongest setting"),  # zlib's default level
 ]
@@ -255,7 +274,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
         assert [line.split()[1].rstrip(":") for line in lines[:len(checks.CHECKS)]] == list(checks.CHECKS)
         assert all(line.startswith(tag) for line in lines[:len(checks.CHECKS)])
         assert lines[-1].startswith("[read] ANSWER_5C")
-    assert "9 of 9 exercises pass" in good.stdout and "0 of 9 exercises pass" in bad.stdout
+    assert "10 of 10 exercises pass" in good.stdout and "0 of 10 exercises pass" in bad.stdout
     assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
     assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
 
@@ -307,7 +326,7 @@ def test_the_written_answer_counts_bits_right():
 
 def test_every_exercise_has_a_solution_and_a_check():
     names = {n for n in vars(exercises) if callable(getattr(exercises, n)) and not n.startswith("_")} - {"torch"}
-    assert names == set(checks.CHECKS) <= set(vars(solutions)) and len(names) == 9
+    assert names == set(checks.CHECKS) <= set(vars(solutions)) and len(names) == 10
     written = [n for n in vars(exercises) if n.startswith("ANSWER_")]
     assert written and all(len(getattr(solutions, n)) > 2 * len(getattr(exercises, n)) for n in written)
 
@@ -379,7 +398,8 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
         assert (out / png).is_file(), png
     assert (out / "bytes" / "ckpt_best.pt").is_file()
     assert "started in the background" in text and all((out / "background" / f"{j}.json").is_file() for j in helpers.JOBS)
-    assert "activity only" in text and "the write readers ema_kv and delta" in text
+    assert "activity only" in text and "loss on copies per seed" in text
+    assert any(w in text for w in ("no per-model statistics", " is below ", "a tie at"))  # section 7, from map.json
     assert "results/scaling: SPEN ema_kv" in tables[-1] and "copies 128+ bytes back" in tables[-1]
 
 
@@ -516,3 +536,40 @@ def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
     assert helpers.exercises().effective_window is exercises.effective_window  # the rest: the file's
     with pytest.raises(cli.UserError, match="not an exercise"):
         helpers.answer(lambda: None)
+
+
+def _metrics(values):
+    import statistics
+    mean, se = statistics.mean(values), statistics.stdev(values) / len(values) ** 0.5
+    return dict(mean=mean, se=se, ci95=[mean - 2 * se, mean + 2 * se], values=values)
+
+
+MAP = dict(alpha=0.01, n_comparisons=2, models={  # a hand-made seeded map: delta and gpt, no hybrid_ema_kv
+    "gpt": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
+        all=_metrics([1.39, 1.40, 1.38]), copies=_metrics([0.815, 0.80, 0.83]))),
+    "delta": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
+        all=_metrics([1.30, 1.31, 1.29]), copies=_metrics([0.96, 0.796, 0.88])))},
+    comparisons=[dict(a="delta", b="gpt", metric="all", diff=-0.09, se=0.008, t=-11.0, df=4.0, p_below=0.0002,
+                      p_above=0.9998, verdict="below", n_a=3, n_b=3),
+                 dict(a="delta", b="gpt", metric="copies", diff=0.0637, se=0.049, t=1.3, df=2.2, p_below=0.84,
+                      p_above=0.16, verdict="tie", n_a=3, n_b=3)])
+
+
+def test_section_6_says_the_seeded_maps_verdicts_and_only_those(tmp_path, capsys):
+    """Every number and verdict of section 6 and of the discussion's answer comes from map.json."""
+    path = tmp_path / "map.json"
+    path.write_text(json.dumps(MAP))
+    rows, said = seeds.summary(seeds.load(str(path)))
+    assert [r[:3] for r in rows] == [["gpt", 3, "0, 1, 2"], ["delta", 3, "0, 1, 2"]]
+    assert rows[1][3] == f"{1.30:.3f} ± {MAP['models']['delta']['metrics']['all']['se']:.3f}" and rows[1][5] == "-"
+    assert "delta is below gpt (one-sided p = 0.0002 < 0.01)" in said[0] and "+0.064 ± 0.049" in said[1]
+    assert "a tie at 0.01" in said[1] and "n = 3 and 3 seeds" in said[1]
+    assert said[-1] == "not in the map: delta_conv, hybrid_ema_kv"
+    answer = seeds.discussion(str(path))
+    assert "a tie at 0.01" in answer and "because" not in answer and "below gpt" not in answer
+    assert seeds.values(MAP, "delta") == [0.96, 0.796, 0.88]
+    old = tmp_path / "old.json"  # the file before the seeded map: its rows only
+    old.write_text(json.dumps(dict(rows=[dict(model="gpt", seed=1, loss_copy=0.8), dict(model="gpt", seed=0,
+                                                                                      loss_copy=0.815)])))
+    assert seeds.show(str(old)) == [seeds.summary({})[1][0]] and len(capsys.readouterr().out.splitlines()) == 1
+    assert seeds.values(seeds.load(str(old)), "gpt") == [0.815, 0.8]
