@@ -6,13 +6,11 @@ on each mistake, and passing on solutions.py and the right alternatives.
 
     check("effective_window", my_function)   # prints one line: passed, or what is wrong; returns True/False
 
-Every call of the student's function runs under a time limit (LIMIT_S seconds; on a platform
-without SIGALRM, or off the main thread, without one): a hang is one line naming the call, as a
-crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
+Every call of the student's function runs under LIMIT_S (SIGALRM; main thread only): a hang is
+one line naming the call, as a crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
 
-Autograding, outside the notebook (lab/grader.py: every exercise of a student's file in a process
-of its own, under a time limit, the verdict decided in the grader's process; one line each, exit
-status 0 only when all pass):
+Autograding (lab/grader.py: each exercise of a file in a process of its own, the verdict decided
+in the grader's; one line each, exit status 0 only when all pass):
 
     python -m lab.checks                      # lab/exercises.py
     python -m lab.checks FILE --json out.json # a student's copy of exercises.py, and a summary
@@ -40,10 +38,7 @@ import recall  # noqa: E402
 import writes  # noqa: E402
 
 LIMIT_S = 10.0  # per call of the student's function: the solutions take milliseconds, a loaded CPU 100x that
-
-
-def _close(a, b, tol=1e-9):
-    return abs(a - b) <= tol * max(1.0, abs(b))
+_close = lambda a, b, tol=1e-9: abs(a - b) <= tol * max(1.0, abs(b))  # noqa: E731 (to tol, relative past 1)
 
 
 class Crashed(Exception):
@@ -480,12 +475,11 @@ def check_seed_verdict(fn):
                          [0.84, 0.80, 0.95, 0.88, 0.90], False), ([x - 0.011 + 0.001 * (-1) ** i for i, x in
                          enumerate(base)], base, True), (base[:4], [x + 0.05 for x in base[1:]], True)):
         A, B, n = t(a), t(b), len(a)
-        d = A - B if paired else None
+        d = A - B if paired else None  # (n,) the pairs' differences
         test = scipy.stats.ttest_rel if paired else lambda x, y, **k: scipy.stats.ttest_ind(x, y, equal_var=False, **k)
         p = float(test(A, B, alternative="less").pvalue)
         want = float(A.mean() - B.mean()), float(d.std() / n ** 0.5 if paired else (A.var() / n + B.var() / len(b)) ** 0.5)
-        welch = float((A.var() / n + B.var() / len(b)) ** 0.5)
-        got = fn(list(a), list(b), paired)
+        welch, got = float((A.var() / n + B.var() / len(b)) ** 0.5), fn(list(a), list(b), paired)
         assert isinstance(got, (tuple, list)) and len(got) == 3, "seed_verdict returns (diff, se, verdict)"
         diff, se, said = float(got[0]), float(got[1]), got[2]
         assert _close(diff, want[0], 1e-9), f"seed_verdict({a}, {b}): diff = {diff:.4g}, expected mean(a) - mean(b)"
@@ -499,8 +493,8 @@ def check_seed_verdict(fn):
         right = "below" if p < 0.01 else "tie"
         assert said == right, f"seed_verdict({a}, {b}, paired={paired}): {said!r}, but the one-sided t-test gives " \
                               f"p = {p:.2g} against alpha = 0.01: {right!r} (a t distribution with its df, not a normal)"
-    assert _raises(fn, [0.796], [0.815], False), "seed_verdict([0.796], [0.815]): a verdict from one seed each; one " \
-                                                 "seed has no spread, so no standard error: raise ValueError"
+    assert _raises(fn, [0.796], [0.815], False), "seed_verdict([0.796], [0.815]): a verdict from one seed each: no " \
+        "spread, no standard error: raise ValueError"
     assert _raises(fn, [0.8, 0.9], [0.8, 0.85, 0.9], True), "paired with 2 and 3 seeds should raise ValueError"
 
 
