@@ -281,7 +281,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
 
 SOLVED = open(os.path.join(LAB, "solutions.py")).read()
 SUBMISSIONS = {  # a student's file -> what the grader must say of binding and delta_step, the two graded here
-    "tamper": (SOLVED.replace("def binding", "def _binding") + "\nimport lab.checks as _c\n_c.verdict = lambda name, fn: "
+    "tamper": (SOLVED.replace("def binding(acc, N):\n", "def binding(acc, N):\n    raise NotImplementedError\n") + "\nimport lab.checks as _c\n_c.verdict = lambda name, fn: "
                "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["calls recorded", "calls recorded"]),
     "exit": ("import sys\nsys.exit(0)\n" + SOLVED, ["stopped the grader", "stopped the grader"]),
     "loop": ("while True:\n    pass\n" + SOLVED, ["did not finish within", "did not finish within"]),
@@ -454,11 +454,13 @@ def test_helpers_refuse_bad_input_in_one_line(call, flag):
 
 @pytest.mark.parametrize("env, says", [
     (dict(LAB_THREADS="abc"), "LAB_THREADS"), (dict(LAB_THREADS="-2"), "LAB_THREADS"),
-    (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_OUT=__file__), "is a file"),
+    (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_THREADS="99999"), "LAB_THREADS"),
+    (dict(LAB_OUT=__file__), "is a file"),
     (dict(LAB_OUT=os.path.join(__file__, "out")), "inside the file"),
 ])
 def test_a_bad_environment_value_is_one_line(env, says):
-    assert helpers.environment(dict(LAB_THREADS="3", LAB_SMOKE="1")) == (True, os.path.join(ROOT, "out", "lab"), 3)
+    assert helpers.environment(dict(LAB_THREADS="1", LAB_SMOKE="1")) == (True, os.path.join(ROOT, "out", "lab"), 1)
+    assert helpers.environment(dict(LAB_THREADS="1024"))[2] == os.cpu_count()  # no more threads than cores
     with pytest.raises(cli.UserError) as e:
         helpers.environment(env)
     assert says in str(e.value) and "\n" not in str(e.value)
@@ -573,3 +575,17 @@ def test_section_6_says_the_seeded_maps_verdicts_and_only_those(tmp_path, capsys
                                                                                       loss_copy=0.815)])))
     assert seeds.show(str(old)) == [seeds.summary({})[1][0]] and len(capsys.readouterr().out.splitlines()) == 1
     assert seeds.values(seeds.load(str(old)), "gpt") == [0.815, 0.8]
+
+
+def test_the_handout_checks_its_out_dir_and_leaves_no_half_zip(tmp_path, monkeypatch):
+    from lab import handout
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(cli.UserError, match="--out_dir"):
+        handout.main(["--out_dir", str(tmp_path / "a_file")])
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(handout.zipfile.ZipFile, "write", full)
+    with pytest.raises(cli.UserError, match="No space left") as e:
+        handout.main(["--out_dir", str(tmp_path / "h")])
+    assert "\n" not in str(e.value) and os.listdir(tmp_path / "h") == []
