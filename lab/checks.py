@@ -1,47 +1,44 @@
 """One check per exercise of exercises.py. Each tests a property that a wrong answer fails (not
-only shapes), against the repository's own code where it has one (ema.traces_ref, ema.trace_map,
-recall.mqar, recall.binding, writes.ema_kv_step and ema_kv_ref, writes.delta_rule_step and
-delta_rule_ref), or else against the docstring's formula on a fixed data set. Where a wrong
-answer is a known mistake (WRONG_ANSWERS below: an l2 ignored, a state read after its write, ...)
-the message names it. tests/test_lab.py holds every check to failing on the stub and on each of
-those mistakes, and passing on solutions.py.
+only shapes), against the repository's own code (ema, recall, writes), stored answers
+(expected.json: the probe) or the docstring's formula (scipy.stats: the seeds' verdict). A known
+mistake is named in its message; tests/test_lab.py holds each check to failing on the stub and
+on each mistake, and passing on solutions.py and the right alternatives.
 
     check("effective_window", my_function)   # prints one line: passed, or what is wrong; returns True/False
 
-Every call of the student's function runs under a time limit (LIMIT_S seconds; on a platform
-without SIGALRM, or off the main thread, without one): a hang is one line naming the call, as a
-crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
+Every call of the student's function runs under LIMIT_S (SIGALRM; main thread only): a hang is
+one line naming the call, as a crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
 
-Autograding, outside the notebook (every exercise of a student's file, one line each, exit status
-0 only when all pass):
+Autograding (lab/grader.py: each exercise of a file in a process of its own, the verdict decided
+in the grader's; one line each, exit status 0 only when all pass):
 
     python -m lab.checks                      # lab/exercises.py
-    python -m lab.checks FILE                 # a student's copy of exercises.py
+    python -m lab.checks FILE --json out.json # a student's copy of exercises.py, and a summary
 
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
-import bz2
-import importlib.util
-import lzma
-import math
-import os
-import random
-import signal
-import sys
-import threading
-import zlib
+from plumbing import cli
 
-import torch
+cli.exit_on_ctrl_c(__name__, "lab.checks")  # before torch's import: a Ctrl-C from the first second is one line
 
-import ema
-import recall
-import writes
+import bz2  # noqa: E402
+import json  # noqa: E402
+import lzma  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import zlib  # noqa: E402
+
+import torch  # noqa: E402
+
+import ema  # noqa: E402
+import recall  # noqa: E402
+import writes  # noqa: E402
 
 LIMIT_S = 10.0  # per call of the student's function: the solutions take milliseconds, a loaded CPU 100x that
-
-
-def _close(a, b, tol=1e-9):
-    return abs(a - b) <= tol * max(1.0, abs(b))
+_close = lambda a, b, tol=1e-9: abs(a - b) <= tol * max(1.0, abs(b))  # noqa: E731 (to tol, relative past 1)
 
 
 class Crashed(Exception):
@@ -138,6 +135,8 @@ def check_effective_window(fn):
                 f"effective_window({a}, {mass}) should be an int, got {got!r}"
             assert got != want - 1, f"effective_window({a}, {mass}) = {got}: one short (rounded down?): the " \
                                     f"{got} most recent inputs carry less than {mass}; the fewest that carry it are {want}"
+            assert got != want + 1, f"effective_window({a}, {mass}) = {got}: one too many (rounded up past an " \
+                                    f"exact boundary?): the {want} most recent inputs already carry {mass}"
             assert got == want, f"effective_window({a}, {mass}) = {got}, but the {want} most recent inputs are the " \
                                 f"fewest that carry {mass} of the weight"
     assert fn(0.1) == fn(0.1, 0.9), "mass defaults to 0.9"
@@ -157,7 +156,7 @@ def check_same_state(fn):
         assert torch.allclose(h[0], h[1], rtol=0, atol=1e-10), \
             f"the final states differ by {float((h[0] - h[1]).abs().max()):.3g} (alphas {alphas}, T = {T}): " \
             "x2 - x must lie in the null space of ema.trace_map(alphas, T)"
-    assert _raises(fn, (0.5, 0.1, 0.02), torch.randn(3, dtype=torch.float64)), \
+    assert _raises(fn, (0.5, 0.1, 0.02), torch.randn(3, generator=g, dtype=torch.float64)), \
         "T <= S: V is one-to-one, same_state should raise ValueError"
 
 
@@ -173,44 +172,15 @@ def _blobs(n, F, R, g, informative=True):
     return X, (X @ A).argmax(1)
 
 
-def ridge_probe(X_train, y_train, X_test, y_test, l2=1e-3, *, standardise="train", intercept=True,
-                ridge="l2 N I", fit_on="train", std_eps=1e-3):
-    """The docstring's probe, and (through the keywords) each mistake that the check names:
-    standardise 'train' (the docstring), 'none', 'own' (each split with its own statistics), 'all'
-    (train and test rows together); ridge 'l2 N I' (the docstring), 'l2 I', 'none' (plain least
-    squares, pinv), 'default' (l2 ignored: always 1e-3), 'unpenalised intercept'; fit_on 'test'."""
-    Xtr, Xte = X_train.double(), X_test.double()
-    if fit_on == "test":
-        Xtr, y_train = Xte, y_test
-    stats = {"train": Xtr, "all": torch.cat([Xtr, Xte])}.get(standardise)
-    if standardise == "none":
-        scale = lambda X: X
-    elif standardise == "own":
-        scale = lambda X: (X - X.mean(0)) / (X.std(0) + std_eps)
-    else:
-        mu, sd = stats.mean(0), stats.std(0) + std_eps
-        scale = lambda X: (X - mu) / sd
-    z = (lambda X: torch.cat([scale(X), torch.ones(len(X), 1, dtype=X.dtype)], 1)) if intercept else scale
-    Z, R = z(Xtr), int(max(y_train.max(), y_test.max())) + 1
-    Y = torch.nn.functional.one_hot(y_train.long(), R).to(Z.dtype)  # (N, R)
-    eye = torch.eye(Z.shape[1], dtype=Z.dtype)
-    if ridge == "unpenalised intercept":
-        eye[-1, -1] = 0
-    if ridge == "none":
-        W = torch.linalg.pinv(Z) @ Y
-    else:
-        lam = {"l2 I": l2, "default": 1e-3 * len(Z)}.get(ridge, l2 * len(Z))
-        W = torch.linalg.solve(Z.T @ Z + lam * eye, Z.T @ Y)
-    return (z(Xte) @ W).argmax(1).eq(y_test).double().mean().item()
-
-
-def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0):
+def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0, constant=0):
     """The fixed data set of the probe's fingerprint, built so that each mistake scores differently:
     few training rows for many correlated features (60 features of 6 hidden factors plus noise:
     without the ridge, or with one N times too weak, the probe overfits, as on SPCN's trace
     features), features far from 0 in unequal units (standardising and the intercept matter),
-    unequal classes, and test rows shifted against the training rows (statistics taken from the
-    test rows move them)."""
+    unequal classes, test rows shifted against the training rows (statistics taken from the
+    test rows move them), and `constant` features that never vary in the training rows but do in
+    the test rows (as 80 of SPCN's 4,096 trace features in section 3: a std without its + 1e-3
+    divides by zero there)."""
     g, D = torch.Generator().manual_seed(seed), torch.float64
     mix = torch.randn(rank, F, generator=g, dtype=D)  # (rank, F) the features' hidden factors
     read = torch.randn(rank, R, generator=torch.Generator().manual_seed(1), dtype=D)
@@ -220,27 +190,34 @@ def _correlated(n_train=100, n_test=1000, F=60, R=3, rank=6, seed=0):
     for n, shift in ((n_train, 0.0), (n_test, torch.linspace(-0.5, 1.0, F, dtype=D) * units)):
         h = torch.randn(n, rank, generator=g, dtype=D)
         X = (h @ mix + 0.3 * torch.randn(n, F, generator=g, dtype=D)) * units + 5 + shift
-        rows += [X, (h @ read + prior + torch.randn(n, R, generator=g, dtype=D)).argmax(1)]
+        y = (h @ read + prior + torch.randn(n, R, generator=g, dtype=D)).argmax(1)
+        fixed = torch.full((n, constant), 2.0, dtype=D) if n == n_train else 2 + torch.randn(n, constant, generator=g,
+                                                                                              dtype=D)
+        rows += [torch.cat([X, fixed], 1), y]
     return rows
 
 
-PROBE_L2 = (1e-3, 0.03, 1.0)  # the fingerprint's settings: the default, and two where the ridge decides
-PROBE_MISTAKES = (  # (keywords of ridge_probe, what the message says): the first that matches is named
-    (dict(fit_on="test"), "it matches a probe fit on the test rows: fit W on X_train, y_train only"),
-    (dict(ridge="none"), "it matches plain least squares (no ridge): add l2 N I to Z^T Z; without it the probe "
-                         "overfits correlated features (on SPCN's traces it scores below activity alone)"),
-    (dict(ridge="default"), "it matches a probe that ignores its l2 argument (always 1e-3): use the l2 passed in"),
-    (dict(ridge="l2 I"), "it matches l2 I in place of l2 N I: scale the ridge by N, the number of training rows"),
-    (dict(ridge="unpenalised intercept"), "it matches a ridge that leaves the constant column out: the docstring's "
-                                          "l2 N I penalises every column of Z, the constant 1 too"),
-    (dict(intercept=False), "it matches a probe without an intercept: append a constant 1 to the standardised "
-                            "features"),
-    (dict(standardise="none"), "it matches a probe on raw units: standardise with the training mean and std"),
-    (dict(standardise="own"), "it matches test rows standardised with their own mean and std: use the "
-                              "training rows' statistics for both splits"),
-    (dict(standardise="all"), "it matches statistics taken over the training and test rows together: use the "
-                              "training rows' only"),
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected.json")  # python -m lab.snapshot
+PROBE_MISTAKES = (  # (the mistake's name in EXPECTED, what the message says): the first that matches is named
+    ("fit on test", "it matches a probe fit on the test rows: fit W on X_train, y_train only"),
+    ("no ridge", "it matches plain least squares (no ridge): add l2 N I to Z^T Z; without it the probe "
+                 "overfits correlated features (on SPCN's traces it scores below activity alone)"),
+    ("l2 ignored", "it matches a probe that ignores its l2 argument (always 1e-3): use the l2 passed in"),
+    ("l2 I", "it matches l2 I in place of l2 N I: scale the ridge by N, the number of training rows"),
+    ("no intercept", "it matches a probe without an intercept: append a constant 1 to the standardised features"),
+    ("raw units", "it matches a probe on raw units: standardise with the training mean and std"),
+    ("own statistics", "it matches test rows standardised with their own mean and std: use the training rows' "
+                       "statistics for both splits"),
+    ("all statistics", "it matches statistics taken over the training and test rows together: use the training "
+                       "rows' only"),
 )
+
+
+def expected():
+    """The stored answers (lab/expected.json, written by the instructor's `python -m lab.snapshot`
+    from the reference implementations, which the students' handout leaves out)."""
+    with open(EXPECTED) as f:
+        return json.load(f)
 
 
 def check_probe_accuracy(fn):
@@ -251,16 +228,26 @@ def check_probe_accuracy(fn):
     # the fingerprint: the accuracy at each l2 against the docstring's probe and each known mistake's,
     # to 5 rows of 1,000 (the population std, float32 or lstsq change 0-2 rows; a mistake 12 or more)
     data, tol = _correlated(), 0.005
-    got = [fn(*data, l2) for l2 in PROBE_L2]
-    want = [ridge_probe(*data, l2) for l2 in PROBE_L2]
-    if not all(abs(a - b) <= tol for a, b in zip(got, want)):
-        for keywords, message in PROBE_MISTAKES:
-            if all(abs(a - ridge_probe(*data, l2, **keywords)) <= tol for a, l2 in zip(got, PROBE_L2)):
+    stored = expected()["probe"]
+    got = [fn(*data, l2) for l2 in stored["l2"]]
+    assert all(isinstance(a, float) and a == a for a in got), f"probe_accuracy returned {got} on a data set with " \
+        "features constant in the training rows: a std without its + 1e-3 divides by zero (use X_train.std(0) + 1e-3)"
+    close = lambda accs: all(abs(a - b) <= tol for a, b in zip(got, accs))
+    if not any(close(accs) for accs in stored["right"].values()):  # the docstring's, or a free intercept
+        want = stored["right"]["docstring"]
+        for mistake, message in PROBE_MISTAKES:
+            if close(stored["mistakes"][mistake]):
                 raise AssertionError(f"probe_accuracy: {message}")
-        l2, a, b = next((l2, a, b) for l2, a, b in zip(PROBE_L2, got, want) if abs(a - b) > tol)
+        l2, a, b = next((l2, a, b) for l2, a, b in zip(stored["l2"], got, want) if abs(a - b) > tol)
         raise AssertionError(f"on a fixed data set (100 training rows, 60 correlated features) at l2 = {l2} the "
                              f"probe of the docstring scores {b:.3f}, yours {a:.3f}: standardise with the training "
                              "rows' mean and std (+ 1e-3), append a constant 1, and solve with l2 N I")
+    # the same data with 4 features constant in the training rows (varying in the test rows): the
+    # docstring's probe gives them weight 0 (their column of Z is 0, the ridge does the rest): same accuracy
+    fixed = [fn(*_correlated(constant=4), l2) for l2 in stored["l2"]]
+    assert all(abs(a - b) <= tol for a, b in zip(fixed, got)), \
+        f"probe_accuracy: 4 features constant in the training rows move the accuracy from {got} to {fixed}: their std " \
+        "is 0 (80 of SPCN's 4,096 trace features in section 3), so divide by X_train.std(0) + 1e-3, never the bare std"
     assert acc >= 0.85, f"labels that a linear map of the features decides: the probe reads {acc:.3f} of them, " \
                         "expected >= 0.85"
     X, y = _blobs(500, 60, 4, g, informative=False)
@@ -345,6 +332,20 @@ def _pair(out, name, shapes):
     return y.double(), M.double()
 
 
+def _unchanged(name, *pairs):
+    """The arguments as the step got them (each pair: the tensor passed, a copy taken before)."""
+    for passed, before in pairs:
+        assert torch.equal(passed, before), f"{name} changes the state M it was given (in place): section 5 runs " \
+            "one M for many sequences, so each would start where the last ended; return a new tensor, M_new"
+
+
+def _float32(name, what, got, want):
+    """A difference of float32's size (the inputs are float64) names the dtype."""
+    if not torch.allclose(got, want, rtol=1e-9, atol=1e-9) and torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+        raise AssertionError(f"{name}: {what} is off by {float((got - want).abs().max()):.1g}, float32 rounding: keep "
+                             "the inputs' float64 (torch.tensor(alphas, dtype=M.dtype), not torch.tensor(alphas))")
+
+
 def check_ema_kv_step(fn):
     g = torch.Generator().manual_seed(0)
     D = 4
@@ -353,7 +354,9 @@ def check_ema_kv_step(fn):
         a = torch.tensor(alphas, dtype=torch.float64).view(S, 1, 1)  # (S, 1, 1)
         q, k, v = (torch.randn(D, generator=g, dtype=torch.float64) for _ in range(3))
         M = torch.randn(S, D, D, generator=g, dtype=torch.float64)
-        y, M2 = _pair(fn(q, k, v, M.clone(), alphas), "ema_kv_step", ((D,), (S, D, D)))
+        M_in = M.clone()
+        y, M2 = _pair(fn(q, k, v, M_in, alphas), "ema_kv_step", ((D,), (S, D, D)))
+        _unchanged("ema_kv_step", (M_in, M))
         want_y, want_M = (t[0, 0] for t in writes.ema_kv_step(q.expand(1, 1, S, D), k[None, None], v[None, None],
                                                                   M[None, None], alphas))
         kv = torch.outer(k, v)  # (D, D) key index first
@@ -363,6 +366,7 @@ def check_ema_kv_step(fn):
             ("reads M q: the key index comes first (M[s] holds k v^T), so read M[s]^T q", (M @ q).sum(0)),
             ("averages over the decays: y is the sum over s of M[s]^T q", read(M) / S)])
         assert not said, f"ema_kv_step {said}"
+        _float32("ema_kv_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
             f"ema_kv_step (decays {alphas}): y differs from writes.ema_kv_step's read, y = sum_s M[s]^T q"
         said = _diagnose(M2, want_M, [
@@ -371,6 +375,7 @@ def check_ema_kv_step(fn):
             ("swaps a_s and 1 - a_s: keep (1 - a_s) of the state, write a_s of the pair", a * M + (1 - a) * kv),
             ("writes k v^T without its weight a_s", (1 - a) * M + kv)])
         assert not said, f"ema_kv_step {said}"
+        _float32("ema_kv_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
             f"ema_kv_step (decays {alphas}): M_new differs from writes.ema_kv_step's, (1 - a_s) M[s] + a_s k v^T"
     # the loop of the steps from the empty state against the repository's (writes.ema_kv_ref)
@@ -393,7 +398,9 @@ def check_delta_step(fn):
     for beta in (0.7, 0.25):
         q, k = (unit(torch.randn(D, generator=g, dtype=torch.float64)) for _ in range(2))
         v, M = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, D, generator=g, dtype=torch.float64)
-        y, M2 = _pair(fn(q, k, v, beta, M.clone()), "delta_step", ((D,), (D, D)))
+        M_in = M.clone()
+        y, M2 = _pair(fn(q, k, v, beta, M_in), "delta_step", ((D,), (D, D)))
+        _unchanged("delta_step", (M_in, M))
         want_y, want_M = (t[0, 0] for t in writes.delta_rule_step(q[None, None], k[None, None], v[None, None],
                                                                       torch.tensor([[beta]], dtype=torch.float64),
                                                                       M[None, None]))
@@ -403,6 +410,7 @@ def check_delta_step(fn):
              want_M @ q),
             ("reads M^T q: here the value index comes first (M k is the value stored at k), so read M q", M.T @ q)])
         assert not said, f"delta_step {said}"
+        _float32("delta_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
             "delta_step: y differs from writes.delta_rule_step's read, y = M q"
         said = _diagnose(M2, want_M, [
@@ -413,6 +421,7 @@ def check_delta_step(fn):
             ("decays the state: the delta rule has no decay, M + beta (v - M k) k^T", (1 - beta) * M + beta *
              torch.outer(v, k))])
         assert not said, f"delta_step {said}"
+        _float32("delta_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
             "delta_step: M_new differs from writes.delta_rule_step's, M + beta (v - M k) k^T"
     T = 10
@@ -454,10 +463,45 @@ def check_compressor_nats_per_byte(fn):
     assert _raises(fn, b""), "empty data should raise ValueError"
 
 
+# ---- 8: the noise ---------------------------------------------------------------------------------
+
+
+def check_seed_verdict(fn):
+    import scipy.stats
+    t = lambda x: torch.tensor(x, dtype=torch.float64)
+    base = [0.80, 0.95, 0.87, 1.02, 0.91]  # seeds spread by 0.2, as the map's copies; the pairs differ by ~0.011
+    for a, b, paired in (([0.79, 0.81, 0.80, 0.82], [0.85, 0.86, 0.84, 0.88], False), ([0.79, 0.80], [0.84, 0.86],
+                         False), ([0.80, 0.90, 0.85],
+                         [0.84, 0.80, 0.95, 0.88, 0.90], False), ([x - 0.011 + 0.001 * (-1) ** i for i, x in
+                         enumerate(base)], base, True), (base[:4], [x + 0.05 for x in base[1:]], True)):
+        A, B, n = t(a), t(b), len(a)
+        d = A - B if paired else None  # (n,) the pairs' differences
+        test = scipy.stats.ttest_rel if paired else lambda x, y, **k: scipy.stats.ttest_ind(x, y, equal_var=False, **k)
+        p = float(test(A, B, alternative="less").pvalue)
+        want = float(A.mean() - B.mean()), float(d.std() / n ** 0.5 if paired else (A.var() / n + B.var() / len(b)) ** 0.5)
+        welch, got = float((A.var() / n + B.var() / len(b)) ** 0.5), fn(list(a), list(b), paired)
+        assert isinstance(got, (tuple, list)) and len(got) == 3, "seed_verdict returns (diff, se, verdict)"
+        diff, se, said = float(got[0]), float(got[1]), got[2]
+        assert _close(diff, want[0], 1e-9), f"seed_verdict({a}, {b}): diff = {diff:.4g}, expected mean(a) - mean(b)"
+        std = float(d.std()) if paired else float((A.var() + B.var()) ** 0.5)
+        assert not _close(se, std, 1e-6), f"seed_verdict({a}, {b}): se = {se:.4g} is the standard deviation, not the " \
+                                          "standard error of the mean difference: divide by sqrt(n)"
+        assert not (paired and _close(se, welch, 1e-6)), f"seed_verdict(..., paired=True): se = {se:.4g} is Welch's: " \
+            "it ignores the pairing; seed i of a and of b share their data: use d_i = a_i - b_i, se = std(d) / sqrt(n)"
+        assert _close(se, want[1], 1e-6), f"seed_verdict({a}, {b}, paired={paired}): se = {se:.4g}, expected " \
+                                          f"{want[1]:.4g} (std and var with n - 1)"
+        right = "below" if p < 0.01 else "tie"
+        assert said == right, f"seed_verdict({a}, {b}, paired={paired}): {said!r}, but the one-sided t-test gives " \
+                              f"p = {p:.2g} against alpha = 0.01: {right!r} (a t distribution with its df, not a normal)"
+    assert _raises(fn, [0.796], [0.815], False), "seed_verdict([0.796], [0.815]): a verdict from one seed each: no " \
+        "spread, no standard error: raise ValueError"
+    assert _raises(fn, [0.8, 0.9], [0.8, 0.85, 0.9], True), "paired with 2 and 3 seeds should raise ValueError"
+
+
 CHECKS = {"effective_window": check_effective_window, "same_state": check_same_state,
           "probe_accuracy": check_probe_accuracy, "mqar_sequence": check_mqar_sequence, "binding": check_binding,
           "recalled_pairs": check_recalled_pairs, "ema_kv_step": check_ema_kv_step, "delta_step": check_delta_step,
-          "compressor_nats_per_byte": check_compressor_nats_per_byte}
+          "compressor_nats_per_byte": check_compressor_nats_per_byte, "seed_verdict": check_seed_verdict}
 
 
 def verdict(name, fn):
@@ -488,38 +532,6 @@ def check(name, fn):
     return False
 
 
-def grade(path):
-    """Every check on the functions of the file at `path` (a student's exercises.py), one line
-    each, and the written answer's length -> the number of exercises that did not pass."""
-    spec = importlib.util.spec_from_file_location("student_exercises", path)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # a syntax error or an import that fails: the whole file, one line
-        print(f"[not yet] {path}: the file does not import: {type(e).__name__}: {' '.join(str(e).split())}")
-        return len(CHECKS)
-    failed = 0
-    for name in CHECKS:
-        fn = getattr(module, name, None)
-        passed, message = verdict(name, fn) if callable(fn) else (False, "missing from the file")
-        failed += not passed
-        print(f"[pass] {name}" if passed else f"[FAIL] {name}: {message}")
-    answer = " ".join(str(getattr(module, "ANSWER_5C", "")).split())
-    words = len(answer.split())
-    stub = answer.startswith("Exercise 5c (written")
-    print(f"[read] ANSWER_5C: {'the stub, not written yet' if stub or not words else f'{words} words'} "
-          "(graded by hand: lab/INSTRUCTOR.md has the rubric)")
-    print(f"{len(CHECKS) - failed} of {len(CHECKS)} exercises pass")
-    return failed
-
-
-if __name__ == "__main__":
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if len(sys.argv) > 2 or sys.argv[1:] and sys.argv[1].startswith("-"):
-        print("usage: python -m lab.checks [path/to/exercises.py]", file=sys.stderr)
-        sys.exit(2)
-    target = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "lab", "exercises.py")
-    if not os.path.isfile(target):
-        print(f"error: {target} is not a file", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(1 if grade(target) else 0)
+if __name__ == "__main__":  # python -m lab.checks FILE: the autograder (lab/grader.py), a process per exercise
+    from lab import grader
+    grader.main()

@@ -1,4 +1,4 @@
-"""The lab's exercises: nine functions to write and one question to answer in words. Each
+"""The lab's exercises: ten functions to write and one question to answer in words. Each
 function raises NotImplementedError until you replace it with your code; the notebook (lab.ipynb)
 calls `check(NAME, ...)` on each, and checks.py says what the check tests. Tags, as the
 notebook's table gives them: difficulty and importance out of 5 (●●○○○), then the minutes to spend.
@@ -82,7 +82,7 @@ def recalled_pairs(acc, N):
 
 ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 8 min). What does
 softmax_state hold, and why does its recall not grow with more decays? (Two or three sentences
-here; the model answer is solutions.ANSWER_5C.)
+here; your instructor has a model answer and the rubric.)
 """
 
 
@@ -122,3 +122,21 @@ def compressor_nats_per_byte(data):
     as nats per input byte: a code of c bytes for n bytes costs 8 ln 2 c / n nats per byte.
     Raise ValueError for empty data."""
     raise NotImplementedError("exercise 7: compressor_nats_per_byte")
+
+
+def seed_verdict(a, b, paired, alpha=0.01):
+    """Exercise 8 (difficulty ●●○○○, importance ●●●●●, about 8 min). Is model A below model B, or
+    is the gap the seeds' noise?
+
+    a, b: lists of per-seed losses of two models (one number per seed). paired: True when seed i
+    of a and seed i of b share their data (the seed fixes the data order): then work with the
+    differences d_i = a_i - b_i; else a and b are independent draws (Welch). Return
+    (diff, se, verdict):
+        diff = mean(a) - mean(b)
+        se   = std(d) / sqrt(n)                        paired (std with n - 1)
+               sqrt(var(a) / n_a + var(b) / n_b)       Welch  (var with n - 1)
+        verdict = "below" if the one-sided t-test's p that A is below B is < alpha, else "tie"
+    (scipy.stats.ttest_rel, or ttest_ind with equal_var=False, both with alternative="less", give
+    that p.) Raise ValueError if a or b has fewer than 2 seeds (one seed has no spread: no verdict),
+    or paired and len(a) != len(b)."""
+    raise NotImplementedError("exercise 8: seed_verdict")

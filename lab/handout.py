@@ -9,16 +9,22 @@ Students upload the zip to Colab's file panel (or unzip it locally) and open lab
 cell unpacks it. The instructor keeps this repository: solutions.py, INSTRUCTOR.md, the executed
 reference and the lab's tests stay out of the zip.
 """
-import argparse
-import json
-import os
-import subprocess
-import sys
-import zipfile
+from plumbing import cli
+
+cli.exit_on_ctrl_c(__name__, "lab.handout")  # a Ctrl-C from the first second is one line
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import zipfile  # noqa: E402
+
+from plumbing import checkpoint  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOP = "ema-is-not-all-you-need"  # the folder name the setup cell unpacks to
-HELD_BACK = ("lab/solutions.py", "lab/INSTRUCTOR.md", "lab/reference.ipynb", "tests/test_lab.py")
+HELD_BACK = ("lab/solutions.py", "lab/snapshot.py", "lab/INSTRUCTOR.md", "lab/reference.ipynb", "tests/test_lab.py")
 
 
 def tracked(root=ROOT):
@@ -50,21 +56,27 @@ def main(argv=None):
     p.add_argument("--out_dir", default=os.path.join(ROOT, "out", "handout"), help="where the zip and notebook go")
     p.add_argument("--repo_url", default="", help="a clone URL written into the notebook's setup cell")
     args = p.parse_args(argv)
+    checkpoint.check_out_dir(args.out_dir)  # a file, or a read-only folder: one line, nothing written
     os.makedirs(args.out_dir, exist_ok=True)
     files = sorted(set(tracked()) - set(HELD_BACK) - ({"lab/lab.ipynb"} if args.repo_url else set()))
     archive = os.path.join(args.out_dir, f"{TOP}.zip")
-    with zipfile.ZipFile(archive + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
-        for path in files:
-            z.write(os.path.join(ROOT, path), f"{TOP}/{path}")
-        if args.repo_url:  # the notebook inside the zip carries the URL too
-            z.writestr(f"{TOP}/lab/lab.ipynb", json.dumps(notebook(args.repo_url), indent=1))
-    os.replace(archive + ".tmp", archive)
-    with open(os.path.join(args.out_dir, "lab.ipynb"), "w") as f:
-        json.dump(notebook(args.repo_url), f, indent=1)
+    try:
+        with zipfile.ZipFile(archive + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
+            for path in files:
+                z.write(os.path.join(ROOT, path), f"{TOP}/{path}")
+            if args.repo_url:  # the notebook inside the zip carries the URL too
+                z.writestr(f"{TOP}/lab/lab.ipynb", json.dumps(notebook(args.repo_url), indent=1))
+        os.replace(archive + ".tmp", archive)
+        with open(os.path.join(args.out_dir, "lab.ipynb"), "w") as f:
+            json.dump(notebook(args.repo_url), f, indent=1)
+    except OSError as e:  # a full disk: one line, and no half-written zip left behind
+        if os.path.exists(archive + ".tmp"):
+            os.remove(archive + ".tmp")
+        raise cli.ConfigError(f"could not write the handout in {args.out_dir}: {e.strerror or e}") from None
     print(f"wrote {archive} ({len(files)} files, {os.path.getsize(archive):,} bytes; held back: "
           f"{', '.join(HELD_BACK)}) and {os.path.join(args.out_dir, 'lab.ipynb')}")
     return archive
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    sys.exit(0 if cli.main_guard(main, prog="lab.handout") else 1)

@@ -64,11 +64,12 @@ def environment(env):
     line: LAB_THREADS a whole number >= 1 (unset or empty: every core), LAB_OUT a folder this
     process can write in (checkpoint.check_out_dir: not a file, not read-only)."""
     threads = env.get("LAB_THREADS") or ""
-    cli.require(threads.isdigit() and int(threads) >= 1 or not threads,
-                "LAB_THREADS must be a whole number of cores >= 1 (or unset: all), got {!r}", threads)
+    cli.require(threads.isdigit() and 1 <= int(threads) <= 1024 or not threads,  # 99999 threads: torch segfaults
+                "LAB_THREADS must be a whole number of cores from 1 to 1024 (or unset: all), got {!r}", threads)
     out = os.path.abspath(env.get("LAB_OUT") or os.path.join(ROOT, "out", "lab"))
     checkpoint.check_out_dir(out, flag="LAB_OUT")
-    return env.get("LAB_SMOKE") == "1", out, int(threads) if threads else os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    return env.get("LAB_SMOKE") == "1", out, min(int(threads), cores) if threads else cores  # no more than there are
 
 
 one_line_errors()  # before `environment`: in the notebook its error is one line too

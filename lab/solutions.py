@@ -92,3 +92,17 @@ def compressor_nats_per_byte(data):
     sizes = dict(zlib=len(zlib.compress(data, 9)), bz2=len(bz2.compress(data, 9)),
                  lzma=len(lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)))
     return {k: 8 * math.log(2) * c / len(data) for k, c in sizes.items()}
+
+
+def seed_verdict(a, b, paired, alpha=0.01):
+    import scipy.stats
+    a, b = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+    if min(len(a), len(b)) < 2 or paired and len(a) != len(b):
+        raise ValueError(f"a verdict needs 2+ seeds a side (paired: as many), got {len(a)} and {len(b)}")
+    if paired:
+        d = a - b
+        se, p = float(d.std() / len(d) ** 0.5), scipy.stats.ttest_rel(a, b, alternative="less").pvalue
+    else:
+        se = float((a.var() / len(a) + b.var() / len(b)) ** 0.5)
+        p = scipy.stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue
+    return float(a.mean() - b.mean()), se, "below" if p < alpha else "tie"

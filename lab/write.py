@@ -54,9 +54,9 @@ def run_steps(step, rule, q, k, v, beta=1.0, alphas=H.ALPHAS):
             ys.append(y)
         return torch.stack(ys, -2)  # (..., T, D)
     try:
-        return loop(torch.func.vmap(one), q, k, v, M0.expand(B, *M0.shape))
+        return loop(torch.func.vmap(one), q, k, v, M0.expand(B, *M0.shape).clone())  # a state of each sequence's own
     except Exception:  # a step vmap cannot trace (Python control flow on values, .item(), ...)
-        return torch.stack([loop(one, q[b], k[b], v[b], M0) for b in range(B)])
+        return torch.stack([loop(one, q[b], k[b], v[b], M0.clone()) for b in range(B)])  # a fresh state each
 
 
 def write_reads(task, step, rule, beta=1.0):
@@ -291,26 +291,6 @@ def split_table(s, tokens, val_loss=None, scaling=SCALING):
         r.insert(6, r[5] - r[4] if isinstance(r[4], float) else None)
     H.table(["model", "bytes trained", "val loss", "copies", "loss on copies", "on all other bytes", "gap",
            "copies 128+ bytes back"], rows)
-
-
-def write_on_bytes(scaling=SCALING):
-    """The write readers on bytes at the last point of results/scaling, in words, every number read
-    from the file -> the sentence."""
-    with open(scaling) as f:
-        curves = json.load(f)["curves"]
-    end = {n: (curves[n]["points"][-1], curves[n]["copy"][-1]) for n, _ in SCALED if n in curves}
-    if len(end) < len(SCALED):
-        return "results/scaling holds no curves of the write readers"
-    (g, gc), (l, lc), (e, ec), (d, dc) = (end[n] for n, _ in SCALED)
-    text = (f"At {e['tokens'] / 1e6:.1f}M bytes the write readers ema_kv and delta reach {e['val_loss']:.3f} and "
-            f"{d['val_loss']:.3f} nats/byte, {'below' if max(e['val_loss'], d['val_loss']) < g['val_loss'] else 'not below'}"
-            f" GPT ({g['val_loss']:.3f}) and the paper's linear reader ({l['val_loss']:.3f}); on the other bytes "
-            f"{ec['loss_other']:.3f} and {dc['loss_other']:.3f} against GPT's {gc['loss_other']:.3f}, on copies "
-            f"{ec['loss_copy']:.3f} and {dc['loss_copy']:.3f} against GPT's {gc['loss_copy']:.3f} (linear "
-            f"{lc['loss_copy']:.3f}); on copies 128+ bytes back {_far(ec):.3f} and {_far(dc):.3f} against GPT's "
-            f"{_far(gc):.3f}.")
-    print(text)
-    return text
 
 
 def generate(ckpt, start="The list", **overrides):

@@ -252,7 +252,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         reason = sources.hub_unreachable()
         if reason:
             raise sources.hub_error(name, folder, reason)
-    with shards.building(folder) as partial:  # one build at a time; a refused one touches nothing
+    with shards.building(folder) as partial:  # one build at a time; a second caller waits for it, touching nothing
         old = read_meta(folder)  # again, under the lock: the build that held it may have made the cache
         if hit(old):
             return folder

@@ -50,6 +50,7 @@ from plumbing import cli, sources
 SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
 POOL_AFTER = 240        # documents encoded in-process before the worker processes start
+WAIT_S = 1800.0         # how long a second caller waits for another process's build of the same cache
 
 
 class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
@@ -246,8 +247,10 @@ def _read_manifest(partial, identity):
 
 @contextlib.contextmanager
 def building(folder):
-    """Hold the build lock of `folder` -> its partial folder (<folder>.partial). A second build
-    is refused in one line and touches nothing: the partial folder is the running build's.
+    """Hold the build lock of `folder` -> its partial folder (<folder>.partial). A second caller
+    waits for the running build (one line on stderr, polling the lock) and then holds the lock
+    itself, so that the caller reads the finished cache under it; it touches nothing while it
+    waits (the partial folder is the running build's). Past WAIT_S seconds it gives up in one line.
 
     The lock is a POSIX record lock (lockf) on <partial>/lock, not flock: it belongs to this
     process, so the encoding processes it forks do not inherit it and cannot hold it after a
@@ -257,6 +260,7 @@ def building(folder):
     file (no build was needed, or none got as far as writing), the folder is removed on exit."""
     import fcntl
     partial = folder + ".partial"
+    deadline, said = time.monotonic() + WAIT_S, False
     while True:
         path = os.path.join(partial, "lock")
         try:
@@ -270,8 +274,15 @@ def building(folder):
             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.close()
-            raise sources.DataUnavailable(f"another process is building this cache ({partial}); wait for it "
-                                          "to finish, or stop it") from None
+            if time.monotonic() > deadline:
+                raise sources.DataUnavailable(f"another process is building this cache ({partial}) and has not "
+                                              f"finished after {WAIT_S:g} s of waiting; wait for it, or stop it") from None
+            if not said:  # the two cells of a notebook, or two commands, that need one cache at once
+                print(f"data.py: another process is building this cache ({partial}): waiting for it (at most "
+                      f"{WAIT_S:g} s)", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(0.2)
+            continue  # the partial folder may be gone: the finished build removed it
         try:
             if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
                 break

@@ -109,6 +109,14 @@ def _probe_free_intercept(X_train, y_train, X_test, y_test, l2=1e-3):
     return _score(W, Zt, y_test)
 
 
+def _probe_std_without_eps(X_train, y_train, X_test, y_test, l2=1e-3):
+    """X_train.std(0) without the + 1e-3: a feature constant in the training rows divides by zero."""
+    mu, sd = X_train.mean(0), X_train.std(0)
+    Z, Zt = (_with_one((X - mu) / sd).double() for X in (X_train, X_test))
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ _onehot(y_train, y_test))
+    return _score(W, Zt, y_test)
+
+
 def _probe_harmless(X_train, y_train, X_test, y_test, l2=1e-3):
     """Right, written otherwise: the population std, float32, the ridge as an augmented lstsq."""
     Z, Zt = (_with_one(X).float() for X in _standardise(X_train.float(), X_test.float(), pop=True))
@@ -132,24 +140,44 @@ def _window_loop(alpha, mass=0.9):
     return k
 
 
-def _ema_kv(read_after=False, read="MT", decay=True, outer="kv", order="yM"):
+def _ema_kv(read_after=False, read="MT", decay=True, outer="kv", order="yM", in_place=False, float32=False):
     def step(q, k, v, M, alphas):
-        a = torch.tensor(alphas, dtype=M.dtype).view(-1, 1, 1)
+        a = torch.tensor(alphas, dtype=torch.float32 if float32 else M.dtype).view(-1, 1, 1)
         kv = torch.outer(k, v) if outer == "kv" else torch.outer(v, k)
         new = ((1 - a) * M if decay else M) + a * kv
+        if in_place:
+            new = M.copy_(new)
         src = new if read_after else M
         y = (src.transpose(-1, -2) @ q).sum(0) if read == "MT" else (src @ q).sum(0)
         return (y, new) if order == "yM" else (new, y)
     return step
 
 
-def _delta(read_after=False, use_beta=True, outer="vk", sign=1):
+def _delta(read_after=False, use_beta=True, outer="vk", sign=1, in_place=False):
     def step(q, k, v, beta, M):
         b = beta if use_beta else 1.0
         err = v - M @ k
+        y = M @ q
         new = M + sign * b * (torch.outer(err, k) if outer == "vk" else torch.outer(k, err))
-        return (new if read_after else M) @ q, new
+        if in_place:
+            new = M.copy_(new)
+        return new @ q if read_after else y, new
     return step
+
+
+def _verdict(se="right", one_seed=False, p="t"):
+    """seed_verdict's wrong answers: the std for the SE, Welch's SE on paired data, a one-seed verdict, a normal p."""
+    def fn(a, b, paired, alpha=0.01):
+        import scipy.stats
+        if one_seed and len(a) < 2:
+            return a[0] - b[0], 0.0, "below" if a[0] < b[0] else "tie"
+        diff, right, _ = solutions.seed_verdict(a, b, paired and se != "welch", alpha)
+        A, B = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
+        err = float((A - B).std() if paired else (A.var() + B.var()) ** 0.5) if se == "std" else right
+        z = diff / err
+        below = scipy.stats.norm.cdf(z) < alpha if p == "normal" else solutions.seed_verdict(a, b, paired, alpha)[2] == "below"
+        return diff, err, "below" if below else "tie"
+    return fn
 
 
 WRONG = [  # plausible mistakes, each of which its check must catch with a message naming it (a key word)
@@ -165,7 +193,7 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("probe_accuracy", _probe_without_intercept, "without an intercept"),
     ("probe_accuracy", _probe_test_statistics, "their own mean"),
     ("probe_accuracy", _probe_all_statistics, "together"),
-    ("probe_accuracy", _probe_free_intercept, "constant column"),
+    ("probe_accuracy", _probe_std_without_eps, "+ 1e-3"),  # divides by zero on a feature constant in training
     ("mqar_sequence", _mqar_values_first, "value first"),
     ("binding", lambda acc, N: acc - 1 / N, "rescale"),  # not rescaled
     ("recalled_pairs", lambda acc, N: acc * N, "free guess"),
@@ -176,10 +204,19 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("ema_kv_step", _ema_kv(decay=False), "never decays"),
     ("ema_kv_step", _ema_kv(outer="vk"), "writes v k^T"),
     ("ema_kv_step", _ema_kv(order="My"), "returns (M_new, y)"),
+    ("ema_kv_step", _ema_kv(in_place=True), "in place"),  # section 5's runner would carry one state over
+    ("ema_kv_step", _ema_kv(float32=True), "float32"),
+    ("effective_window", lambda a, mass=0.9: max(1, math.floor(math.log(1 - mass) / math.log(1 - a)) + 1),
+     "one too many"),  # floor + 1: right except at an exact boundary (0.75 at a = 0.5: 3, not 2)
     ("delta_step", _delta(read_after=True), "after writing"),
     ("delta_step", _delta(use_beta=False), "ignores beta"),
     ("delta_step", _delta(outer="kv"), "writes k (v - M k)^T"),
     ("delta_step", _delta(sign=-1), "away from v"),
+    ("delta_step", _delta(in_place=True), "in place"),
+    ("seed_verdict", _verdict(se="std"), "standard deviation"),
+    ("seed_verdict", _verdict(se="welch"), "ignores the pairing"),
+    ("seed_verdict", _verdict(one_seed=True), "one seed"),
+    ("seed_verdict", _verdict(p="normal"), "not a normal"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
      | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}, "strongest setting"),  # zlib's default level
 ]
@@ -191,8 +228,17 @@ def test_each_check_names_a_wrong_answer(name, wrong, says):
     assert passed is False and says in message and "\n" not in message
 
 
-def test_a_right_probe_written_otherwise_passes():
-    assert checks.verdict("probe_accuracy", _probe_harmless) == (True, "")
+def test_the_stored_answers_are_the_reference_implementations_own():
+    """lab/expected.json is what `python -m lab.snapshot` computes now (the checks compare with it)."""
+    from lab import snapshot
+    with open(checks.EXPECTED) as f:
+        assert json.load(f) == snapshot.snapshot(), "lab/expected.json is stale: run python -m lab.snapshot"
+
+
+@pytest.mark.parametrize("right", [_probe_harmless, _probe_free_intercept])
+def test_a_right_probe_written_otherwise_passes(right):
+    """The population std, float32, an lstsq solve, or sklearn's unpenalised intercept: all right."""
+    assert checks.verdict("probe_accuracy", right) == (True, "")
 
 
 @pytest.mark.slow
@@ -220,7 +266,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
     """python -m lab.checks FILE: one line per exercise, exit status 0 only when all pass."""
     import subprocess
     run = lambda path: subprocess.run([sys.executable, "-m", "lab.checks", path], cwd=ROOT, capture_output=True,
-                                      text=True, timeout=120)
+                                      text=True, timeout=300)
     good, bad = run(os.path.join(LAB, "solutions.py")), run(os.path.join(LAB, "exercises.py"))
     assert good.returncode == 0 and bad.returncode == 1, good.stderr + bad.stderr
     for r, tag in ((good, "[pass]"), (bad, "[FAIL]")):
@@ -228,7 +274,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
         assert [line.split()[1].rstrip(":") for line in lines[:len(checks.CHECKS)]] == list(checks.CHECKS)
         assert all(line.startswith(tag) for line in lines[:len(checks.CHECKS)])
         assert lines[-1].startswith("[read] ANSWER_5C")
-    assert "9 of 9 exercises pass" in good.stdout and "0 of 9 exercises pass" in bad.stdout
+    assert "10 of 10 exercises pass" in good.stdout and "0 of 10 exercises pass" in bad.stdout
     assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
     assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
 
@@ -243,7 +289,7 @@ def test_the_written_answer_counts_bits_right():
 
 def test_every_exercise_has_a_solution_and_a_check():
     names = {n for n in vars(exercises) if callable(getattr(exercises, n)) and not n.startswith("_")} - {"torch"}
-    assert names == set(checks.CHECKS) <= set(vars(solutions)) and len(names) == 9
+    assert names == set(checks.CHECKS) <= set(vars(solutions)) and len(names) == 10
     written = [n for n in vars(exercises) if n.startswith("ANSWER_")]
     assert written and all(len(getattr(solutions, n)) > 2 * len(getattr(exercises, n)) for n in written)
 
@@ -315,7 +361,8 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
         assert (out / png).is_file(), png
     assert (out / "bytes" / "ckpt_best.pt").is_file()
     assert "started in the background" in text and all((out / "background" / f"{j}.json").is_file() for j in helpers.JOBS)
-    assert "activity only" in text and "the write readers ema_kv and delta" in text
+    assert "activity only" in text and "loss on copies per seed" in text
+    assert any(w in text for w in ("no per-model statistics", " is below ", "a tie at"))  # section 7, from map.json
     assert "results/scaling: SPEN ema_kv" in tables[-1] and "copies 128+ bytes back" in tables[-1]
 
 
@@ -370,11 +417,13 @@ def test_helpers_refuse_bad_input_in_one_line(call, flag):
 
 @pytest.mark.parametrize("env, says", [
     (dict(LAB_THREADS="abc"), "LAB_THREADS"), (dict(LAB_THREADS="-2"), "LAB_THREADS"),
-    (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_OUT=__file__), "is a file"),
+    (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_THREADS="99999"), "LAB_THREADS"),
+    (dict(LAB_OUT=__file__), "is a file"),
     (dict(LAB_OUT=os.path.join(__file__, "out")), "inside the file"),
 ])
 def test_a_bad_environment_value_is_one_line(env, says):
-    assert helpers.environment(dict(LAB_THREADS="3", LAB_SMOKE="1")) == (True, os.path.join(ROOT, "out", "lab"), 3)
+    assert helpers.environment(dict(LAB_THREADS="1", LAB_SMOKE="1")) == (True, os.path.join(ROOT, "out", "lab"), 1)
+    assert helpers.environment(dict(LAB_THREADS="1024"))[2] == os.cpu_count()  # no more threads than cores
     with pytest.raises(cli.UserError) as e:
         helpers.environment(env)
     assert says in str(e.value) and "\n" not in str(e.value)
@@ -419,7 +468,13 @@ def test_the_handout_leaves_the_answers_out_and_its_zip_sets_the_notebook_up(tmp
     archive = handout.main(["--out_dir", str(tmp_path / "handout"), "--repo_url", "https://example.org/x.git"])
     names = zipfile.ZipFile(archive).namelist()
     assert "ema-is-not-all-you-need/lab/exercises.py" in names and "ema-is-not-all-you-need/ema.py" in names
-    assert not any(n.endswith(("lab/solutions.py", "lab/INSTRUCTOR.md", "tests/test_lab.py")) for n in names)
+    assert not any(n.endswith(("lab/solutions.py", "lab/snapshot.py", "lab/INSTRUCTOR.md", "tests/test_lab.py"))
+                   for n in names)
+    with zipfile.ZipFile(archive) as z:  # no reference implementation of an exercise in any file of the zip
+        lab_code = {n: z.read(n).decode() for n in names if "/lab/" in n and n.endswith(".py")}
+    solved = [line.strip() for line in open(os.path.join(LAB, "solutions.py")) if line.startswith("    return ")]
+    for text in lab_code.values():
+        assert "def ridge_probe" not in text and not any(line in text for line in solved if len(line) > 20)
     nb = nbformat.read(str(tmp_path / "handout" / "lab.ipynb"), as_version=4)
     assert 'REPO_URL = "https://example.org/x.git"' in nb.cells[1].source
     student = tmp_path / "colab"
@@ -446,3 +501,17 @@ def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
     assert helpers.exercises().effective_window is exercises.effective_window  # the rest: the file's
     with pytest.raises(cli.UserError, match="not an exercise"):
         helpers.answer(lambda: None)
+
+
+def test_the_handout_checks_its_out_dir_and_leaves_no_half_zip(tmp_path, monkeypatch):
+    from lab import handout
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(cli.UserError, match="--out_dir"):
+        handout.main(["--out_dir", str(tmp_path / "a_file")])
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(handout.zipfile.ZipFile, "write", full)
+    with pytest.raises(cli.UserError, match="No space left") as e:
+        handout.main(["--out_dir", str(tmp_path / "h")])
+    assert "\n" not in str(e.value) and os.listdir(tmp_path / "h") == []

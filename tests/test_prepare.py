@@ -195,17 +195,22 @@ def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_one_build_at_a_time(tmp_path):
+def test_one_build_at_a_time_and_a_bounded_wait(tmp_path, monkeypatch, capsys):
+    """A lock held past WAIT_S: the second caller gives up in one line; once the holder ends, it builds."""
+    monkeypatch.setattr(shards, "WAIT_S", 1.0)
     folder = corpus.cache_folder("builtin", max_tokens=500, cache_dir=str(tmp_path))
     os.makedirs(folder + ".partial")
     lock = os.path.join(folder + ".partial", "lock")
     code = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
             "print('locked', flush=True); time.sleep(60)")
     other = subprocess.Popen([sys.executable, "-c", code, lock], stdout=subprocess.PIPE, text=True)
-    try:  # another process builds this cache
+    try:  # another process builds this cache, and never finishes
         assert other.stdout.readline().strip() == "locked"
-        with pytest.raises(sources.DataUnavailable, match="another process is building"):
+        t0 = time.time()
+        with pytest.raises(sources.DataUnavailable, match="another process is building") as e:
             corpus.prepare("builtin", max_tokens=500, cache_dir=str(tmp_path), progress=0)
+        assert "\n" not in str(e.value) and "1 s" in str(e.value) and time.time() - t0 < 10
+        assert capsys.readouterr().err.count("waiting for it") == 1
     finally:
         other.kill()
         other.wait()
@@ -214,9 +219,11 @@ def test_one_build_at_a_time(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_refused_second_build_leaves_the_first_alone(tmp_path, monkeypatch, capsys):
-    """Two builds of one cache a moment apart (two processes): the second is refused in one line
-    and touches nothing of the first, which finishes; its cache loads."""
+def test_a_second_build_waits_for_the_first_and_reads_its_cache(tmp_path, monkeypatch, capsys):
+    """Two builds of one cache a moment apart (two processes, as the lab's exercise-7 cell and its
+    background byte run): the second waits, touching nothing of the first, then reads the cache
+    the first built (no second build)."""
+    import threading
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     src, cache = tmp_path / "corpus.txt", str(tmp_path / "cache")
     src.write_text("".join(f"line {i} of a tiny corpus\n\n" for i in range(400)))
@@ -226,26 +233,29 @@ def test_a_refused_second_build_leaves_the_first_alone(tmp_path, monkeypatch, ca
     started, go = ctx.Event(), ctx.Event()
     real = corpus._encode_batch
 
-    def paused(batch, tokenizer):  # the first build waits in its first batch until the second has tried
+    def paused(batch, tokenizer):  # the first build waits in its first batch until the second is waiting
         started.set()
         go.wait(60)
         return real(batch, tokenizer)
     monkeypatch.setattr(corpus, "_encode_batch", paused)
     first = ctx.Process(target=corpus.prepare, args=(name,), kwargs=dict(cache_dir=cache, num_proc=1, progress=0))
     first.start()
-    monkeypatch.setattr(corpus, "_encode_batch", real)
+    monkeypatch.setattr(corpus, "_encode_batch", lambda *a: pytest.fail("the second caller encoded: a second build"))
+    second = {}
+    waiter = threading.Thread(target=lambda: second.update(
+        folder=corpus.prepare(name, cache_dir=cache, num_proc=1, progress=0)))
     try:
         assert started.wait(60), "the first build did not start"
         before = sorted(os.listdir(partial))
-        with pytest.raises(SystemExit) as exc:
-            _cli(["--dataset", name, "--cache_dir", cache, "--num_proc", "1", "--progress", "0"])
-        err = capsys.readouterr().err
-        assert exc.value.code == 1 and err.count("\n") == 1 and "another process is building" in err, err
-        assert sorted(os.listdir(partial)) == before  # the running build's files, all there
+        waiter.start()
+        time.sleep(1.0)
+        assert waiter.is_alive() and sorted(os.listdir(partial)) == before  # waiting, the first's files all there
     finally:
         go.set()
         first.join(60)
-    assert first.exitcode == 0 and not os.path.exists(partial)
+    waiter.join(60)
+    assert first.exitcode == 0 and second["folder"] == corpus.cache_folder(name, cache_dir=cache)
+    assert not os.path.exists(partial) and "waiting for it" in capsys.readouterr().err
     assert len(corpus.load_split(name, "train", cache_dir=cache, progress=0)) > 0
 
 
