@@ -76,3 +76,12 @@ def test_the_readmes_first_block_states_what_its_sources_hold():
     assert f"{within['instantaneous']:.3f} from the word alone, {within['traces']:.3f} from its traces" in block
     assert f"{install['mib']:,} MiB" in block and "venv" in block and "requirements-dev.txt" in block
     assert "python -m pytest -q tests" in block
+
+
+def test_the_readme_counts_the_lab_exercises():
+    """'ten exercises': the functions a student writes in lab/exercises.py."""
+    with open(os.path.join(ROOT, "lab", "exercises.py")) as f:
+        n = sum(isinstance(x, ast.FunctionDef) for x in ast.parse(f.read()).body)
+    words = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen".split()
+    with open(os.path.join(ROOT, "README.md")) as f:
+        assert f"{words[n]} exercises" in f.read()
