@@ -171,14 +171,22 @@ def welch(a, b, metric, alpha=ALPHA):
     diff = a["metrics"][metric]["mean"] - b["metrics"][metric]["mean"]
     if se == 0:  # every seed equal on both sides: no spread to test against (hand-made tables only)
         return dict(metric=metric, diff=diff, se=0.0, ci95=[diff, diff], t=None, df=None, p_below=None, p_above=None,
-                    verdict="tie", n_a=len(x), n_b=len(y))
+                    verdict="tie", n_a=len(x), n_b=len(y), resolvable=None)
     below = stats.ttest_ind(x, y, equal_var=False, alternative="less")
     above = stats.ttest_ind(x, y, equal_var=False, alternative="greater")
     half = stats.t.ppf(0.975, below.df) * se
     verdict = "below" if below.pvalue < alpha else "above" if above.pvalue < alpha else "tie"
     return dict(metric=metric, diff=diff, se=se, ci95=[diff - half, diff + half], t=float(below.statistic),
                 df=float(below.df), p_below=float(below.pvalue), p_above=float(above.pvalue), verdict=verdict,
-                n_a=len(x), n_b=len(y))
+                n_a=len(x), n_b=len(y), resolvable=resolvable(se, float(below.df), alpha))
+
+
+def resolvable(se, df, alpha=ALPHA, power=0.8):
+    """The smallest true gap a one-sided t-test at `alpha` with this standard error and df detects
+    with probability `power` (the noncentral t, scipy): what a 'tie' can and cannot rule out."""
+    from scipy import optimize, stats
+    crit = stats.t.ppf(1 - alpha, df)
+    return float(optimize.brentq(lambda d: stats.nct.sf(crit, df, d / se) - power, 1e-9, 100 * se + 1))
 
 
 def comparisons(models):
@@ -252,14 +260,15 @@ def seed_lines(res):
     lines += [f"**The tests** ({n_tests} comparisons, each Welch's t-test, one-sided, at the cooldown point; a "
               f"verdict only at p < {ALPHA}, else a tie; no correction for the number of comparisons: with "
               f"Bonferroni's the level would be {ALPHA / max(1, n_tests):.1e}). Difference = first − second, "
-              "negative: the first is lower (better):", ""]
+              "negative: the first is lower (better); resolvable: the smallest true gap this test detects with "
+              "80% power (a tie rules out gaps above it, not below):", ""]
     lines += tables.md_table(["first", "second", "what", "metric", "difference ± SE", "95% interval", "t (df)",
-                              "p below", "p above", "verdict"],
+                              "p below", "p above", "verdict", "resolvable"],
                              [[f"`{c['a']}`", f"`{c['b']}`", c["what"], METRICS[c["metric"]],
                                f"{c['diff']:+.3f} ± {c['se']:.3f}", f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]",
                                f"{c['t']:.2f} ({c['df']:.1f})" if c["t"] is not None else None,
                                tables.cell(c["p_below"], ".3g"), tables.cell(c["p_above"], ".3g"),
-                               f"**{c['verdict']}**"] for c in res["comparisons"]])
+                               f"**{c['verdict']}**", tables.cell(c["resolvable"])] for c in res["comparisons"]])
     lines += ["", "**What the cooldown does**: the spread (sample std over seeds) at the trunk's last point and "
               "after the cooldown, and the mean change it makes (paired by seed):", ""]
     lines += tables.md_table(["model", "metric", "std, trunk", "std, cooldown", "mean change"],

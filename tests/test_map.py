@@ -67,6 +67,11 @@ def test_statistics_match_the_formulas(tmp_path):
         assert c["t"] == pytest.approx(t) and c["df"] == pytest.approx(df) and c["se"] == pytest.approx(math.sqrt(va + vb))
         assert c["p_below"] == pytest.approx(stats.t.cdf(t, df)) and c["p_above"] == pytest.approx(stats.t.sf(t, df))
         assert c["verdict"] == verdict
+        # the resolvable gap: at it, a one-sided test at 0.01 rejects with probability 0.8 (simulated)
+        rng = __import__("numpy").random.default_rng(0)
+        n = 200_000  # t statistics when the gap is real: (Z + gap / se) / sqrt(chi2_df / df), a noncentral t
+        z = (rng.standard_normal(n) + c["resolvable"] / c["se"]) / (rng.chisquare(c["df"], n) / c["df"]) ** 0.5
+        assert abs((z > stats.t.ppf(0.99, c["df"])).mean() - 0.8) < 0.01
     assert tests[("delta_conv", "delta", "copies")]["what"] == "the convolution"
     assert res["n_comparisons"] == len(res["comparisons"]) == 3 * len(M.METRICS)  # 2 against GPT, 1 ingredient
     assert tests[("delta", "gpt", "all")]["verdict"] == "tie"  # equal values on every seed: no difference
