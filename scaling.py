@@ -11,15 +11,20 @@ evaluates, saves ckpt_last, and continues from it (train.py --resume is exact), 
 point of a curve is the same run and a stopped script continues where it was. The runs advance
 together, point by point: stopped at any time, every curve reaches about the same D. The learning
 rate is CONSTANT after a linear warmup (min_lr = lr): the run does not know its length, so
-every point means the same thing ("loss after D tokens at this lr"). A cosine or WSD cooldown
-would lower every point; the comparison between models at equal D holds either way.
+every point means the same thing ("loss after D tokens at this lr"). Read there, a curve is
+still falling and each seed sits at its own place on a noisy slope; so each run also has a
+COOLDOWN BRANCH (WSD's): from the trunk's checkpoint at (1 - --cooldown) of the budget, the same
+run with the lr falling linearly to 0 by the last point (train.py --cooldown_iters), in a folder
+of its own, the trunk kept: its last point is the curve's annealed reading.
 Overfitting watch: beside each validation loss, the mean training loss of the steps since the
 previous point (train.py's metrics.jsonl) and the passes over the training split so far.
 
-Where the loss goes along the way: at every point, the copy split of ablate.py (targets that an
-in-context copy of >= copy_k earlier tokens predicts, by distance, against all others) on the
-same fixed validation windows as the ablation, so a curve shows whether GPT overtakes SPEN on
-copies first, on the rest, or both.
+Where the loss goes along the way: at every point (and the branch's last), the WHOLE validation
+split scored once, every token a target once (repeats.window_scores over batches.eval_windows),
+with the copy split of ablate.py inside each window (targets that an in-context copy of >= copy_k
+earlier tokens predicts, by distance, against all others), as per-window sums, so anyone can
+bootstrap over windows; and the copy split on ablate.py's 128 fixed windows, as before (cheap,
+and what the earlier curves hold).
 
 Crossover: the D from which gpt's validation loss stays below `linear`'s to the last point
 (log-interpolated between points), per width; one seed, so a gap within seed noise (ablate.py
@@ -37,12 +42,15 @@ Run
     python scaling.py --preset gpu_130m --out_dir out/scaling_130m   # the paper's pair, one GPU
     python scaling.py --preset gpu_sweep --out_dir out/scaling_sweep # widths 128..768, one GPU
 Writes scaling.json (rewritten after every point), scaling.md and scaling.png under --out_dir
-(default out/scaling). scaling.json is the record: a curve of an earlier invocation with the same
+(default out/scaling), and windows.json: the per-window sums of each curve's last point and its
+branch's, with the machine that scored them. scaling.json is the record: a curve of an earlier invocation with the same
 settings stays in it (any --models/--widths; a larger --max_tokens continues the runs), and its run
 folder, when there, replaces it; a folder of other settings (--lr, say) is refused in one line
 before anything trains, and one invocation holds a folder at a time (a lock). Run folders
 (train.py's log.txt, metrics.jsonl, checkpoints; copy.jsonl, the copy split at each point) under
-OUT/runs/<model>_c<width>. The reference numbers are in results/scaling/.
+OUT/runs/<model>_c<width> (the branch: <model>_c<width>_cool<step>; scores.jsonl, the whole-split
+scores). The reference numbers are in results/scaling/; the seeds of the map, one curve per folder,
+in results/map/seeds/ (python -m dev.seeds).
 """
 
 import contextlib
@@ -62,7 +70,7 @@ cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runtime, tables
+from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runtime, scaling_report, tables
 import train
 
 MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
@@ -437,62 +445,19 @@ def window_record(cfg, curves):
     return out
 
 
-# ---- tables and figure -------------------------------------------------------------------------
+# ---- tables and figure: plumbing/scaling_report.py -------------------------------------------
 
 
-def write_md(res, path):
-    s, y = res["settings"], res["yardsticks"] or {}
-    unit = "byte" if s["tokenizer"] == "bytes" else "token"
-    lines = [f"# Where GPT overtakes SPEN: validation loss against training {unit}s", "",
-             f"`python scaling.py` on `{s['data']}` ({s['tokenizer']}), {s['n_layer']} blocks, T = {s['block_size']}, "
-             f"{res['tokens_per_step']:,} {unit}s per step, lr {s['lr']:g} after {s['warmup_iters']} warmup steps, "
-             f"{res['schedule']}; seed {s['seed']}, one run per (model, width). Train split: "
-             f"{res['train_split_tokens']:,} {unit}s. Wall time of this invocation {res['seconds']:.0f} s.", ""]
-    if y:
-        lines += [f"Yardsticks (nats/{unit}): unigram {y['unigram']:.3f}, bigram {y['bigram']:.3f}"
-                  + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + "."
-                  + (f" Compressors on the same val bytes (NUL separators included; they see the whole split as "
-                     f"context): {ngram.compressor_line(y, unit)}." if ngram.compressor_line(y) else ""), ""]
-    points = [f"{p['tokens']:,}" for p in _longest(res)]
-    lines += tables.md_table(["run", "params", "state floats / layer", "train s", *points],
-                             [[k, f"{c['params']:,}", f"{c['state_floats']:,}", round(c["train_seconds"]),
-                               *(p["val_loss"] for p in c["points"]), *[None] * (len(points) - len(c["points"]))]
-                              for k, c in res["curves"].items()])
-    lines += ["", f"Validation loss (nats/{unit}) after the number of training {unit}s in the header "
-              "(train.py's fixed validation batches). State floats / layer: the numbers per sequence and layer a "
-              "model's step() holds after T tokens (ablate.py's column).", "", "Overfitting watch, at the last point "
-              "of each run:", ""]
-    lines += tables.md_table(["run", "passes over train", "mean train loss since previous point", "val loss",
-                              "val − train"],
-                             [[k, f"{p['epochs']:.2f}", p["train_loss"], p["val_loss"], f"{p['val_loss'] - p['train_loss']:+.3f}"]
-                              for k, c in res["curves"].items() for p in c["points"][-1:] if p["train_loss"] is not None])
-    lines += ["", f"Where the loss goes at the last point with a copy split (ablate.py's split: a target is a copy "
-              f"when it and the {s['copy_k']} tokens before it occurred earlier in the window; {s['hit_seqs']} fixed "
-              "validation windows, the ablation's; every point's split is in scaling.json and the figure):", ""]
-    lines += tables.md_table(["run", "tokens", "loss on copies", "loss on others", "copies − others", "by distance"],
-                             [[k, f"{r['tokens']:,}", r["loss_copy"], r["loss_other"],
-                               None if r["loss_copy"] is None else f"{r['loss_copy'] - r['loss_other']:+.3f}",
-                               ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"]
-                                         if b["loss"] is not None)]
-                              for k, c in res["curves"].items() for r in c["copy"][-1:]])
-    lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):", ""]
-    lines += tables.md_table(["pair", "measured up to", "gap at the last point", f"crossover {unit}s",
-                              f"slope of the gap per e-fold of {unit}s (fit on the last points)", "extrapolated zero"],
-                             [[k, f"{x['up_to_tokens']:,}", f"{x['gap_last']:+.3f}",
-                               f"{x['crossover_tokens']:,.0f}" if x["crossover_tokens"] else "none measured",
-                               f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points)",
-                               f"~{x['tokens_at_zero']:.2g}" if x["tokens_at_zero"] else None]
-                              for k, x in res["crossovers"].items()])
-    lines += ["", "The extrapolation fits a straight line to the gap in log tokens over the last half of the points "
-              "and reads where it reaches zero: a pointer to where to look, not a measurement.", "",
-              "Prepared GPU runs (the same script and schedule; each run reads its own curve):", ""]
+def prepared_runs():
+    """The lines of scaling.md naming the prepared GPU runs."""
+    out = []
     for name in ("gpu_130m", "gpu_sweep"):
         g = cli.build(ScalingConfig, PRESETS, name)
-        lines.append(f"- `python scaling.py --preset {name} --out_dir out/scaling_{name[4:]}`: {', '.join(g.models)} at "
-                     f"width {', '.join(map(str, g.widths))}, {g.n_layer} blocks, {g.tokenizer} on {g.data} "
-                     f"(validation: {g.eval_data or g.data}), {tokens_per_step(g):,} tokens per step, "
-                     f"{g.max_tokens:.3g} tokens per run, {len(g.models) * len(g.widths)} runs.")
-    tables.save_text("\n".join(lines) + "\n", path)
+        out.append(f"- `python scaling.py --preset {name} --out_dir out/scaling_{name[4:]}`: {', '.join(g.models)} at "
+                   f"width {', '.join(map(str, g.widths))}, {g.n_layer} blocks, {g.tokenizer} on {g.data} "
+                   f"(validation: {g.eval_data or g.data}), {tokens_per_step(g):,} tokens per step, "
+                   f"{g.max_tokens:.3g} tokens per run, {len(g.models) * len(g.widths)} runs.")
+    return out
 
 
 def state_floats(cfg, name, width):
@@ -500,55 +465,6 @@ def state_floats(cfg, name, width):
     tcfg = run_config(cfg, name, width, 1)
     with torch.device("meta"):  # shapes only: nothing allocated
         return train.build_model(tcfg, seeded=False).state_floats(cfg.block_size)
-
-
-def _longest(res):
-    return max((c["points"] for c in res["curves"].values()), key=len, default=[])
-
-
-def plot(res, path):
-    plt = tables.pyplot()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.5))
-    widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
-    models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
-    for c in res["curves"].values():
-        pts = [p for p in c["points"] if p["tokens"] > 0]
-        style = dict(color=f"C{models.index(c['model'])}", ls=["-", "--", ":", "-."][widths.index(c["width"]) % 4])
-        ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3, **style,
-                label=f"{c['model']} C={c['width']} ({c['params'] / 1e6:.2f}M)")
-        cp = [r for r in c["copy"] if r["tokens"] > 0 and r["loss_copy"] is not None]
-        if not cp:
-            continue  # no target was a copy (a short --block_size): nothing to draw on the right
-        bx.plot([r["tokens"] for r in cp], [r["loss_copy"] for r in cp], marker="o", ms=3, **style,
-                label=f"{c['model']} C={c['width']}: copies")
-        bx.plot([r["tokens"] for r in cp], [r["loss_other"] for r in cp], marker="x", ms=4, alpha=0.5, **style,
-                label=f"{c['model']} C={c['width']}: others")
-    for k, ls in (("bigram", "-."), ("trigram", ":")):
-        if res["yardsticks"] and k in res["yardsticks"]:
-            ax.axhline(res["yardsticks"][k], color="k", lw=1, ls=ls, label=f"{k} yardstick ({res['yardsticks'][k]:.2f})")
-    for k, shade in zip(ngram.COMPRESSORS, ("0.35", "0.55", "0.75")):
-        if k in (res["yardsticks"] or {}):
-            ax.axhline(res["yardsticks"][k], color=shade, lw=1.2, ls=":", label=f"{k} on val ({res['yardsticks'][k]:.2f})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    unit = "bytes" if res["settings"]["tokenizer"] == "bytes" else "tokens"
-    ax.set_xlabel(f"training {unit} (constant lr after warmup)")
-    ax.set_ylabel(f"validation loss (nats/{unit[:-1]})")
-    ax.set_title(f"where GPT overtakes SPEN: {res['settings']['data']} ({res['settings']['tokenizer']})")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    if bx.get_legend_handles_labels()[0]:  # no copy split recorded (no target was a copy): no log axes to scale
-        bx.set_xscale("log")
-        bx.set_yscale("log")
-    bx.set_xlabel(f"training {unit}")
-    bx.set_ylabel(f"validation loss (nats/{unit[:-1]})")
-    bx.set_title(f"targets an in-context copy (>= {res['settings']['copy_k']} tokens) predicts (o) vs the rest (x)")
-    bx.grid(alpha=0.3, which="both")
-    if bx.get_legend_handles_labels()[0]:  # no copy split recorded: no legend to draw
-        bx.legend(fontsize=7)
-    fig.tight_layout()
-    tables.save_figure(fig, path)
-    plt.close(fig)
 
 
 def main(cfg):
@@ -579,8 +495,8 @@ def run_curves(cfg, recorded):
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         path = os.path.join(cfg.out_dir, "windows.json")  # a curve recorded without its folder keeps its entry
         checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path)
-        write_md(res, os.path.join(cfg.out_dir, "scaling.md"))
-        plot(res, os.path.join(cfg.out_dir, "scaling.png"))
+        scaling_report.write_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
+        scaling_report.plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
     val = corpus.load_split(name, "val", tokenizer=cfg.tokenizer)

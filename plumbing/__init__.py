@@ -18,6 +18,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings
     bench_report  the tables bench.py prints, read from its results JSON
+    scaling_report  scaling.py's scaling.md and scaling.png, from its record
 
 Importing the package imports none of them.
 """

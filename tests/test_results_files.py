@@ -129,7 +129,7 @@ def test_scaling_no_train_on_a_folder_with_no_run(tmp_path):
 def test_scaling_report_with_no_copy_and_no_point_between_points(tmp_path, monkeypatch):
     """block_size 16 with copy_k 12: no target is a copy. A checkpoint a Ctrl-C left between two points
     (step 3 of the points 1, 2, 4) gains the curve no copy split there."""
-    cfg = cli.build(scaling.ScalingConfig, out_dir=str(tmp_path), copy_k=12, **SCALING)
+    cfg = cli.build(scaling.ScalingConfig, out_dir=str(tmp_path), copy_k=12, cooldown=0, **SCALING)  # step 3: no stop
     assert scaling.eval_steps(cfg) == [1, 2, 4]
     torch.manual_seed(0)
     run = scaling.run_dir(cfg, "linear", 16)
