@@ -20,8 +20,9 @@ outputs shifted by one token, so a comparison with fla gives different numbers b
 The readers below the rules (EMAKVState, DeltaRuleState, GatedDeltaState; WRITE_READERS for
 spen.READERS) read top to bottom: projections (k_t from the trace state h_{t-1}, q_t and v_t from
 u_t; an optional short causal convolution on each, cfg.conv) -> the rule -> the read-out. Their
-state is float32 under autocast. Parameters per block and state floats per layer (beyond the S*C
-traces; K the convolution's kernel, X its channels):
+state is float32 under autocast; each declares the options it reads (ema_kv and delta: write_alphas,
+read_norm, conv; the gated rules: conv). Parameters per block and state floats per layer (beyond the
+S*C traces; K the convolution's kernel, X its channels):
   ema_kv       (S_w + S + 1) C^2            S_w C D (+ (K - 1) X)
   delta        (S + 2) C^2 + H C            C D (+ (K - 1) X)
   gated_delta  (S + 3) C^2 + 2 H C + ...    C D (+ (K - 1) X)      (gated_ema_kv: the same)
@@ -304,8 +305,7 @@ class _WriteReader(Reader):
     options = ("read_norm", "conv")  # what this class builds; a reader adds write_alphas if it reads them
 
     @classmethod
-    def check(cls, cfg):
-        """The heads, the kernel, the read norm's switch and the write decays, each in one line."""
+    def check(cls, cfg):  # the heads, the kernel, the read norm's switch and the write decays
         check_heads(cfg)
         require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
         require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
