@@ -32,7 +32,7 @@ The paper gives no code; where it is silent we chose, each choice written out on
     4. predictors: linear (paper), others (variants.py)      8. vocabulary padded to Vp rows
 
 `SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (every reader's
-parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
+parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_readers.py.
 """
 
 import math

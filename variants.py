@@ -44,11 +44,13 @@ Shape glossary
     L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
 
 The contract is the Reader base class (its docstring; a position-wise reader writes forward and
-what differs from the defaults). trace_method='loop' (spen.py's one switch for every reference)
-runs the quadratic linear attention instead of its chunked form (and the write rules' loops).
+what differs from the defaults; a reader declares the options it reads and checks them).
+trace_method='loop' (spen.py's one switch for every reference) runs the quadratic linear attention
+instead of its chunked form (and the write rules' loops).
 
-Run: nothing to run; tests/test_variants.py checks each reader against its definition (values and
-gradients), what each family tells apart, what the write readers store; tests/test_spen.py, SPEN.
+Run: nothing to run; tests/test_readers.py checks every registered reader's contract (its fast path
+against its loop, causality, step against forward, its state, its options); tests/test_variants.py
+each reader against its definition, what each family tells apart, what the write readers store.
 """
 
 

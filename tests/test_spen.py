@@ -1,5 +1,5 @@
 """spen.py: paper-size parameter count; causality, step == forward and the reference loops == the
-fast paths (values, gradients) of each context and per-block model (each reader's: test_readers.py);
+fast paths (values, gradients) of each context and per-block model (each reader's: tests/test_readers.py);
 one initialisation, no host sync in a training forward, autocast dtypes, checked inputs where they
 enter (step, generate), learning, contract. The readers themselves: tests/test_variants.py."""
 from dataclasses import asdict
