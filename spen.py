@@ -32,7 +32,7 @@ The paper gives no code; where it is silent we chose, each choice written out on
     4. predictors: linear (paper), others (variants.py)      8. vocabulary padded to Vp rows
 
 `SPEN(SPENConfig())` is the paper's model: 130,684,416 parameters. Run `python spen.py` (every reader's
-parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_variants.py.
+parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_readers.py.
 """
 
 import math
@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import VARIANT_READERS, Reader, SelectiveContext
+from variants import VARIANT_READERS, Reader, SelectiveContext, is_decays, require
 from writes import WRITE_READERS
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
@@ -331,57 +331,36 @@ class SPEN(nn.Module):
 
 
 def check(cfg):
-    """A one-line ValueError naming the field for a config SPEN cannot build (SPEN() calls it)."""
-    def require(ok, message):
-        if not ok:
-            raise ValueError(f"SPENConfig.{message}")
+    """A one-line ValueError naming the field for a config SPEN cannot build (SPEN() calls it): SPEN's own
+    fields; a reader declares its options (Reader.options: write_alphas, conv, ...) and checks them."""
     for name in ("vocab_size", "block_size", "n_layer", "n_embd", "ffn_hidden", "ffn_topk", "n_head"):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
     require(cfg.ffn_topk <= cfg.ffn_hidden, f"ffn_topk ({cfg.ffn_topk}) must be <= ffn_hidden ({cfg.ffn_hidden})")
-    require(cfg.predictor in ("linear", ("linear",) * cfg.n_layer) or cfg.n_embd % cfg.n_head == 0,
-            f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
-    a = cfg.alphas
-    require(isinstance(a, tuple) and a and all(type(x) in (int, float) and 0 < x <= 1 for x in a),
-            f"alphas must be a non-empty tuple of decays in (0, 1], got {a!r}")
+    require(is_decays(cfg.alphas), f"alphas must be a non-empty tuple of decays in (0, 1], got {cfg.alphas!r}")
+    require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
+    for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
+        value = getattr(cfg, name)
+        require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
     for name in ("predictor", "reads"):
         value = getattr(cfg, name)
         require(isinstance(value, str) or (isinstance(value, tuple) and len(value) == cfg.n_layer),
                 f"{name} must be one name or a tuple of n_layer = {cfg.n_layer} names (one per block), got {value!r}")
     predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
-    for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
-        value = getattr(cfg, name)
-        require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    history = ", ".join(p for p, r in READERS if r == "history")
     blocks = [cfg.reader(i) for i in range(cfg.n_layer)]  # (predictor, reads) of each block
     for p, r in blocks:
         require(p in predictors, f"predictor must be one of {', '.join(predictors)}, got {p!r}")
         require(r in reads, f"reads must be one of {', '.join(reads)}, got {r!r}")
-        require((p, r) in READERS, f"reads={r!r} needs a predictor that reads the history ({history}); "
-                f"predictor={p!r} reads the state only")
-    classes = [READERS[b] for b in blocks]
-    wa = cfg.write_alphas
-    writers = ", ".join(p for p, r in READERS if getattr(READERS[p, r], "writes", False))
-    require(any(getattr(c, "writes", False) for c in classes) or (wa is None and cfg.read_norm is False and cfg.conv == 0),
-            f"write_alphas, read_norm and conv set a write reader's state ({writers}); the model has none")
-    require(wa is None or (isinstance(wa, tuple) and wa and all(type(x) in (int, float) and 0 < x <= 1 for x in wa)),
-            f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {wa!r}")
-    for (p, _), reader in zip(blocks, classes):
-        most = getattr(reader, "max_write_decays", None)
-        require(wa is None or most is None or len(wa) <= most,
-                f"write_alphas: predictor={p!r} takes at most {most} decay(s), got {len(wa or ())}")
-    require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
-    require(type(cfg.window) is int and 0 <= cfg.window, f"window must be an int >= 0 (0: none), got {cfg.window!r}")
-    require(cfg.window == 0 or ("softmax_attn", "history") in blocks,
-            f"window applies to predictor='softmax_attn' with reads='history'; no block has it")
-    require(cfg.window < cfg.block_size, f"window ({cfg.window}) must be below block_size ({cfg.block_size}); "
-            f"0 for no window")
-    require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
-    own = [p for (p, _), c in zip(blocks, classes) if getattr(c, "own_norm", False)]
-    require(not cfg.read_norm or not own,
-            f"read_norm: {', '.join(own)} normalises its output already (its own RMSNorm and gate); drop read_norm")
-    require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1,
-            f"dropout must be in [0, 1), got {cfg.dropout!r}")
+        require((p, r) in READERS, f"reads={r!r} needs a predictor that reads the history "
+                f"({', '.join(q for q, s in READERS if s == 'history')}); predictor={p!r} reads the state only")
+    classes = list(dict.fromkeys(READERS[b] for b in blocks))  # the model's readers, each once
+    for name in dict.fromkeys(o for c in READERS.values() for o in c.options):  # every reader option, once
+        value, default = getattr(cfg, name), getattr(SPENConfig, name)
+        users = ", ".join(p + ("" if r == "state" else f" (reads={r!r})") for (p, r), c in READERS.items() if name in c.options)
+        require((type(value), value) == (type(default), default) or any(name in c.options for c in classes),
+                f"{name} applies to predictor {users} only; the model has none (got {name}={value!r})")
+    for reader in classes:
+        reader.check(cfg)  # its options' values (and its sizes), one line each
 
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context
@@ -390,13 +369,12 @@ if __name__ == "__main__":  # every reader at the paper's size, its numbers from
     T = 1024
     print(f"SPEN at the paper's size (12 x 768), T = {T}; per block: the reader's parameters, the state it holds "
           f"beyond the S C traces (state_floats) and its FLOPs per token beyond its weights (attn_flops)")
-    for (predictor, reads), cls in READERS.items():
-        with torch.device("meta"):
+    with torch.device("meta"):  # the sizes only: nothing allocated
+        for (predictor, reads), cls in READERS.items():
             m = SPEN(SPENConfig(predictor=predictor, reads=reads))
-        r = m.blocks[0].pred
-        print(f"{predictor:12s} {reads:7s} {cls.__name__:18s} reader params {sum(p.numel() for p in r.parameters()):>10,}"
-              f" | state {r.state_floats(T):>9,} | attn FLOPs {r.attn_flops(T):>10,} | model params {m.num_params():,},"
-              f" train {m.flops_per_token(T) / 1e9:.2f} GFLOP/token")
-    with torch.device("meta"):
+            r = m.blocks[0].pred
+            print(f"{predictor:12s} {reads:7s} {cls.__name__:18s} reader params {sum(p.numel() for p in r.parameters()):>10,}"
+                  f" | state {r.state_floats(T):>9,} | attn FLOPs {r.attn_flops(T):>10,} | model params {m.num_params():,},"
+                  f" train {m.flops_per_token(T) / 1e9:.2f} GFLOP/token")
         base, sel = SPEN(SPENConfig()), SPEN(SPENConfig(context="selective"))
     print(f"context=selective adds {sel.num_params() - base.num_params():,} parameters (W_a, b_s per block) to any reader")

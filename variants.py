@@ -44,11 +44,13 @@ Shape glossary
     L chunk length and N = ceil(T / L) chunks of the chunked linear attention.
 
 The contract is the Reader base class (its docstring; a position-wise reader writes forward and
-what differs from the defaults). trace_method='loop' (spen.py's one switch for every reference)
-runs the quadratic linear attention instead of its chunked form (and the write rules' loops).
+what differs from the defaults; a reader declares the options it reads and checks them).
+trace_method='loop' (spen.py's one switch for every reference) runs the quadratic linear attention
+instead of its chunked form (and the write rules' loops).
 
-Run: nothing to run; tests/test_variants.py checks each reader against its definition (values and
-gradients), what each family tells apart, what the write readers store; tests/test_spen.py, SPEN.
+Run: nothing to run; tests/test_readers.py checks every registered reader's contract (its fast path
+against its loop, causality, step against forward, its state, its options); tests/test_variants.py
+each reader against its definition, what each family tells apart, what the write readers store.
 """
 
 
@@ -89,18 +91,47 @@ def linear_attention_ref(q, k, v, eps=1e-6):
     return (w @ v) / (w.sum(-1, keepdim=True) + eps)
 
 
+def require(ok, message):
+    """A config check (spen.check, each reader's check): a one-line ValueError "SPENConfig.<message>",
+    the message opening with the field's name."""
+    if not ok:
+        raise ValueError(f"SPENConfig.{message}")
+
+
+def is_decays(a):
+    """A non-empty tuple of decays in (0, 1] (SPENConfig.alphas, write_alphas)."""
+    return isinstance(a, tuple) and len(a) > 0 and all(type(x) in (int, float) and 0 < x <= 1 for x in a)
+
+
+def check_heads(cfg):
+    """A reader with heads splits C into H heads of D = C / H: H must divide C."""
+    require(cfg.n_embd % cfg.n_head == 0, f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head})")
+
+
 class Reader(nn.Module):
     """The reader contract, with its defaults: x̂ = forward(u (B, T, C), h_prev (B, T, S, C)) ->
     (B, T, C), strictly causal (x̂_t from u_t and h_{<t} only). A position-wise reader writes
     forward and what differs from these defaults:
+        options = ()                             the reader options (SPENConfig fields: write_alphas,
+                                                 read_norm, conv, window) it reads; spen.check refuses
+                                                 one set on a model whose readers all leave it out
+        check(cfg)                               a one-line ValueError (`require`) for a value of its
+                                                 options (or sizes) it cannot take; default: none
         init_state(B, device) -> None            no state beyond the S*C traces the block holds
         step(u_t, h_prev_t, state) -> (x̂_t, state)   forward at one token
         state_floats(T) -> 0                     numbers step() holds per sequence beyond the traces
         attn_flops(T) -> 0                       forward FLOPs per token beyond its weight matmuls
         no_matmul_params() -> []                 parameters left out of the 6N FLOPs (added, not multiplied)
-        init_weights(cfg) -> the parameters it set: matrices ~ N(0, 0.02), GPT-2's default;
-                                                 any other parameter needs a rule (an error until it has one)
+        init_special(cfg) -> []                  the parameters with a rule of their own, set first
+        init_weights(cfg) -> the parameters it set: init_special's, then every other matrix ~ N(0, 0.02),
+                                                 GPT-2's default; a vector without a rule is an error
     spen.Block holds one per block; spen.READERS names them."""
+
+    options = ()
+
+    @classmethod
+    def check(cls, cfg):
+        pass
 
     def init_state(self, batch_size, device):
         return None
@@ -117,11 +148,15 @@ class Reader(nn.Module):
     def no_matmul_params(self):
         return []
 
+    def init_special(self, cfg):
+        return []
+
     @torch.no_grad()
-    def init_weights(self, cfg, done=()):
-        """Every matrix not in `done` (set by a subclass) ~ N(0, 0.02), in parameters() order (the
+    def init_weights(self, cfg):
+        """init_special's parameters, then every other matrix ~ N(0, 0.02) in parameters() order (the
         draws a seed has always given); refuses a vector, which needs a rule of its own."""
-        done, out = {id(p) for p in done}, list(done)
+        out = self.init_special(cfg)
+        done = {id(p) for p in out}
         for name, p in self.named_parameters():
             if id(p) not in done:
                 if p.dim() < 2:
@@ -143,6 +178,10 @@ class _TraceAttention(Reader):
         self.k = nn.Linear(C, C, bias=False)  # W_k, reads trace states only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads trace states only
         self.trace_emb = nn.Parameter(torch.zeros(S, C))  # E_s: which timescale a slot holds
+
+    @classmethod
+    def check(cls, cfg):
+        check_heads(cfg)
 
     def no_matmul_params(self):
         return [self.trace_emb]  # added to the slots, not multiplied: left out of the 6N FLOPs
@@ -269,6 +308,15 @@ class SoftmaxAttnHistory(_HistoryAttention):
     x̂_t = sum_{j<=t,s} softmax_js(q_t.k_js / sqrt(D)) v_js. step keeps a cache of k, v. With
     cfg.window = w >= 1, a sliding window: only the slots of the last w positions (t - w < j <= t),
     and the cache keeps just those (bounded: 2 w S C floats)."""
+
+    options = ("window",)
+
+    @classmethod
+    def check(cls, cfg):
+        super().check(cfg)  # the heads
+        w = cfg.window
+        require(type(w) is int and 0 <= w, f"window must be an int >= 0 (0: none), got {w!r}")
+        require(w < cfg.block_size, f"window ({w}) must be below block_size ({cfg.block_size}); 0 for no window")
 
     def __init__(self, cfg):
         super().__init__(cfg)

@@ -20,8 +20,9 @@ outputs shifted by one token, so a comparison with fla gives different numbers b
 The readers below the rules (EMAKVState, DeltaRuleState, GatedDeltaState; WRITE_READERS for
 spen.READERS) read top to bottom: projections (k_t from the trace state h_{t-1}, q_t and v_t from
 u_t; an optional short causal convolution on each, cfg.conv) -> the rule -> the read-out. Their
-state is float32 under autocast. Parameters per block and state floats per layer (beyond the S*C
-traces; K the convolution's kernel, X its channels):
+state is float32 under autocast; each declares the options it reads (ema_kv and delta: write_alphas,
+read_norm, conv; the gated rules: conv). Parameters per block and state floats per layer (beyond the
+S*C traces; K the convolution's kernel, X its channels):
   ema_kv       (S_w + S + 1) C^2            S_w C D (+ (K - 1) X)
   delta        (S + 2) C^2 + H C            C D (+ (K - 1) X)
   gated_delta  (S + 3) C^2 + 2 H C + ...    C D (+ (K - 1) X)      (gated_ema_kv: the same)
@@ -37,7 +38,7 @@ Layouts: q (B, H, S_w, T, D) for ema_kv (a query per decay), (B, H, T, D) for th
 k, v (B, H, T, D); beta and g (B, H, T).
 
 Run: nothing to run; tests/test_writes.py checks each chunked form against its loop,
-tests/test_variants.py the readers, tests/test_spen.py the model.
+tests/test_readers.py every reader's contract, tests/test_variants.py what the readers store.
 """
 
 import functools
@@ -48,7 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ema
-from variants import Reader, reader_chunk_len
+from variants import Reader, check_heads, is_decays, reader_chunk_len, require
 
 
 def l2norm(x, eps=1e-6):
@@ -293,37 +294,44 @@ class _WriteReader(Reader):
     """What the write readers share: the projections, the optional short convolution, the float32
     policy and the state. k_t = W_k [h_{t-1}^1 ; ... ; h_{t-1}^S] (S*C -> C: the trace state just
     before t, mostly the previous token), v_t = W_v u_t (C -> C, written after t's read), W_q of u_t
-    (n_query * C outputs). No biases. With conv = K >= 1, each of q, k, v passes a ShortConv of
-    kernel K over time (k's spans h_{t-K..t-1}: still u_{<t} only, so read-before-write holds).
-    With read_norm, each head's read y leaves as RMSNorm(y) g (gain g (D,), 1 at init). The
+    (n_query * C outputs); the delta rules' write strength beta_t from W_beta u_t (C -> H, beta=True).
+    No biases. With conv = K >= 1, each of q, k, v passes a ShortConv of kernel K over time (k's
+    spans h_{t-K..t-1}: still u_{<t} only, so read-before-write holds). With read_norm (a reader
+    that declares it), each head's read y leaves as RMSNorm(y) g (gain g (D,), 1 at init). The
     state and its arithmetic are float32 under autocast and for half-precision weights (the
     projections follow autocast; the rule runs with autocast off, as in ema.py): the slow decay
     sums ~50 writes and the delta rule corrects its state every token, which bf16 would round."""
 
-    writes = True  # a state of its own (spen.check: only these take write_alphas, read_norm and conv)
+    options = ("read_norm", "conv")  # what this class builds; a reader adds write_alphas if it reads them
 
-    def __init__(self, cfg, n_query, state_shape):
+    @classmethod
+    def check(cls, cfg):  # the heads, the kernel, the read norm's switch and the write decays
+        check_heads(cfg)
+        require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
+        require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
+        require(cfg.write_alphas is None or is_decays(cfg.write_alphas),
+                f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {cfg.write_alphas!r}")
+
+    def __init__(self, cfg, n_query, state_shape, beta=False):
         super().__init__()
         C, S, H = cfg.n_embd, len(cfg.alphas), cfg.n_head
         self.n_head, self.D, self.state_shape = H, C // H, state_shape
         self.chunk = reader_chunk_len(self.D)  # L: positions per chunk of the fast path (any L: the same values)
         self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
-        self.gain = nn.Parameter(torch.ones(self.D)) if cfg.read_norm else None  # g, the read norm's gain
+        norm = cfg.read_norm and "read_norm" in self.options  # a reader without the option (its own norm): no gain
+        self.gain = nn.Parameter(torch.ones(self.D)) if norm else None  # g, the read norm's gain
         self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
         self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
         self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
         self.convs = nn.ModuleList(ShortConv(n, cfg.conv, self.loop) for n in (n_query * C, C, C)) if cfg.conv else None
         # (a convolution's taps, like a matrix's weights, cost 2 FLOPs each per token: in the 6N count)
+        self.beta = nn.Linear(C, H, bias=False) if beta else None  # W_beta: the write strength per head
 
-    @torch.no_grad()
-    def init_weights(self, cfg, done=()):
-        """Matrices ~ N(0, 0.02), GPT-2's default; the read norm's gain 1; a convolution's taps
-        ~ U(-1/sqrt(K), 1/sqrt(K)), torch's Conv1d default (N(0, 0.02) taps would shrink q, k, v
-        fifty-fold at init). Returns them."""
-        done = list(done) + ([self.gain.fill_(1.0)] if self.gain is not None else [])
-        for m in self.convs or ():
-            done.append(m.weight.uniform_(-m.weight.shape[1] ** -0.5, m.weight.shape[1] ** -0.5))
-        return super().init_weights(cfg, done)
+    def init_special(self, cfg):
+        """The read norm's gain 1; a convolution's taps ~ U(-1/sqrt(K), 1/sqrt(K)), torch's Conv1d
+        default (N(0, 0.02) taps would shrink q, k, v fifty-fold at init); the matrices: Reader's."""
+        done = [self.gain.fill_(1.0)] if self.gain is not None else []
+        return done + [m.weight.uniform_(-m.weight.shape[1] ** -0.5, m.weight.shape[1] ** -0.5) for m in self.convs or ()]
 
     def project(self, u, h_prev, conv=None):
         """q, k, v (B, T, n_query C), (B, T, C), (B, T, C) from u (B, T, C) and h_prev (B, T, S, C),
@@ -335,6 +343,16 @@ class _WriteReader(Reader):
             return [c(x) for c, x in zip(self.convs, qkv)], None
         out = [c.step(x[:, 0], cache) for c, x, cache in zip(self.convs, qkv, conv)]  # T = 1
         return [y[:, None] for y, _ in out], [cache for _, cache in out]
+
+    def qkvb(self, u, h_prev, conv=None):
+        """The delta rules' inputs (beta=True): unit q and k, v (B, H, T, D) and beta (B, H, T),
+        float32; and the convolution's caches."""
+        (q, k, v), conv = self.project(u, h_prev, conv)
+        beta = self.beta(u)  # (B, T, H) logits, projected under autocast like q, k, v
+        with ema._no_autocast(u.device):
+            q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
+            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta).transpose(1, 2)  # (B, H, T) in (0, 1)
+            return l2norm(q), l2norm(k), v, beta, conv
 
     def heads(self, x):
         """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
@@ -369,6 +387,8 @@ class EMAKVState(_WriteReader):
     q^s_t = W_q^s u_t / sqrt(D); the decays a_s are cfg.write_alphas (S_w of them), by default the
     paper's trace decays. ema_kv_ref is the definition, ema_kv_chunked the fast path."""
 
+    options = ("write_alphas", "read_norm", "conv")
+
     def __init__(self, cfg):
         alphas, D = cfg.write_alphas or cfg.alphas, cfg.n_embd // cfg.n_head  # the S_w write decays
         super().__init__(cfg, len(alphas), (cfg.n_head, len(alphas), D, D))  # W_q: C -> S_w*C; S_w*C*D floats
@@ -402,31 +422,24 @@ class DeltaRuleState(_WriteReader):
     k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
     C -> H). delta_rule_ref is the definition, delta_rule_chunked the fast path."""
 
-    max_write_decays = 1  # spen.check: a single state, one decay
+    options = ("write_alphas", "read_norm", "conv")
+
+    @classmethod
+    def check(cls, cfg):
+        super().check(cfg)
+        n = len(cfg.write_alphas or ())
+        require(n <= 1, f"write_alphas: the delta rule (one state) takes at most 1 decay, got {n}")
 
     def __init__(self, cfg):
         D = cfg.n_embd // cfg.n_head
-        super().__init__(cfg, 1, (cfg.n_head, D, D))  # W_q: C -> C; H D x D: C*D floats
-        self.beta = nn.Linear(cfg.n_embd, cfg.n_head, bias=False)  # W_beta: the write strength per head
+        super().__init__(cfg, 1, (cfg.n_head, D, D), beta=True)  # W_q: C -> C, W_beta; H D x D: C*D floats
         self.a = cfg.write_alphas[0] if cfg.write_alphas else 0.0  # a = 1 - g; 0: no decay (DeltaNet)
-
-    def qkvb(self, u, h_prev, conv=None):
-        """Unit q and k, v (B, H, T, D) and beta (B, H, T), float32; and the convolution's caches."""
-        (q, k, v), conv = self.project(u, h_prev, conv)
-        beta = self.beta(u)  # (B, T, H) logits, projected under autocast like q, k, v
-        with ema._no_autocast(u.device):
-            q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
-            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta).transpose(1, 2)  # (B, H, T) in (0, 1)
-            return l2norm(q), l2norm(k), v, beta, conv
 
     def forward(self, u, h_prev):
         q, k, v, beta, _ = self.qkvb(u, h_prev)
         with ema._no_autocast(u.device):
-            if self.loop:
-                y = delta_rule_ref(q, k, v, beta, self.a)
-            else:
-                y = delta_rule_chunked(q, k, v, beta, self.a, self.chunk)
-            return self.read_out(y)  # (B, T, C), float32
+            rule = delta_rule_ref if self.loop else functools.partial(delta_rule_chunked, chunk=self.chunk)
+            return self.read_out(rule(q, k, v, beta, self.a))  # (B, T, C), float32
 
     def step(self, u_t, h_prev_t, state):
         q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
@@ -439,7 +452,7 @@ class DeltaRuleState(_WriteReader):
         return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D
 
 
-class GatedDeltaState(DeltaRuleState):
+class GatedDeltaState(_WriteReader):
     """('gated_delta', 'state'): the gated delta rule with Gated DeltaNet's parameterisation (Yang et
     al., ICLR 2025; fla's GatedDeltaNet layer), reading before it writes:
         M_t = alpha_t M_{t-1} + beta_t (v_t - alpha_t M_{t-1} k_t) k_t^T,   y_t = M_{t-1} q_t,
@@ -449,28 +462,27 @@ class GatedDeltaState(DeltaRuleState):
     uses K = 4). gated_delta_ref is the definition, gated_delta_chunked the fast path; attn_flops is
     the delta rule's (the decays inside a chunk are elementwise: left out)."""
 
-    max_write_decays = 0  # its decay is learned: write_alphas does not apply
-    own_norm = True  # its output norm is always on: read_norm does not apply (spen.check)
+    options = ("conv",)  # its decays are learned (no write_alphas), its output norm always on (no read_norm)
     delta = True  # the delta rule's correction (GatedEMAKVState: off)
+    attn_flops = DeltaRuleState.attn_flops
 
     def __init__(self, cfg):
-        super().__init__(cfg)
         C, H = cfg.n_embd, cfg.n_head
+        super().__init__(cfg, 1, (H, C // H, C // H), beta=True)  # as delta's: W_q, W_k, W_v, convs, W_beta
         self.decay = nn.Linear(C, H, bias=False)  # W_a
         self.A_log = nn.Parameter(torch.zeros(H))  # the decay rate per head, log-parameterised (init_weights)
         self.dt_bias = nn.Parameter(torch.zeros(H))  # the gate's bias, inverse softplus of a time step
         self.gate = nn.Linear(C, C, bias=False)  # W_gate, the output gate
         self.out_norm = nn.Parameter(torch.ones(self.D))  # g, the output RMSNorm's gain
 
-    @torch.no_grad()
-    def init_weights(self, cfg):
+    def init_special(self, cfg):
         """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1], so
-        alpha starts between about exp(-1.6) and exp(-1e-3) per head; the norm's gain 1; matrices as
-        the other write readers. Returns them."""
+        alpha starts between about exp(-1.6) and exp(-1e-3) per head; the norm's gain 1; then the
+        convolution's taps, and the matrices, as the other write readers."""
         dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(math.log(1e-3), math.log(0.1)))
         done = [self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log()),
                 self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt))), self.out_norm.fill_(1.0)]
-        return super().init_weights(cfg, done)
+        return done + super().init_special(cfg)
 
     def no_matmul_params(self):
         return [self.A_log, self.dt_bias]

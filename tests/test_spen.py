@@ -1,6 +1,6 @@
-"""spen.py: paper-size parameter count, strict causality, step == forward for every predictor x
-reads x context, the reference-loop trace method == the fast paths (values and gradients), one
-initialisation, no host sync in a training forward, autocast dtypes, checked inputs where they
+"""spen.py: paper-size parameter count; causality, step == forward and the reference loops == the
+fast paths (values, gradients) of each context and per-block model (each reader's: tests/test_readers.py);
+one initialisation, no host sync in a training forward, autocast dtypes, checked inputs where they
 enter (step, generate), learning, contract. The readers themselves: tests/test_variants.py."""
 from dataclasses import asdict
 
@@ -11,6 +11,7 @@ import lm
 from plumbing import runtime
 import spen
 from spen import READERS, SPEN, VARIANTS, SparseFFN, SPENConfig
+from variants import Reader
 
 V = 60  # tiny vocabulary; the table is padded to 64 rows, so ids 60..63 are padding
 
@@ -59,17 +60,12 @@ def assert_causal(model, idx):
         assert not torch.allclose(a[:, j], b[:, j], atol=1e-4), "changed token had no effect"
 
 
-@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
-def test_strictly_causal(predictor, reads, context):
-    assert_causal(make(predictor=predictor, reads=reads, context=context), tokens(2, 20, 1))
-
-
 def state_numel(state):
     flat = lambda x: x if isinstance(x, list) else [x]  # a convolution's caches: a list of tensors
     return sum(t.numel() for s in state for x in [s["h"], *(s["pred"] or {}).values()] for t in flat(x))
 
 
-# the reader options and a per-block model, through the same model-level tests as every reader
+# options and per-block models under bf16 autocast (each reader with each option: tests/test_readers.py)
 OPTIONS = [dict(predictor="delta", conv=4), dict(predictor="ema_kv", conv=2), dict(predictor="gated_delta", conv=4),
            dict(predictor="gated_delta"), dict(predictor="gated_ema_kv", conv=4), dict(predictor="softmax_attn", reads="history", window=4),
            dict(predictor=("ema_kv", "softmax_attn"), reads=("state", "history")),
@@ -77,12 +73,23 @@ OPTIONS = [dict(predictor="delta", conv=4), dict(predictor="ema_kv", conv=2), di
 
 
 @pytest.mark.parametrize("kw", OPTIONS)
-def test_options_are_causal_step_like_forward_and_train_under_autocast(kw):
-    """Strict causality, step() == forward token by token with the state state_floats counts,
-    the reference loops == the fast paths (values and gradients), bf16 autocast: for the short
-    convolution, the gated delta rule, the sliding window and per-block readers."""
+def test_options_train_under_autocast(kw):
     model, idx = make(**kw), tokens(2, 20, 1)
-    assert_causal(model, idx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model.train()(idx[:, :-1], idx[:, 1:])
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kw", [dict(context=c) for c in spen.CONTEXTS]
+                         + [kw for kw in OPTIONS if isinstance(kw["predictor"], tuple)])
+def test_contexts_and_per_block_models_are_causal_step_like_forward_and_loop_like_fast(kw):
+    """Each context (the paper's reader) and each model with a reader per block: strict causality,
+    step() == forward token by token with the state state_floats counts, trace_method='loop' (every
+    reference inside the model) == the fast paths, logits and the gradient of every parameter, T = 40
+    over several chunks of traces and readers. Each reader's: tests/test_readers.py."""
+    model, idx = make(**kw), tokens(2, 41, 1)
+    assert_causal(model, idx[:, :20])
     with torch.no_grad():
         ref, state, out = model(idx[:, :13])[0], model.init_state(2), []
         for token in idx[:, :13].unbind(1):
@@ -92,15 +99,12 @@ def test_options_are_causal_step_like_forward_and_train_under_autocast(kw):
     assert state_numel(state) == 2 * model.config.n_layer * model.state_floats(13)
     runs = {}
     for method in ("auto", "loop"):
-        m = make(trace_method=method, **kw)
+        m = make(trace_method=method, **kw)  # same seed: same weights
         logits, loss = m(idx[:, :-1], idx[:, 1:])
-        runs[method] = logits, torch.autograd.grad(loss, list(m.parameters()))
+        runs[method] = logits, loss, torch.autograd.grad(loss, list(m.parameters()))
     assert torch.allclose(runs["auto"][0], runs["loop"][0], atol=1e-5, rtol=0)
-    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(runs["auto"][1], runs["loop"][1]))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        _, loss = model.train()(idx[:, :-1], idx[:, 1:])
-    loss.backward()
-    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+    assert torch.allclose(runs["auto"][1], runs["loop"][1], atol=1e-6)
+    assert all(torch.allclose(x, y, atol=1e-6, rtol=1e-4) for x, y in zip(runs["auto"][2], runs["loop"][2]))
 
 
 def test_window_bounds_the_cache_and_forgets_what_left_it():
@@ -116,26 +120,6 @@ def test_window_bounds_the_cache_and_forgets_what_left_it():
     with torch.no_grad():
         d = (pred(u, h_prev) - pred(u, h2)).abs().amax(-1)[0]  # (T,)
     assert (d[:3] == 0).all() and (d[3:3 + w] > 0).all() and (d[3 + w:] == 0).all()
-
-
-@pytest.mark.parametrize("predictor,reads,context", VARIANTS)
-def test_step_reproduces_forward(predictor, reads, context):
-    model = make(predictor=predictor, reads=reads, context=context)
-    idx = tokens(3, 13, 2)
-    with torch.no_grad():
-        ref = model(idx)[0]  # (B, T, V)
-        state = model.init_state(3)
-        out = []
-        for token in idx.unbind(1):
-            logits, state = model.step(token, state)
-            out.append(logits)
-    assert torch.allclose(torch.stack(out, 1), ref, atol=1e-4, rtol=0)
-    # the state holds what state_floats says; a state reader's is as large after 13 tokens as before any
-    assert state_numel(state) == 3 * model.config.n_layer * model.state_floats(13)
-    if reads == "state":
-        assert state_numel(state) == state_numel(model.init_state(3)) == 3 * 2 * model.state_floats(1)
-    if (predictor, reads) in (("linear", "state"), ("softmax_attn", "state"), ("linear_attn", "state")):
-        assert model.state_floats(13) == 3 * 32  # the S*C traces and nothing more
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -178,26 +162,6 @@ def test_trace_methods_agree(context):
     assert torch.allclose(out["scan"], out["auto"], atol=1e-5) and torch.allclose(out["matmul"], out["auto"], atol=1e-4)
 
 
-@pytest.mark.parametrize("predictor,reads,context", [("linear", "state", "ema"), ("linear", "state", "selective"),
-                                                     ("linear_attn", "history", "ema"), ("ema_kv", "state", "ema"),
-                                                     ("delta", "state", "ema")])
-def test_reference_loop_equals_default_path_values_and_gradients(predictor, reads, context):
-    """trace_method='loop' runs every reference inside the model (ema's trace loops, the chunked
-    readers' loops or quadratic form): the same logits, loss and gradient of every parameter as
-    the default fast path (T = 40 spans several chunks of traces and readers)."""
-    idx = tokens(2, 41, 11)
-    runs = {}
-    for method in ("auto", "loop"):
-        model = make(trace_method=method, predictor=predictor, reads=reads, context=context)  # same seed: same weights
-        logits, loss = model(idx[:, :-1], idx[:, 1:])
-        runs[method] = logits, loss, torch.autograd.grad(loss, list(model.parameters()))
-    (lf, lossf, gf), (lr, lossr, gr) = runs["auto"], runs["loop"]
-    assert torch.allclose(lf, lr, atol=1e-5, rtol=0) and torch.allclose(lossf, lossr, atol=1e-6)
-    assert len(gf) == len(gr) == len(list(model.parameters()))
-    for a, b in zip(gf, gr):
-        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
-
-
 def test_loop_switch_reaches_every_chunked_reader(monkeypatch):
     """The one switch: trace_method='loop' runs the readers' references, never their fast paths."""
     import variants
@@ -226,7 +190,7 @@ def test_parameters_are_initialised_once(monkeypatch):
     assert calls == ["SPEN"]  # once, for the whole model; Blocks do not initialise themselves
 
 
-class ToyReader(torch.nn.Module):
+class ToyReader(Reader):
     """A reader written outside spen.py: x̂_t = W h_{t-1}^1 + b, with b added (not a matmul weight)."""
 
     def __init__(self, cfg):
@@ -387,20 +351,15 @@ def test_bad_config_gives_clear_error(field, value):
     (dict(predictor="ema_kv", write_alphas=(0.5, 0.0)), r"write_alphas must be .* decays in \(0, 1\]"),
     (dict(predictor="delta", write_alphas=(1.5,)), r"write_alphas must be .* decays in \(0, 1\]"),
     (dict(predictor="ema_kv", write_alphas=()), "write_alphas must be None or a non-empty tuple"),
-    (dict(predictor="delta", write_alphas=(0.1, 0.01)), r"write_alphas: predictor='delta' takes at most 1 decay\(s\), got 2"),
-    (dict(predictor="linear", write_alphas=(0.1,)), "write_alphas.* the model has none"),
-    (dict(predictor="softmax_attn", reads="history", read_norm=True), "read_norm.* the model has none"),
-    (dict(predictor="linear", conv=4), "conv.* the model has none"),
+    (dict(predictor="delta", write_alphas=(0.1, 0.01)), r"write_alphas: the delta rule .* takes at most 1 decay, got 2"),
     (dict(predictor="delta", conv=-1), "conv must be"), (dict(predictor="delta", conv=4.0), "conv must be"),
-    (dict(predictor="gated_delta", write_alphas=(0.1,)), "gated_delta.* takes at most 0"),
-    (dict(predictor="gated_delta", read_norm=True), "read_norm: gated_delta"),
     (dict(predictor="softmax_attn", reads="history", window=32), "window .* below block_size"),
     (dict(predictor="softmax_attn", reads="history", window=-1), "window must be"),
-    (dict(predictor="delta", window=4), "window applies to"),
     (dict(predictor="delta", read_norm=1), "read_norm must be True or False"),
     (dict(predictor="delta", n_head=5), r"n_embd \(32\) must be divisible by n_head \(5\)"),
     (dict(predictor="ema_kv", n_head=0), "n_head must be an int >= 1")])
 def test_write_settings_are_checked(kw, match):
+    """Each reader's own check of its options' values (one it does not declare: tests/test_readers.py)."""
     with pytest.raises(ValueError, match=match) as e:
         SPEN(tiny(**kw))
     assert "\n" not in str(e.value)

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 import ema
 from spen import READERS, Block, EMAContext, SPENConfig, init_weights, shift_right
 from variants import LinearAttnHistory, SelectiveContext, linear_attention_ref
-from writes import (DeltaRuleState, EMAKVState, delta_rule_chunked, delta_rule_ref, ema_kv_chunked, ema_kv_ref,
-                    l2norm)
+from writes import (WRITE_READERS, DeltaRuleState, EMAKVState, delta_rule_chunked, delta_rule_ref, ema_kv_chunked,
+                    ema_kv_ref, l2norm)
 
-WRITERS = tuple(p for (p, _), c in READERS.items() if getattr(c, "writes", False))  # a state of their own
+WRITERS = tuple(p for p, _ in WRITE_READERS)  # a state of their own
 
 
 def tiny(**kw):
