@@ -228,11 +228,42 @@ def test_each_check_names_a_wrong_answer(name, wrong, says):
     assert passed is False and says in message and "\n" not in message
 
 
+def _same(a, b):
+    """Equal, floats to 1e-12 (another BLAS may round a float64 matmul's last bit otherwise)."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12) if isinstance(a, float) else a == b
+
+
 def test_the_stored_answers_are_the_reference_implementations_own():
     """lab/expected.json is what `python -m lab.snapshot` computes now (the checks compare with it)."""
     from lab import snapshot
     with open(checks.EXPECTED) as f:
-        assert json.load(f) == snapshot.snapshot(), "lab/expected.json is stale: run python -m lab.snapshot"
+        text = f.read()
+    assert _same(json.loads(text), snapshot.snapshot()), "lab/expected.json is stale: run python -m lab.snapshot"
+    assert json.loads(snapshot.dumps(json.loads(text))) == json.loads(text)  # the compact writer loses nothing
+
+
+def test_the_checks_call_no_reference_implementation(monkeypatch):
+    """The handout's checks need only lab/expected.json: with every answer of the repository that the
+    grader guards made to raise (writes' steps and loops, recall.binding, recall.mqar), each check still
+    passes the solution and fails the stub, and lab/checks.py imports neither module."""
+    import recall
+    import writes
+    from lab import grader
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("a check called the reference")
+    for module, attr in grader.GUARDED:
+        monkeypatch.setattr({"writes": writes, "recall": recall}[module], attr, refuse)
+    for name in checks.CHECKS:
+        assert checks.verdict(name, getattr(solutions, name)) == (True, ""), name
+        assert checks.verdict(name, getattr(exercises, name)) == (False, "not written yet (the stub raises "
+                                                                         "NotImplementedError)"), name
+    source = open(checks.__file__).read()
+    assert "import recall" not in source and "import writes" not in source
 
 
 @pytest.mark.parametrize("right", [_probe_harmless, _probe_free_intercept])
