@@ -490,35 +490,6 @@ def test_the_setup_cell_without_a_repository_says_what_to_do(tmp_path, monkeypat
     assert not os.listdir(tmp_path)
 
 
-def test_the_handout_leaves_the_answers_out_and_its_zip_sets_the_notebook_up(tmp_path, monkeypatch):
-    """python -m lab.handout: a zip without lab/solutions.py (nor the kit), which the setup cell unpacks
-    on a machine without the repository; the URL, when given, is set in one place."""
-    import zipfile
-    import jupytext
-    from lab import handout
-    archive = handout.main(["--out_dir", str(tmp_path / "handout"), "--repo_url", "https://example.org/x.git"])
-    names = zipfile.ZipFile(archive).namelist()
-    assert "ema-is-not-all-you-need/lab/exercises.py" in names and "ema-is-not-all-you-need/ema.py" in names
-    assert not any(n.endswith(("lab/solutions.py", "lab/snapshot.py", "lab/INSTRUCTOR.md", "tests/test_lab.py"))
-                   for n in names)
-    with zipfile.ZipFile(archive) as z:  # no reference implementation of an exercise in any file of the zip
-        lab_code = {n: z.read(n).decode() for n in names if "/lab/" in n and n.endswith(".py")}
-    solved = [line.strip() for line in open(os.path.join(LAB, "solutions.py")) if line.startswith("    return ")]
-    for text in lab_code.values():
-        assert "def ridge_probe" not in text and not any(line in text for line in solved if len(line) > 20)
-    nb = nbformat.read(str(tmp_path / "handout" / "lab.ipynb"), as_version=4)
-    assert 'REPO_URL = "https://example.org/x.git"' in nb.cells[1].source
-    student = tmp_path / "colab"
-    student.mkdir()
-    os.link(archive, student / "ema-is-not-all-you-need.zip")
-    monkeypatch.chdir(student)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    setup = jupytext.read(os.path.join(LAB, "lab.py")).cells[1].source
-    exec(compile(setup, "setup", "exec"), {"__name__": "__main__"})
-    assert os.getcwd() == str(student / "ema-is-not-all-you-need")
-    assert os.path.isfile("lab/exercises.py") and not os.path.exists("lab/solutions.py")
-
-
 def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
     monkeypatch.delenv("LAB_SOLUTIONS", raising=False)
     monkeypatch.setattr(helpers, "_ANSWERS", {})
@@ -532,17 +503,3 @@ def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
     assert helpers.exercises().effective_window is exercises.effective_window  # the rest: the file's
     with pytest.raises(cli.UserError, match="not an exercise"):
         helpers.answer(lambda: None)
-
-
-def test_the_handout_checks_its_out_dir_and_leaves_no_half_zip(tmp_path, monkeypatch):
-    from lab import handout
-    (tmp_path / "a_file").write_text("")
-    with pytest.raises(cli.UserError, match="--out_dir"):
-        handout.main(["--out_dir", str(tmp_path / "a_file")])
-
-    def full(*args, **kwargs):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(handout.zipfile.ZipFile, "write", full)
-    with pytest.raises(cli.UserError, match="No space left") as e:
-        handout.main(["--out_dir", str(tmp_path / "h")])
-    assert "\n" not in str(e.value) and os.listdir(tmp_path / "h") == []
