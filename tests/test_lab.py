@@ -357,27 +357,20 @@ def test_the_notebook_and_its_plain_text_twin_hold_the_same_cells():
 
 
 @pytest.mark.slow
-def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
-    """nbclient executes lab.ipynb as a student would (kernel started in lab/), with tiny sizes
-    and the solutions: every check passes (strict: a failed one stops the run) and both verdicts print."""
-    from nbclient import NotebookClient
-    # the kernel is this interpreter, whatever kernel specs the machine has: a python3 spec of our own
-    # first on JUPYTER_PATH; connection files and IPython's profile in tmp_path (HOME may be read-only)
-    spec = tmp_path / "jupyter" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps(dict(
-        argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], display_name="Python 3",
-        language="python")))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("LAB_SMOKE", "1")
-    monkeypatch.setenv("LAB_SOLUTIONS", "1")
-    monkeypatch.setenv("LAB_STRICT", "1")
-    monkeypatch.setenv("LAB_OUT", str(tmp_path / "out"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": LAB}}).execute()
+def test_the_reference_run_executes_the_notebook_in_smoke_mode_from_an_empty_cache(tmp_path):
+    """LAB_SMOKE=1 python -m lab.reference: nbclient executes lab.ipynb as a student would (a fresh
+    kernel started in lab/, LAB_OUT an empty folder: the data cache built, the background run started),
+    with tiny sizes and the solutions: every check passes (strict: a failed one stops the run), both
+    verdicts print, and the executed copy keeps its figures. About 35 s on the 2-core VM at load 4-5."""
+    import subprocess
+    out, ref = tmp_path / "out", tmp_path / "reference.ipynb"
+    r = subprocess.run([sys.executable, "-m", "lab.reference", "--out", str(ref), "--lab_out", str(out),
+                        "--timeout", "120"], cwd=ROOT, capture_output=True, text=True, timeout=400,
+                       env={**os.environ, "LAB_SMOKE": "1", "MPLBACKEND": "Agg"})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    nb = nbformat.read(str(ref), as_version=4)
+    assert nb.metadata["lab_reference"]["smoke"] is True and _cells(nb) == _cells(nbformat.read(
+        os.path.join(LAB, "lab.ipynb"), as_version=4))
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "\n".join(o.get("text", "") for o in outputs)
     tables = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
@@ -392,9 +385,22 @@ def test_the_notebook_runs_top_to_bottom_in_smoke_mode(tmp_path, monkeypatch):
         assert (out / png).is_file(), png
     assert (out / "bytes" / "ckpt_best.pt").is_file()
     assert "started in the background" in text and all((out / "background" / f"{j}.json").is_file() for j in helpers.JOBS)
+    assert str(tmp_path) not in text and "$LAB_OUT" in text  # the machine's paths as placeholders
     assert "activity only" in text and "loss on copies per seed" in text
     assert any(w in text for w in ("no per-model statistics", " is below ", "a tie at"))  # section 7, from map.json
     assert "results/scaling: SPEN ema_kv" in tables[-1] and "copies 128+ bytes back" in tables[-1]
+
+
+def test_the_committed_reference_is_the_whole_notebook_at_full_size_with_its_figures():
+    """lab/reference.ipynb (LAB_THREADS=1 python -m lab.reference) holds every section and exercise of
+    lab.ipynb (a new one means: run it again), its figures, full sizes, and every check passed."""
+    ref, nb = (nbformat.read(os.path.join(LAB, f), as_version=4) for f in ("reference.ipynb", "lab.ipynb"))
+    heads = lambda nb: [line.split(" (")[0] for c in nb.cells if c.cell_type == "markdown"
+                        for line in c.source.splitlines() if line.startswith(("## ", "**Exercise"))]
+    outputs = [o for c in ref.cells if c.cell_type == "code" for o in c.outputs]
+    assert heads(ref) == heads(nb), "lab/reference.ipynb lacks a section: run LAB_THREADS=1 python -m lab.reference"
+    assert "\n".join(o.get("text", "") for o in outputs).count("[pass]") == len(checks.CHECKS)
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 5 and not ref.metadata["lab_reference"]["smoke"]
 
 
 @pytest.mark.slow
