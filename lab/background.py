@@ -1,9 +1,13 @@
 """The lab's long runs in a background process: recall.py's quick run, the four write points and
-the byte run, one after another, each as the notebook's own cell would run it (lab/helpers.py,
-lab/write.py), its printed lines and result written to OUT/background/<job>.json for the cell
-that needs it (helpers.collect). Started by helpers.start_background (the notebook's "start the long runs" cell):
+the byte run (those named), one after another, each as the notebook's own cell would run it
+(lab/helpers.py, lab/write.py), its printed lines and result written to OUT/background/<job>.json
+for the cell that needs it (helpers.collect). Started by helpers.start_background (the notebook's
+"start the long runs" cell), which names only the jobs without a finished file:
 
-    python -m lab.background TOKEN      # TOKEN: the starting kernel's, so that it reads only its own results
+    python -m lab.background KEY JOB...   # KEY: helpers.background_key() of the settings; JOB: recall, points, bytes
+
+A record is read only under the same KEY (the same sizes), by the kernel that started the run or a
+restarted one: finished runs outlive the kernel.
 """
 import io
 import json
@@ -12,22 +16,22 @@ import sys
 import traceback
 
 
-def main(token):
+def main(key, jobs):
     from lab import helpers as H
     from lab import write as W
-    jobs = dict(recall=lambda: H.recall_quiet(H.recall_config()), points=W.train_points, bytes=W.train_bytes)
-    for job in H.JOBS:
+    run = dict(recall=lambda: H.recall_quiet(H.recall_config()), points=W.train_points, bytes=W.train_bytes)
+    for job in jobs:
         text = io.StringIO()
         try:
             stdout, sys.stdout = sys.stdout, text
             try:
-                result = jobs[job]()
+                result = run[job]()
             finally:
                 sys.stdout = stdout
-            record = dict(token=token, result=result, output=text.getvalue())
+            record = dict(key=key, result=result, output=text.getvalue())
         except Exception as e:  # the cell runs it again in the notebook, where the error shows
             traceback.print_exc()
-            record = dict(token=token, error=f"{type(e).__name__}: {' '.join(str(e).split())}", output=text.getvalue())
+            record = dict(key=key, error=f"{type(e).__name__}: {' '.join(str(e).split())}", output=text.getvalue())
         path = H.out("background", f"{job}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(record, f, default=str)
@@ -36,4 +40,4 @@ def main(token):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])

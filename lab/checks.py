@@ -1,6 +1,9 @@
 """One check per exercise of exercises.py. Each tests a property that a wrong answer fails (not
-only shapes), against the repository's own code (ema, recall, writes), stored answers
-(expected.json: the probe) or the docstring's formula (scipy.stats: the seeds' verdict). A known
+only shapes), against the definition of the trace (ema.traces_ref, ema.trace_map), stored answers
+(expected.json: the probe, MQAR's sequences, binding and the write steps, computed by the
+instructor's `python -m lab.snapshot` from the reference implementations, which the checks never
+call) or the standard library and scipy (the compressors, the seeds' verdict: their stored values
+would vary with the zlib build and scipy's version). A known
 mistake is named in its message; tests/test_lab.py holds each check to failing on the stub and
 on each mistake, and passing on solutions.py and the right alternatives.
 
@@ -34,8 +37,6 @@ import zlib  # noqa: E402
 import torch  # noqa: E402
 
 import ema  # noqa: E402
-import recall  # noqa: E402
-import writes  # noqa: E402
 
 LIMIT_S = 10.0  # per call of the student's function: the solutions take milliseconds, a loaded CPU 100x that
 _close = lambda a, b, tol=1e-9: abs(a - b) <= tol * max(1.0, abs(b))  # noqa: E731 (to tol, relative past 1)
@@ -259,42 +260,40 @@ def check_probe_accuracy(fn):
 # ---- 4, 5: MQAR --------------------------------------------------------------------------------------
 
 
+def _tensors(case, *names, dtype=torch.float64):
+    """The stored case's entries as tensors (expected.json holds them as nested lists)."""
+    return [torch.tensor(case[n], dtype=dtype) for n in names]
+
+
 def check_mqar_sequence(fn):
-    K, M, T = 8, 16, 40
-    blank = K + M
-    for N, span in ((1, 0), (4, 4), (8, 0), (8, 8)):
-        idx, targets, _ = recall.mqar(16, N, T, K, M, torch.Generator().manual_seed(N + span), span)
-        for b in range(len(idx)):
-            keys, values = idx[b, 0:2 * N:2], idx[b, 1:2 * N:2]
-            asked = (targets[b] >= 0).nonzero()[:, 0]  # query positions, in position order
-            slots = torch.empty(N, dtype=torch.long)
-            for p in asked.tolist():  # which pair each query asks
-                slots[(keys == idx[b, p]).nonzero()[0, 0]] = p
-            got = fn(keys, values, slots, T, blank)
-            assert len(got) == 2, "mqar_sequence returns (idx, targets)"
-            gi, gt = (torch.as_tensor(t) for t in got)
-            assert gi.shape == gt.shape == (T,), f"idx and targets should have shape ({T},)"
-            swapped = idx[b].clone()
-            swapped[0:2 * N:2], swapped[1:2 * N:2] = values, keys
-            assert torch.equal(swapped, idx[b]) or not torch.equal(gi.long(), swapped), \
-                f"N = {N}: the pairs are written value first: key i at position 2i, its value at 2i + 1"
-            assert torch.equal(gi.long(), idx[b]), f"N = {N}: idx differs from recall.mqar's at positions " \
-                                                   f"{(gi != idx[b]).nonzero()[:, 0].tolist()}"
-            assert torch.equal(gt.long(), targets[b]), f"N = {N}: targets differ from recall.mqar's at positions " \
-                                                       f"{(gt != targets[b]).nonzero()[:, 0].tolist()}"
+    for case in expected()["mqar_sequence"]:  # recall.mqar's sequences, with the pairs and slots they ask
+        N, T, blank = case["N"], case["T"], case["blank"]
+        keys, values, slots, idx, targets = _tensors(case, "keys", "values", "slots", "idx", "targets",
+                                                     dtype=torch.long)
+        got = fn(keys, values, slots, T, blank)
+        assert len(got) == 2, "mqar_sequence returns (idx, targets)"
+        gi, gt = (torch.as_tensor(t) for t in got)
+        assert gi.shape == gt.shape == (T,), f"idx and targets should have shape ({T},)"
+        swapped = idx.clone()
+        swapped[0:2 * N:2], swapped[1:2 * N:2] = values, keys
+        assert torch.equal(swapped, idx) or not torch.equal(gi.long(), swapped), \
+            f"N = {N}: the pairs are written value first: key i at position 2i, its value at 2i + 1"
+        assert torch.equal(gi.long(), idx), f"N = {N}: idx differs from recall.mqar's sequence at positions " \
+                                            f"{(gi != idx).nonzero()[:, 0].tolist()}"
+        assert torch.equal(gt.long(), targets), f"N = {N}: targets differ from recall.mqar's at positions " \
+                                                f"{(gt != targets).nonzero()[:, 0].tolist()}"
     keys, values = torch.tensor([0, 1]), torch.tensor([8, 9])
     for bad in ((3, 5), (4, 4), (4, 40)):
-        assert _raises(fn, keys, values, torch.tensor(bad), T, blank), \
-            f"slots {bad} should raise ValueError (N = 2, T = {T})"
+        assert _raises(fn, keys, values, torch.tensor(bad), 40, 24), f"slots {bad} should raise ValueError (N = 2, T = 40)"
 
 
 def check_binding(fn):
-    for N in (2, 4, 8, 16):
+    stored = expected()["binding"]  # recall.binding at each N and accuracy
+    for N, row in zip(stored["N"], stored["values"]):
         assert _close(fn(1 / N, N), 0.0), f"binding(1/N, N) should be 0 (N = {N}), got {fn(1 / N, N)}"
         assert _close(fn(1.0, N), 1.0), f"binding(1, N) should be 1 (N = {N}), got {fn(1.0, N)}: rescale by 1 - 1/N"
-        for acc in (0.0, 0.203, 0.5, 0.9):
-            assert _close(fn(acc, N), recall.binding(acc, N)), f"binding({acc}, {N}) = {fn(acc, N)}: linear in acc, " \
-                                                                 f"0 at 1/N and 1 at 1"
+        for acc, want in zip(stored["acc"], row):
+            assert _close(fn(acc, N), want), f"binding({acc}, {N}) = {fn(acc, N)}: linear in acc, 0 at 1/N and 1 at 1"
     assert _raises(fn, 1.0, 1), "binding at N = 1 should raise ValueError"
 
 
@@ -347,18 +346,15 @@ def _float32(name, what, got, want):
 
 
 def check_ema_kv_step(fn):
-    g = torch.Generator().manual_seed(0)
-    D = 4
-    for alphas in ((0.5, 0.1, 0.02), (0.3,)):
-        S = len(alphas)
+    stored = expected()["ema_kv_step"]  # writes.ema_kv_step's, on random inputs; writes.ema_kv_ref's loop
+    for case in stored["steps"]:
+        alphas = tuple(case["alphas"])
+        q, k, v, M, want_y, want_M = _tensors(case, "q", "k", "v", "M", "y", "M_new")
+        S, D = M.shape[:2]
         a = torch.tensor(alphas, dtype=torch.float64).view(S, 1, 1)  # (S, 1, 1)
-        q, k, v = (torch.randn(D, generator=g, dtype=torch.float64) for _ in range(3))
-        M = torch.randn(S, D, D, generator=g, dtype=torch.float64)
         M_in = M.clone()
         y, M2 = _pair(fn(q, k, v, M_in, alphas), "ema_kv_step", ((D,), (S, D, D)))
         _unchanged("ema_kv_step", (M_in, M))
-        want_y, want_M = (t[0, 0] for t in writes.ema_kv_step(q.expand(1, 1, S, D), k[None, None], v[None, None],
-                                                                  M[None, None], alphas))
         kv = torch.outer(k, v)  # (D, D) key index first
         read = lambda M: (M.transpose(-1, -2) @ q).sum(0)  # (D,) sum_s M[s]^T q
         said = _diagnose(y, want_y, [
@@ -368,7 +364,7 @@ def check_ema_kv_step(fn):
         assert not said, f"ema_kv_step {said}"
         _float32("ema_kv_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
-            f"ema_kv_step (decays {alphas}): y differs from writes.ema_kv_step's read, y = sum_s M[s]^T q"
+            f"ema_kv_step (decays {alphas}): y differs from the reference's read, y = sum_s M[s]^T q"
         said = _diagnose(M2, want_M, [
             ("never decays the state: M[s] <- (1 - a_s) M[s] + a_s k v^T", M + a * kv),
             ("writes v k^T: the key index comes first, write a_s k v^T (torch.outer(k, v))", (1 - a) * M + a * kv.T),
@@ -377,33 +373,28 @@ def check_ema_kv_step(fn):
         assert not said, f"ema_kv_step {said}"
         _float32("ema_kv_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
-            f"ema_kv_step (decays {alphas}): M_new differs from writes.ema_kv_step's, (1 - a_s) M[s] + a_s k v^T"
-    # the loop of the steps from the empty state against the repository's (writes.ema_kv_ref)
-    alphas, T = (0.5, 0.1, 0.02), 10
-    q, k, v = (torch.randn(T, D, generator=g, dtype=torch.float64) for _ in range(3))
-    want = writes.ema_kv_ref(q[None, None, None].expand(1, 1, 3, T, D), k[None, None], v[None, None], alphas)[0, 0]
-    M, ys = torch.zeros(3, D, D, dtype=torch.float64), []
+            f"ema_kv_step (decays {alphas}): M_new differs from the reference's, (1 - a_s) M[s] + a_s k v^T"
+    # the loop of the steps from the empty state against the reference loop's reads (writes.ema_kv_ref)
+    alphas = tuple(stored["loop"]["alphas"])
+    q, k, v, want = _tensors(stored["loop"], "q", "k", "v", "y")
+    (T, D), S = q.shape, len(alphas)
+    M, ys = torch.zeros(S, D, D, dtype=torch.float64), []
     for t in range(T):
-        y, M = _pair(fn(q[t], k[t], v[t], M, alphas), "ema_kv_step", ((D,), (3, D, D)))
+        y, M = _pair(fn(q[t], k[t], v[t], M, alphas), "ema_kv_step", ((D,), (S, D, D)))
         ys.append(y)
     bad = (torch.stack(ys) - want).abs().amax(1) > 1e-9  # (T,)
-    assert not bad.any(), f"ema_kv_step run over {T} tokens from M = 0 differs from writes.ema_kv_ref from " \
+    assert not bad.any(), f"ema_kv_step run over {T} tokens from M = 0 differs from the reference loop from " \
                           f"token {int(bad.nonzero()[0])} on (does it change its inputs in place?)"
 
 
 def check_delta_step(fn):
-    g = torch.Generator().manual_seed(1)
-    D = 4
-    unit = lambda x: x / x.norm()
-    for beta in (0.7, 0.25):
-        q, k = (unit(torch.randn(D, generator=g, dtype=torch.float64)) for _ in range(2))
-        v, M = torch.randn(D, generator=g, dtype=torch.float64), torch.randn(D, D, generator=g, dtype=torch.float64)
+    stored = expected()["delta_step"]  # writes.delta_rule_step's, on random inputs (unit q, k); delta_rule_ref's loop
+    for case in stored["steps"]:
+        beta, (q, k, v, M, want_y, want_M) = case["beta"], _tensors(case, "q", "k", "v", "M", "y", "M_new")
+        D = len(q)
         M_in = M.clone()
         y, M2 = _pair(fn(q, k, v, beta, M_in), "delta_step", ((D,), (D, D)))
         _unchanged("delta_step", (M_in, M))
-        want_y, want_M = (t[0, 0] for t in writes.delta_rule_step(q[None, None], k[None, None], v[None, None],
-                                                                      torch.tensor([[beta]], dtype=torch.float64),
-                                                                      M[None, None]))
         err = v - M @ k  # (D,) what the state gets wrong at k
         said = _diagnose(y, want_y, [
             ("reads the state after writing: y is read from M as it came in (M_{t-1}), then M is corrected",
@@ -412,7 +403,7 @@ def check_delta_step(fn):
         assert not said, f"delta_step {said}"
         _float32("delta_step", "y", y, want_y)
         assert torch.allclose(y, want_y, rtol=1e-9, atol=1e-9), \
-            "delta_step: y differs from writes.delta_rule_step's read, y = M q"
+            "delta_step: y differs from the reference's read, y = M q"
         said = _diagnose(M2, want_M, [
             ("ignores beta: the correction is beta (v - M k) k^T", M + torch.outer(err, k)),
             ("writes k (v - M k)^T: the value index comes first, add beta (v - M k) k^T", M + beta * torch.outer(k, err)),
@@ -423,17 +414,15 @@ def check_delta_step(fn):
         assert not said, f"delta_step {said}"
         _float32("delta_step", "M_new", M2, want_M)
         assert torch.allclose(M2, want_M, rtol=1e-9, atol=1e-9), \
-            "delta_step: M_new differs from writes.delta_rule_step's, M + beta (v - M k) k^T"
-    T = 10
-    q, k = (torch.nn.functional.normalize(torch.randn(T, D, generator=g, dtype=torch.float64), dim=1) for _ in range(2))
-    v, beta = torch.randn(T, D, generator=g, dtype=torch.float64), torch.rand(T, generator=g, dtype=torch.float64)
-    want = writes.delta_rule_ref(q[None, None], k[None, None], v[None, None], beta[None, None])[0, 0]  # (T, D)
+            "delta_step: M_new differs from the reference's, M + beta (v - M k) k^T"
+    q, k, v, beta, want = _tensors(stored["loop"], "q", "k", "v", "beta", "y")  # (T, D) each, beta (T,)
+    T, D = q.shape
     M, ys = torch.zeros(D, D, dtype=torch.float64), []
     for t in range(T):
         y, M = _pair(fn(q[t], k[t], v[t], float(beta[t]), M), "delta_step", ((D,), (D, D)))
         ys.append(y)
     bad = (torch.stack(ys) - want).abs().amax(1) > 1e-9
-    assert not bad.any(), f"delta_step run over {T} tokens from M = 0 differs from writes.delta_rule_ref from " \
+    assert not bad.any(), f"delta_step run over {T} tokens from M = 0 differs from the reference loop from " \
                           f"token {int(bad.nonzero()[0])} on (does it change its inputs in place?)"
 
 

@@ -15,6 +15,7 @@ Shape glossary: B sequences, T tokens, N key-value pairs, D head width of a writ
 of a token's embedding, S decays (traces), K key ids, M value ids.
 """
 import contextlib
+import hashlib
 import importlib
 import json
 import os
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import time
 import types
-import uuid
 
 import torch
 
@@ -138,40 +138,68 @@ def exercises():
 # ---- long runs in the background ----------------------------------------------------------------------
 
 JOBS = ("recall", "points", "bytes")  # the three long cells, in the order the notebook needs them
-_BACKGROUND = {}  # proc, token, t0: the background run this kernel started (start_background)
+_BACKGROUND = {}  # proc, jobs, t0: the background run this kernel started (start_background)
+
+
+def background_key():
+    """What the background results are computed with (the smoke switch and every size), as a short
+    hash: a finished run's file is read, by this kernel or a restarted one, only under the same key,
+    so a file of other settings is never taken for this run's."""
+    settings = json.dumps(dict(smoke=SMOKE, sizes=SIZES), sort_keys=True, default=str)
+    return hashlib.sha256(settings.encode()).hexdigest()[:16]
+
+
+def finished(job, key=None):
+    """The record of `job` in OUT/background/<job>.json if it was written under `key` (default:
+    this kernel's settings), else None. A record: dict(key, result, output) or dict(key, error, output)."""
+    path = os.path.join(OUT, "background", f"{job}.json")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if record.get("key") == (key or background_key()) else None
 
 
 def start_background():
-    """Start the three long runs (recall.py's quick run, the write points, the byte run) in one
-    background process, one after another, so that they train while the student reads and writes;
-    the cells that need them (run_recall, train_points, train_bytes) pick their results up, or wait
-    for them. Its output: OUT/background/*.txt. -> the process."""
+    """Start the long runs (recall.py's quick run, the write points, the byte run) that have not
+    finished yet in one background process, one after another, so that they train while the
+    student reads and writes; the cells that need them (run_recall, train_points, train_bytes)
+    pick their results up, or wait for them. Keyed on their files, not on this kernel: after a
+    restart this starts only what is missing. Its output: OUT/background/log.txt. -> the process
+    (None when every run had finished)."""
     if _BACKGROUND and _BACKGROUND["proc"].poll() is None:
         print(f"the background run is already going (pid {_BACKGROUND['proc'].pid})")
         return _BACKGROUND["proc"]
-    token = uuid.uuid4().hex  # results of an older kernel's run are not this one's
+    key = background_key()
+    done = [j for j in JOBS if (finished(j, key) or {}).get("result") is not None]
+    todo = [j for j in JOBS if j not in done]
+    if done:
+        print(f"finished before, read from {os.path.join(OUT, 'background')}: {', '.join(done)}")
+    if not todo:
+        _BACKGROUND.clear()
+        return None
+    for job in todo:  # a failed record of these settings would pass for the new run's
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(out("background", f"{job}.json"))
     log = open(out("background", "log.txt"), "w")
-    proc = subprocess.Popen([sys.executable, "-m", "lab.background", token], cwd=ROOT, stdout=log, stderr=log,
+    proc = subprocess.Popen([sys.executable, "-m", "lab.background", key, *todo], cwd=ROOT, stdout=log, stderr=log,
                             env={**os.environ, "LAB_OUT": OUT, "LAB_SMOKE": "1" if SMOKE else "0"})
-    _BACKGROUND.update(proc=proc, token=token, t0=time.time())
-    print(f"started in the background (pid {proc.pid}): {', '.join(JOBS)}, one after another; their cells will "
+    _BACKGROUND.update(proc=proc, jobs=todo, t0=time.time())
+    print(f"started in the background (pid {proc.pid}): {', '.join(todo)}, one after another; their cells will "
           f"pick the results up (output: {os.path.join(OUT, 'background')})")
     return proc
 
 
 def collect(job):
-    """The background run's result of `job` (waiting for it if it is still running), its output
-    printed -> the result, or None when no background run of this kernel has it (the caller then
-    runs the job here)."""
-    if not _BACKGROUND:
-        return None
-    path, proc, said = out("background", f"{job}.json"), _BACKGROUND["proc"], False
-    while True:
-        if os.path.isfile(path):
-            with open(path) as f:
-                record = json.load(f)
-            if record.get("token") == _BACKGROUND["token"]:
-                break
+    """The background run's result of `job` (waiting for it if this kernel's run is still on it),
+    its output printed -> the result, or None when no finished file of these settings holds it and
+    no background run of this kernel will write it (the caller then runs the job here)."""
+    key, proc, said = background_key(), _BACKGROUND.get("proc"), False
+    ours = proc is not None and job in _BACKGROUND["jobs"]
+    while (record := finished(job, key)) is None:
+        if not ours:
+            return None
         if proc.poll() is not None:
             print(f"the background run stopped before {job} was done (see {os.path.join(OUT, 'background', 'log.txt')}):"
                   f" running it here")
@@ -181,13 +209,14 @@ def collect(job):
                   "started) ...")
             said = True
         time.sleep(0.5)
-    if job == JOBS[-1]:
+    if ours and job == _BACKGROUND["jobs"][-1]:
         proc.wait()  # reap it (its CPU time then counts as this process's children's)
     if "error" in record:
         print(f"the background run of {job} failed: {record['error']}: running it here")
         return None
     print(record["output"], end="")
     return record["result"]
+
 
 def out(*parts):
     """A path under OUT (created)."""

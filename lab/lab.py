@@ -68,7 +68,8 @@ import subprocess
 import sys
 import zipfile
 
-REPO_URL = ""  # the instructor sets the repository's clone URL here once (python -m lab.handout --repo_url URL)
+REPO_URL = ""  # the students' repository, set once by the instructor (python -m lab.handout --repo_url URL --branch B)
+REPO_BRANCH = ""  # its students' branch (lab.handout makes it: the handout's files, no answers, no history)
 ZIP = "ema-is-not-all-you-need.zip"  # or upload this file (python -m lab.handout writes it)
 SMOKE = os.environ.get("LAB_SMOKE") == "1"  # CI's smoke mode: every size tiny, the same code path
 
@@ -105,7 +106,8 @@ if ROOT is None:  # Colab, or a notebook copied out of the repository
         if zips:
             unpack(zips[0], ROOT)
         elif REPO_URL:
-            if subprocess.run(["git", "clone", "--depth", "1", REPO_URL, ROOT]).returncode:
+            branch = ["--branch", REPO_BRANCH] if REPO_BRANCH else []
+            if subprocess.run(["git", "clone", "--depth", "1", *branch, REPO_URL, ROOT]).returncode:
                 raise SetupError(f"git clone {REPO_URL} failed (git's message is above): check REPO_URL")
         else:
             raise SetupError(f"no repository here: upload {ZIP} (your instructor's handout) to the files panel and "
@@ -126,7 +128,7 @@ from lab import write as W  # noqa: E402  (sections 5 and 6: the write, toy and 
 from lab.checks import check  # noqa: E402
 from plumbing import ngram  # noqa: E402
 
-ex = H.exercises()  # lab/exercises.py (LAB_SOLUTIONS=1: lab/solutions.py)
+ex = H.exercises()  # your lab/exercises.py, reloaded by every check cell
 print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE else 'full lab sizes'} | "
       f"outputs under {H.OUT}")
 
@@ -134,7 +136,9 @@ print(f"repository {ROOT} | torch {torch.__version__} | {'SMOKE sizes' if SMOKE 
 # **Start the long runs now** (about 7.5 minutes of one core: recall.py's quick run for section 4,
 # the four write points for section 5, the byte run for section 6). They train in a background
 # process while you read and write; their cells further down pick the results up, or wait for
-# them. Skip this cell and each of those cells trains in place instead.
+# them. Skip this cell and each of those cells trains in place instead. After a kernel restart, run
+# the setup cell and this one again: the runs that finished are read from their files (under
+# `LAB_OUT/background`), not trained again.
 
 # %%
 H.start_background();

@@ -1,10 +1,11 @@
 """The executed reference copy of the lab, for instructors: runs lab.ipynb top to bottom with the
-solutions (LAB_SOLUTIONS=1) in a fresh kernel, as a student would, and writes it with its outputs
-but without its images (the figures stay under LAB_OUT), so that the copy stays small; prints the
-wall time, the CPU time of the kernel and everything it started, and each slow cell's time.
+solutions (LAB_SOLUTIONS=1) in a fresh kernel, as a student would, with LAB_OUT an empty folder
+(--lab_out, else a temporary one: no finished background run or smoke-size data cache reused), and writes it
+with every output, its figures included (PNG); prints the wall time, the CPU time of the kernel and
+everything it started, and each slow cell's time.
 
     LAB_THREADS=1 python -m lab.reference                       # -> lab/reference.ipynb, full size
-    LAB_SMOKE=1 python -m lab.reference --out /tmp/ref.ipynb    # the smoke sizes (seconds)
+    LAB_SMOKE=1 python -m lab.reference --out /tmp/ref.ipynb --lab_out /tmp/lab   # smoke sizes (CI: tests/test_lab.py)
 
 lab/INSTRUCTOR.md says what to expect in it, and how close a student's run should come.
 """
@@ -22,7 +23,7 @@ import nbformat
 LAB = os.path.dirname(os.path.abspath(__file__))
 
 
-def kernel_env(tmp):
+def kernel_env(tmp, lab_out):
     """A python3 kernel spec of this interpreter first on JUPYTER_PATH (whatever specs the machine has)."""
     spec = os.path.join(tmp, "jupyter", "kernels", "python3")
     os.makedirs(spec)
@@ -30,6 +31,7 @@ def kernel_env(tmp):
         json.dump(dict(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                        display_name="Python 3", language="python"), f)
     os.environ.update(JUPYTER_PATH=os.path.join(tmp, "jupyter"), JUPYTER_RUNTIME_DIR=os.path.join(tmp, "runtime"),
+                      IPYTHONDIR=os.path.join(tmp, "ipython"), LAB_OUT=os.path.abspath(lab_out),
                       MPLBACKEND=os.environ.get("MPLBACKEND", "Agg"), LAB_SOLUTIONS="1", LAB_STRICT="1")
 
 
@@ -44,27 +46,28 @@ def seconds(cell):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="execute lab.ipynb with the solutions; write it without images")
+    p = argparse.ArgumentParser(description="execute lab.ipynb with the solutions; write it with its outputs")
     p.add_argument("--out", default=os.path.join(LAB, "reference.ipynb"), help="the executed copy (.ipynb)")
+    p.add_argument("--lab_out", default=None, help="LAB_OUT of the run, an empty folder (default: a temporary one)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run")
     args = p.parse_args(argv)
+    if args.lab_out and os.path.isdir(args.lab_out) and os.listdir(args.lab_out):
+        sys.exit(f"error: --lab_out {args.lab_out} is not empty: the reference runs from an empty one")
     from nbclient import NotebookClient
     nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
-        kernel_env(tmp)
+        kernel_env(tmp, args.lab_out or os.path.join(tmp, "out"))
         t0, cpu0 = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
         NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
                        resources={"metadata": {"path": LAB}}).execute()
         wall, cpu1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        out_dir = os.environ["LAB_OUT"]
     cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
-    root, out_dir = os.path.dirname(LAB), os.environ.get("LAB_OUT") or os.path.join(os.path.dirname(LAB), "out", "lab")
-    for cell in nb.cells:  # keep the text and tables, drop the images: the copy stays small
+    root = os.path.dirname(LAB)
+    for cell in nb.cells:  # every output kept, the figures too; this machine's paths as placeholders
         for o in cell.get("outputs", []):
-            if "text" in o:  # this machine's paths as placeholders
-                o["text"] = o["text"].replace(os.path.abspath(out_dir), "$LAB_OUT").replace(root, "$REPO")
-            for key in [k for k in o.get("data", {}) if k.startswith("image/")]:
-                o["data"].pop(key)
-                o["data"]["text/plain"] = "[figure: see LAB_OUT]"
+            if "text" in o:
+                o["text"] = o["text"].replace(out_dir, "$LAB_OUT").replace(root, "$REPO")
     nb.metadata["lab_reference"] = dict(wall_s=round(wall, 1), cpu_s=round(cpu, 1), python=sys.version.split()[0],
                                         threads=os.environ.get("LAB_THREADS", "all"),
                                         smoke=os.environ.get("LAB_SMOKE") == "1")

@@ -1,14 +1,21 @@
-"""The lab's grading and its seeded section: `python -m lab.checks FILE` grades each exercise in a
-process of its own and cannot be fooled by the file it grades (tests/test_lab.py holds the checks
-themselves); section 7 and the kit's discussion answer say only what results/map/map.json says."""
+"""The lab's grading and delivery: `python -m lab.checks FILE` grades each exercise in a process of
+its own and cannot be fooled by the file it grades (tests/test_lab.py holds the checks themselves);
+`python -m lab.handout` writes a students' copy that holds and names none of what it withholds, and
+its --repo_url route clones a students' branch without history; finished background runs outlive
+the kernel; section 7 and the kit's discussion answer say only what results/map/map.json says."""
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
+import zipfile
 
+import nbformat
 import pytest
 
-from lab import seeds
+from lab import handout, helpers, seeds
+from plumbing import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = os.path.join(ROOT, "lab")
@@ -85,3 +92,128 @@ def test_section_6_says_the_seeded_maps_verdicts_and_only_those(tmp_path, capsys
                                                                                       loss_copy=0.815)])))
     assert seeds.show(str(old)) == [seeds.summary({})[1][0]] and len(capsys.readouterr().out.splitlines()) == 1
     assert seeds.values(seeds.load(str(old)), "gpt") == [0.815, 0.8]
+
+
+WITHHELD = [os.path.basename(p) for p in handout.HELD_BACK] + ["LAB_SOLUTIONS", "lab.reference", "lab.snapshot"]
+
+
+def _setup_cell(nb_path):
+    return nbformat.read(str(nb_path), as_version=4).cells[1].source
+
+
+def test_the_handout_holds_and_names_none_of_what_it_withholds(tmp_path, monkeypatch):
+    """The zip has no held-back file and no reference implementation; its student-facing files (lab/README.md,
+    the notebook, lab/exercises.py, every .md) name no withheld file; the setup cell unpacks it on a bare machine."""
+    archive = handout.main(["--out_dir", str(tmp_path / "handout")])
+    with zipfile.ZipFile(archive) as z:
+        files = {n.split("/", 1)[1]: z.read(n) for n in z.namelist()}
+    assert "lab/exercises.py" in files and "ema.py" in files and not set(handout.HELD_BACK) & set(files)
+    solved = [line.strip() for line in open(os.path.join(LAB, "solutions.py")) if line.startswith("    return ")]
+    for name, data in files.items():  # no reference implementation of an exercise in any file of lab/
+        if name.startswith("lab/") and name.endswith(".py"):
+            assert "def ridge_probe" not in data.decode() and not any(x in data.decode() for x in solved if len(x) > 20)
+    students = [n for n in files if n.startswith("lab/") and n.endswith(".md")] + ["lab/lab.ipynb", "lab/exercises.py"]
+    texts = {n: files[n].decode() for n in students} | {"lab.ipynb": (tmp_path / "handout" / "lab.ipynb").read_text()}
+    for name, text in texts.items():
+        assert not [w for w in WITHHELD if w in text] and "<!-- instructor -->" not in text, name
+    assert all(w in open(os.path.join(LAB, "README.md")).read() for w in ("INSTRUCTOR.md", "LAB_SOLUTIONS"))
+    assert "## Running it" in texts["lab/README.md"] and "LAB_THREADS" in texts["lab/README.md"]
+    student = tmp_path / "colab"
+    student.mkdir()
+    os.link(archive, student / "ema-is-not-all-you-need.zip")
+    monkeypatch.chdir(student)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    exec(compile(_setup_cell(tmp_path / "handout" / "lab.ipynb"), "setup", "exec"), {"__name__": "__main__"})
+    assert os.getcwd() == str(student / "ema-is-not-all-you-need")
+    assert os.path.isfile("lab/exercises.py") and not os.path.exists("lab/solutions.py")
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_the_repo_url_route_makes_a_students_branch_without_history(tmp_path, monkeypatch):
+    """--repo_url needs --branch; a remote of this repository or an existing branch's name is refused in one
+    line; the branch made holds exactly the zip's files in one commit without parents, and the setup cell
+    written by the handout clones it: no solutions, no history that holds them."""
+    repo = tmp_path / "teacher"
+    for path in ("ema.py", "lab/__init__.py", "lab/lab.ipynb", "lab/README.md", "lab/exercises.py",
+                 "lab/solutions.py", "lab/INSTRUCTOR.md"):
+        os.makedirs(repo / os.path.dirname(path), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, path), repo / path)
+    _git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "the instructor's copy")
+    _git(repo, "remote", "add", "origin", "https://example.org/teacher.git")
+    monkeypatch.setattr(handout, "ROOT", str(repo))
+    url, out = (tmp_path / "students").as_uri(), str(tmp_path / "handout")
+    teacher = "https://example.org/teacher.git/"
+    for argv, says in (([url], "--branch"), ([teacher, "--branch", "b"], "remote of this repository"),
+                       ([url, "--branch", "main"], "a branch of this history"),
+                       ([url, "--branch", "a..b"], "not a branch name")):
+        with pytest.raises(cli.UserError, match=says) as e:
+            handout.main(["--out_dir", out, "--repo_url", *argv])
+        assert "\n" not in str(e.value) and not os.path.exists(out)
+    archive = handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])
+    handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])  # made again: refused never
+    tree = _git(repo, "ls-tree", "-r", "--name-only", "students").splitlines()
+    assert sorted(tree) == sorted(n.split("/", 1)[1] for n in zipfile.ZipFile(archive).namelist())
+    assert "lab/solutions.py" not in tree and "lab/INSTRUCTOR.md" not in tree and "lab/exercises.py" in tree
+    assert _git(repo, "rev-list", "--parents", "students").split() == [_git(repo, "rev-parse", "students")]
+    assert "INSTRUCTOR.md" not in _git(repo, "show", "students:lab/README.md")
+    _git(tmp_path, "clone", "-q", "--bare", "--branch", "students", str(repo), str(tmp_path / "students"))
+    setup = _setup_cell(os.path.join(out, "lab.ipynb"))
+    assert f'REPO_URL = "{url}"' in setup and 'REPO_BRANCH = "students"' in setup
+    student = tmp_path / "colab"
+    student.mkdir()
+    monkeypatch.chdir(student)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    exec(compile(setup, "setup", "exec"), {"__name__": "__main__"})
+    assert os.getcwd() == str(student / "ema-is-not-all-you-need") and os.path.isfile("lab/exercises.py")
+    assert not os.path.exists("lab/solutions.py") and _git(".", "rev-list", "--all", "--count") == "1"
+
+
+def test_the_handout_checks_its_out_dir_and_leaves_no_half_zip(tmp_path, monkeypatch):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(cli.UserError, match="--out_dir"):
+        handout.main(["--out_dir", str(tmp_path / "a_file")])
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(handout.zipfile.ZipFile, "writestr", full)
+    with pytest.raises(cli.UserError, match="No space left") as e:
+        handout.main(["--out_dir", str(tmp_path / "h")])
+    assert "\n" not in str(e.value) and os.listdir(tmp_path / "h") == []
+
+
+def test_finished_background_runs_survive_a_kernel_restart(tmp_path, monkeypatch, capsys):
+    """A restarted kernel re-running the setup cell and start_background reads the runs that finished from
+    their files (lab.background's records), starts only the rest, and none when all are done; a file of
+    other settings is not taken for this run's."""
+    from lab import background, write
+    monkeypatch.setattr(helpers, "OUT", str(tmp_path))
+    monkeypatch.setattr(helpers, "SIZES", helpers.SMOKE_SIZES)
+    monkeypatch.setattr(helpers, "recall_quiet", lambda cfg: print("recall trained") or {"acc": 0.5})
+    monkeypatch.setattr(write, "train_points", lambda: {"points": 4})
+    started = []
+
+    class Exited:  # the background process of the fake Popen: already gone
+        pid = 0
+        poll = wait = staticmethod(lambda: 0)
+    monkeypatch.setattr(helpers.subprocess, "Popen", lambda argv, **kw: started.append(argv[4:]) or Exited())
+    background.main(helpers.background_key(), ["recall", "points"])  # what the dead kernel's run finished
+    monkeypatch.setattr(helpers, "_BACKGROUND", {})  # the restarted kernel knows of no run
+    capsys.readouterr()
+    helpers.start_background()
+    assert started == [["bytes"]] and "finished before" in capsys.readouterr().out
+    assert helpers.collect("recall") == {"acc": 0.5} and capsys.readouterr().out == "recall trained\n"
+    assert helpers.collect("bytes") is None  # its process ended without it: the cell runs it in place
+    monkeypatch.setattr(write, "train_bytes", lambda: {"loss": 1.7})
+    background.main(helpers.background_key(), ["bytes"])
+    monkeypatch.setattr(helpers, "_BACKGROUND", {})
+    assert helpers.start_background() is None and started == [["bytes"]]  # all done: nothing started
+    monkeypatch.setattr(helpers, "SIZES", {**helpers.SMOKE_SIZES, "recall": {**helpers.SMOKE_SIZES["recall"],
+                                                                             "steps": 5}})
+    helpers.start_background()  # other sizes: no file is theirs
+    assert started[-1] == list(helpers.JOBS) and helpers.finished("recall") is None
