@@ -74,6 +74,7 @@ from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
                 "conv", "window", "dropout", "tokenizer")
+SPEN_ONLY = ("predictor", "reads", "context", "trace_method", "write_alphas", "read_norm", "conv", "window")
 
 
 @dataclass
@@ -198,7 +199,10 @@ def model_config(cfg):
     """The model's config from a TrainConfig, checked (spen.check, gpt.check: a ValueError line)."""
     shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=cfg.block_size,
                  dropout=cfg.dropout, vocab_size=corpus.vocab_size(cfg.tokenizer))
-    if cfg.model == "gpt":
+    if cfg.model == "gpt":  # a SPEN-only option set is refused, as a SPEN reader refuses an option it does not use
+        unused = [f"--{f.name}" for f in fields(cfg) if f.name in SPEN_ONLY and getattr(cfg, f.name) != f.default]
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: SPEN only; --model gpt has no such part: drop it (or --model spen)")
         config = GPTConfig(**shape)
         gpt.check(config)
         return config
