@@ -424,8 +424,8 @@ def start(cfg, place, stack, tokens=None):
     was made -> (cfg with the checkpoint's settings, model on its device, checkpoint or None,
     (train tokens, {corpus: val tokens}), folder, yardsticks)."""
     checkpoint.check_out_dir(cfg.out_dir)
-    if cfg.memory_check and cfg.init_from != "gpt2":  # sizes that cannot fit: one line before any allocation
-        memory.check(lambda: build_model(cfg, seeded=False), cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
+    if cfg.memory_check and cfg.init_from != "gpt2":  # a size that cannot fit: one line, before any allocation
+        memory.check(lambda: build_model(cfg, False), cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
     model, ckpt, cfg = load_model(cfg)
     if tokens is not None:
         data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
