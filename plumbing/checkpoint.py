@@ -67,11 +67,17 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from plumbing import cli
+from plumbing import cli, records
+from plumbing.records import read_jsonl  # a run folder's .jsonl records, checked (scaling.py reads it from here)
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 
 MODELS = {"spen": (SPENConfig, SPEN), "gpt": (GPTConfig, GPT)}
+
+
+METADATA = dict(model=dict, kind=str, config=dict, train=dict, step=int, best_val=records.Opt(float),
+                val_loss=records.Opt(float), pending=records.Opt((dict, records.NULL)))
+# what a checkpoint holds beside its tensors, as read back (best_val is inf, val_loss NaN, before the first evaluation)
 
 
 class CheckpointError(cli.UserError):
@@ -249,6 +255,9 @@ def load(path, keep=False):
     if missing or ckpt.get("kind") not in MODELS:
         raise CheckpointError(f"checkpoint {path} is not a train.py checkpoint of this version "
                               f"(missing {missing or 'a known model kind'}); train a new one")
+    wrong = records.shape_error(ckpt, METADATA, "its metadata") or (ckpt["step"] < 0 and "its step is negative")
+    if wrong:
+        raise CheckpointError(f"checkpoint {path} is damaged ({wrong}); delete it or point to another one")
     _kept.clear()
     if keep:
         _kept[stamp] = ckpt
@@ -458,35 +467,11 @@ class RunFolder:
 
 
 def kept_metrics(path, step):
-    """Lines of metrics.jsonl with record step <= step; a partial or broken line is dropped."""
-    kept = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash
-                if rec.get("step", step + 1) <= step:
-                    kept.append(json.dumps(rec))
-    return kept
-
-
-def read_jsonl(path):
-    """The complete records of a run folder's .jsonl file (metrics.jsonl, copy.jsonl; a line cut short
-    by a stop is skipped); [] if there is none. A line that is not a JSON object is one line
-    (cli.UserError) naming the file."""
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            recs = [json.loads(ln) for ln in f if ln.strip().endswith("}")]
-    except (OSError, ValueError) as e:
-        raise cli.UserError(f"{path} is not a readable record of a run ({' '.join(str(e).split())}); move it away "
-                            "(a run folder's metrics.jsonl: train the run anew)") from None
-    if not all(isinstance(r, dict) for r in recs):
-        raise cli.UserError(f"{path} holds a line that is not a JSON object; move it away")
-    return recs
+    """Lines of metrics.jsonl with record step <= step; a last line cut short is dropped, a damaged
+    one (records.read_jsonl) is one line naming it."""
+    recs = read_jsonl(path, records.METRICS, fix=f"fix or delete that line (records after step {step}, the "
+                      "checkpoint's, are written again), or train the run anew in another --out_dir")
+    return [json.dumps(rec) for rec in recs if rec["step"] <= step]
 
 
 def rewrite_metrics(path, step):
