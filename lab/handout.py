@@ -9,6 +9,8 @@ Students upload the zip to Colab's file panel (or unzip it locally) and open lab
 cell unpacks it. The instructor keeps this repository: solutions.py, INSTRUCTOR.md, the executed
 reference and the lab's tests stay out of the zip.
 """
+from plumbing import cli  # a Ctrl-C is one line (exit_on_ctrl_c); nothing here imports torch
+cli.exit_on_ctrl_c(__name__, "lab.handout")
 import argparse
 import json
 import os
