@@ -82,6 +82,8 @@ GAPS = {  # (entry point, case) -> why it is not mended here; a static case mend
     ("lab.checks", "help"): f"its own argv reading: --help is a usage error ({OWNED}: lab/)",
     ("lab.handout", "guards"): f"no main_guard ({OWNED}: lab/)",
     ("lab.handout", "out"): f"os.makedirs on --out_dir: a traceback ({OWNED}: lab/)",
+    ("lab.handout", "ctrl_c_early"): f"a stop mid-zip leaves its .zip.tmp, the line says nothing was written ({OWNED}: "
+                                     "lab/)",
     ("lab.reference", "guards"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
     ("lab.reference", "out"): f"no --out check ({OWNED}: lab/)",
     ("lab.reference", "ctrl_c_early"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
