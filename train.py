@@ -27,11 +27,11 @@ windows of its whole val split (or --eval_tokens), every token once, eval.json.
 Speed: one host sync per step (loss, grad norm, stop flag); a failed --compile logs one warning and trains
 eagerly; ms/step, MFU and ETA skip runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes a missing cache first.
 
-Faults: inputs are checked before anything is written; a user's mistake is one line (cli.UserError; exit 2 for
-a flag, else 1), a bug keeps its traceback; a non-finite loss stops before its update; Ctrl-C saves ckpt_last
-and exits 130. What a crash, kill -9 or full disk leaves and how --resume goes on from it (the run folder's
-lock, run.json, atomic writes): plumbing/checkpoint.py. metrics.jsonl record s: the loss of step s's batches
-and, at evals, val_loss after s updates (record 0: the initial val_loss).
+Faults: inputs, and the memory the sizes need (plumbing/memory.py), are checked before anything is written or
+allocated; a user's mistake is one line (exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss
+stops before its update; Ctrl-C or SIGTERM, between micro-batches, saves ckpt_last and exits 130. What a crash,
+kill -9 or full disk leaves and how --resume goes on (lock, run.json, atomic writes, records read back checked):
+plumbing/checkpoint.py. metrics.jsonl record s: the loss of step s's batches and, at evals, val_loss after s updates.
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
