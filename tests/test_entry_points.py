@@ -33,7 +33,7 @@ HEAVY = ("import torch", "import numpy", "from plumbing import checkpoint", "imp
 
 
 def derived():
-    """{entry point: source file} from the tree: `X.py` and `dev.X` / `lab.X`."""
+    """{entry point: source file} from the tree: each top-level command file, and each module of dev/ and lab/."""
     found = {}
     for path in sorted(glob.glob(os.path.join(ROOT, "*.py"))):
         text = open(path, encoding="utf-8").read()
