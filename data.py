@@ -28,7 +28,7 @@ from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first 
 
 cli.exit_on_ctrl_c(__name__, "data.py")  # until main_guard; the imports below take seconds
 
-from plumbing import checkpoint, cli, corpus, shards, sources
+from plumbing import cli, corpus, shards, sources
 
 
 @dataclasses.dataclass
@@ -74,7 +74,8 @@ def main(cfg):
 
 def _run(cfg):
     t0 = time.time()
-    checkpoint.check_out_dir(cfg.cache_dir or corpus.DEFAULT_CACHE_DIR, "--cache_dir")  # before any tokenizing
+    from plumbing.checkpoint import check_out_dir  # here: importing data.py imports no torch (checkpoint does)
+    check_out_dir(cfg.cache_dir or corpus.DEFAULT_CACHE_DIR, "--cache_dir")  # a file, read-only: before tokenizing
     sources.resolve(cfg.dataset)  # a bad name or path: one line, before anything else
     if cfg.baselines:
         corpus.check_countable(cfg.dataset)
