@@ -66,7 +66,7 @@ cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, grid, ngram, registry, repeats, tables
+from plumbing import checkpoint, cli, corpus, grid, ngram, records, registry, repeats, tables
 import content
 import train
 
@@ -187,17 +187,8 @@ def run_one(job):
     key = json.loads(json.dumps(dataclasses.asdict(tcfg)))
     hit_key = dict(hit_seqs=cfg.hit_seqs, seed=HIT_SEED, copy_k=cfg.copy_k, copy_bins=list(repeats.COPY_BINS))
     path = os.path.join(tcfg.out_dir, "result.json")
-    rec = {}
-    if os.path.exists(path):
-        try:
-            with open(path) as f:
-                rec = json.load(f)
-        except (OSError, ValueError) as e:
-            raise cli.UserError(f"{path} is not a readable run record ({' '.join(str(e).split())}); delete it: the "
-                                f"same command reads the run again from its checkpoint") from None
-        if not isinstance(rec, dict):
-            raise cli.UserError(f"{path} is not a run record (a JSON {type(rec).__name__}); delete it: the same "
-                                "command reads the run again from its checkpoint")
+    rec = records.read_json(path, RECORD, "delete it: the same command reads the run again from its checkpoint",
+                            "a run record") if os.path.exists(path) else {}
     if not same_run(rec.get("train_config"), key):
         last = os.path.join(tcfg.out_dir, "ckpt_last.pt")
         if os.path.exists(last) and same_run(dict(checkpoint.load(last)["train"], resume=False), key):
@@ -250,9 +241,14 @@ def progress(r, done, todo, seconds):
             f"elapsed {seconds:.0f} s, ETA {seconds / done * (todo - done):.0f} s")
 
 
-N = tables.NUMBER
+N, NULL = tables.NUMBER, records.NULL
+COPY_SPLIT = dict(loss_copy=(*N, NULL), loss_other=(*N, NULL), copy_fraction=N,
+                  by_distance=[dict(lo=int, hi=(int, NULL), loss=(*N, NULL), fraction=N)])
 SAVED = dict(result=dict(val_loss=N, best_val=N, params=int, tokens=int, seconds=N),
-             split=dict(loss_hit=N, loss_other=N, hit_fraction=N))  # what summarize reads from a saved run
+             split=dict(loss_hit=N, loss_other=N, hit_fraction=N),
+             copy=records.Opt(COPY_SPLIT))  # what summarize reads from a saved run (grid.Grid checks it)
+RECORD = dict(train_config=dict(batch_size=int, block_size=int, grad_accum=int), hit_key=records.Opt(dict),
+              **{k: records.Opt(v) for k, v in SAVED.items()})  # a run folder's result.json, as run_one reads it
 ROW = dict(family=str, val_loss=[N], val_loss_mean=N, val_loss_std=N, best_val=[N], params=int, tokens=int,
            seconds=[N], loss_hit=N, loss_other=N, hit_fraction=N)  # what the tables read from an earlier row
 
@@ -449,10 +445,10 @@ def plot_copy(res, path):
 def read_curve(run):
     """[tokens, val_loss] lists from a run folder's metrics.jsonl (kept in ablate.json: the figure
     needs no run folder)."""
-    with open(os.path.join(run, "result.json")) as f:
-        cfg = json.load(f)["train_config"]
+    cfg = records.read_json(os.path.join(run, "result.json"), RECORD, "delete it: the same command reads the run "
+                            "again from its checkpoint", "a run record")["train_config"]
     per_step = cfg["batch_size"] * cfg["block_size"] * cfg["grad_accum"]
-    recs = [r for r in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl")) if "val_loss" in r]
+    recs = [r for r in records.read_jsonl(os.path.join(run, "metrics.jsonl"), records.METRICS) if "val_loss" in r]
     return [[r["step"] * per_step for r in recs], [r["val_loss"] for r in recs]]
 
 

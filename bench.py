@@ -59,6 +59,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+cli.exit_on_ctrl_c(__name__, "bench.py")  # until main_guard; the imports below take seconds
 import numpy as np
 import torch
 
@@ -598,10 +600,7 @@ def main(cfg):
 def cli_main(argv=None):
     """`python bench.py ...`, the driver or (with --worker) one worker."""
     cfg = cli.parse(BenchConfig, get_parser(), argv)
-
-    def run():
-        return run_worker(cfg) if cfg.worker else main(cfg)
-    return cli.main_guard(run, prog="bench.py")
+    return cli.main_guard(lambda: run_worker(cfg) if cfg.worker else main(cfg), prog="bench.py")
 
 
 if __name__ == "__main__":

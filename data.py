@@ -74,6 +74,8 @@ def main(cfg):
 
 def _run(cfg):
     t0 = time.time()
+    from plumbing.checkpoint import check_out_dir  # here: importing data.py imports no torch (checkpoint does)
+    check_out_dir(cfg.cache_dir or corpus.DEFAULT_CACHE_DIR, "--cache_dir")  # a file, read-only: before tokenizing
     sources.resolve(cfg.dataset)  # a bad name or path: one line, before anything else
     if cfg.baselines:
         corpus.check_countable(cfg.dataset)

@@ -384,8 +384,9 @@ def train_and_test(cfg, model, seed):
 
 
 PER_GRID = ("out_dir", "variants", "seeds", "workers")  # which runs and where: no run's numbers depend on them
-SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=list, exit_step=dict, seconds=tables.NUMBER,
-             test={"acc": tables.Each(tables.NUMBER), "acc_distance": tables.Each(tables.NUMBER)})
+SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=[list], seconds=tables.NUMBER,
+             exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(tables.NUMBER),
+                                                             "acc_distance": tables.Each(tables.NUMBER)})
 # what summarize reads, and its shape (grid.Grid checks it)
 
 

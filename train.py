@@ -27,11 +27,11 @@ windows of its whole val split (or --eval_tokens), every token once, eval.json.
 Speed: one host sync per step (loss, grad norm, stop flag); a failed --compile logs one warning and trains
 eagerly; ms/step, MFU and ETA skip runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes a missing cache first.
 
-Faults: inputs are checked before anything is written; a user's mistake is one line (cli.UserError; exit 2 for
-a flag, else 1), a bug keeps its traceback; a non-finite loss stops before its update; Ctrl-C saves ckpt_last
-and exits 130. What a crash, kill -9 or full disk leaves and how --resume goes on from it (the run folder's
-lock, run.json, atomic writes): plumbing/checkpoint.py. metrics.jsonl record s: the loss of step s's batches
-and, at evals, val_loss after s updates (record 0: the initial val_loss).
+Faults: inputs, and the memory the sizes need (plumbing/memory.py), are checked before anything is written or
+allocated; a user's mistake is one line (exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss
+stops before its update; Ctrl-C or SIGTERM, between micro-batches, saves ckpt_last and exits 130. What a crash,
+kill -9 or full disk leaves and how --resume goes on (lock, run.json, atomic writes, records read back checked):
+plumbing/checkpoint.py. metrics.jsonl record s: the loss of step s's batches and, at evals, val_loss after s updates.
 
 Run
     python train.py --preset cpu                 # offline, small SPEN; results/train_cpu holds a run
@@ -63,7 +63,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, ngram, runtime
+from plumbing import batches, checkpoint, cli, corpus, memory, ngram, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -74,6 +74,7 @@ from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
 MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
                 "conv", "window", "dropout", "tokenizer")
+SPEN_ONLY = ("predictor", "reads", "context", "trace_method", "write_alphas", "read_norm", "conv", "window")
 
 
 @dataclass
@@ -152,6 +153,8 @@ class TrainConfig:
     dtype: str = cli.arg("auto", "autocast dtype; auto: bf16 on CUDA, fp32 elsewhere",
                          choices=("auto", "fp32", "bf16", "fp16"), group="system")
     compile: bool = cli.arg(False, "torch.compile the model", group="system")
+    memory_check: bool = cli.arg(True, "refuse, before the run, a configuration whose estimated memory (parameters, "
+                                 "AdamW state, logits, activations) exceeds the device's", group="system")
     seed: int = cli.arg(1337, "seed of initialisation and data order", group="system", bounds=cli.SEED)
 
     def __post_init__(self):
@@ -201,7 +204,10 @@ def model_config(cfg):
     """The model's config from a TrainConfig, checked (spen.check, gpt.check: a ValueError line)."""
     shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=cfg.block_size,
                  dropout=cfg.dropout, vocab_size=corpus.vocab_size(cfg.tokenizer))
-    if cfg.model == "gpt":
+    if cfg.model == "gpt":  # a SPEN-only option set is refused, as a SPEN reader refuses an option it does not use
+        unused = [f"--{f.name}" for f in fields(cfg) if f.name in SPEN_ONLY and getattr(cfg, f.name) != f.default]
+        if unused:
+            raise ValueError(f"{', '.join(unused)}: SPEN only; --model gpt has no such part: drop it (or --model spen)")
         config = GPTConfig(**shape)
         gpt.check(config)
         return config
@@ -356,6 +362,7 @@ class Progress:
     step: int = 0  # optimizer steps done (= the data position)
     best_val: float = float("inf")
     val_loss: float = float("nan")
+    pending: dict = None  # the record of a step whose evaluation a stop interrupted: --resume evaluates it first
 
 
 def save_checkpoint(folder, name, cfg, model, optimizer, prog):
@@ -364,10 +371,15 @@ def save_checkpoint(folder, name, cfg, model, optimizer, prog):
                        "rng": checkpoint.rng_state()})
 
 
-def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec):
+def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec, stop):
     """Validation loss at the current step into its record rec, rec to metrics.jsonl, then ckpt_best
-    (if better) and ckpt_last: the record is on disk before the checkpoints that claim its step."""
-    prog.val_loss = rec["val_loss"] = estimate_loss(model, val, cfg, place)
+    (if better) and ckpt_last: the record is on disk before the checkpoints that claim its step. A
+    stop between evaluation batches saves ckpt_last with rec pending (--resume evaluates it first)."""
+    prog.pending, loss = rec, estimate_loss(model, val, cfg, place, stop)
+    if loss is None:
+        stopped(cfg, raw_model, optimizer, prog, folder)
+    prog.pending, prog.val_loss = None, loss
+    rec["val_loss"] = loss
     if not math.isfinite(prog.val_loss):
         raise SystemExit(f"non-finite validation loss ({prog.val_loss}) at step {prog.step}: stopping; "
                          f"{folder.path('ckpt_last.pt')} (the last good checkpoint) is left as it was")
@@ -377,6 +389,14 @@ def evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder
         prog.best_val = prog.val_loss
         save_checkpoint(folder, "ckpt_best.pt", cfg, raw_model, optimizer, prog)
     save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
+
+
+def stopped(cfg, raw_model, optimizer, prog, folder):
+    """Ctrl-C or SIGTERM (runtime.StopFlag): ckpt_last at prog.step, the last completed step (the
+    gradients of a step in progress are dropped), then exit 130."""
+    save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
+    folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
+    raise SystemExit(130)
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -407,6 +427,8 @@ def start(cfg, place, stack, tokens=None):
     was made -> (cfg with the checkpoint's settings, model on its device, checkpoint or None,
     (train tokens, {corpus: val tokens}), folder, yardsticks)."""
     checkpoint.check_out_dir(cfg.out_dir)
+    if cfg.memory_check and cfg.init_from != "gpt2":  # a size that cannot fit: one line, before any allocation
+        memory.check(lambda: build_model(cfg, False), cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
     model, ckpt, cfg = load_model(cfg)
     if tokens is not None:
         data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
@@ -433,29 +455,7 @@ def optimizer_and_progress(cfg, place, model, ckpt):
         return optimizer, Progress()
     optimizer.load_state_dict(ckpt["optimizer"])
     checkpoint.set_rng_state(ckpt["rng"])
-    return optimizer, Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"])
-
-
-def compiled_or_eager(model, cfg, place, x, y, folder):
-    """torch.compile(model), compiled now on one forward + backward of (x, y) (then its gradients
-    dropped and the RNG put back, so the run is unchanged); if compiling fails (Triton needs a C
-    compiler and Python headers), one warning line and the eager model."""
-    if not cfg.compile:
-        return model
-    rng = checkpoint.rng_state()
-    try:
-        compiled = torch.compile(model)
-        with place.autocast:
-            _, loss = compiled(x, y)
-        loss.backward()
-    except Exception as e:  # any compiler failure; a real bug fails again, eagerly, with its traceback
-        folder.log(f"warning: torch.compile failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
-                   f"training eagerly (same numbers, slower); --no-compile skips the attempt")
-        torch._dynamo.reset()
-        compiled = model
-    model.zero_grad(set_to_none=True)
-    checkpoint.set_rng_state(rng)
-    return compiled
+    return optimizer, Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"], ckpt.get("pending"))
 
 
 def cosine_lr(step, lr, min_lr, warmup, decay_end, cooldown=0, end=0):
@@ -489,9 +489,9 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
                                    seed=cfg.seed, rank=place.rank, world=place.world, device=place.device)
 
     def evaluate(rec):  # validation loss into rec, rec recorded, then ckpt_best (if better) and ckpt_last
-        evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec)
+        evaluate_and_save(cfg, place, model, raw_model, optimizer, prog, val, folder, rec, stop)
 
-    model = compiled_or_eager(raw_model, cfg, place, *batch(0), folder)
+    model = runtime.compiled_or_eager(raw_model, cfg.compile, place.autocast, *batch(0), folder.log)
     if place.ddp:
         model = DDP(model, device_ids=[int(place.device.split(":")[1])] if place.device_type == "cuda" else None)
     scaler = torch.amp.GradScaler(place.device_type, enabled=(place.dtype == "fp16"))
@@ -499,8 +499,8 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
     stop = runtime.StopFlag()
     t_train = time.time()
     try:
-        if not cfg.resume:
-            evaluate({"step": 0})
+        if not cfg.resume or prog.pending:  # step 0's evaluation, or the one a stop interrupted
+            evaluate(prog.pending or {"step": 0})
         speed = runtime.Speed(start=prog.step)
         while prog.step < cfg.max_iters:
             lr = cosine_lr(prog.step, cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters,
@@ -509,6 +509,8 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
                 group["lr"] = lr
             loss_sum = torch.zeros((), device=place.device)
             for micro in range(accum):  # gradients are all-reduced on the last micro-batch only
+                if stop.requested and not place.ddp:  # a stop within a step: read below, this step dropped
+                    break
                 if place.ddp:
                     model.require_backward_grad_sync = micro == accum - 1
                 x, y = batch(micro)
@@ -525,9 +527,7 @@ def train(cfg, place, raw_model, optimizer, prog, data, folder):
                 dist.all_reduce(flags)  # all ranks see the same loss and stop request: they stop together
             train_loss, gnorm, stopping = (flags / place.world).tolist()  # THE host sync of the step
             if stopping:  # Ctrl-C: this step's gradients are dropped; the state is that of prog.step
-                save_checkpoint(folder, "ckpt_last.pt", cfg, raw_model, optimizer, prog)
-                folder.log(f"interrupted: saved {folder.path('ckpt_last.pt')} at step {prog.step}; continue with --resume")
-                raise SystemExit(130)
+                stopped(cfg, raw_model, optimizer, prog, folder)
             check_finite(train_loss, gnorm, prog, folder, place)
             scaler.step(optimizer)
             scaler.update()

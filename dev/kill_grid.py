@@ -26,14 +26,22 @@ import sys
 import tempfile
 import time
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+cli.exit_on_ctrl_c(__name__, "dev/kill_grid.py")  # until main_guard; checkpoint imports torch
+from plumbing import checkpoint
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root: frontier.py runs there
 ARGS = ["--quick", "--steps", "40", "--curriculum", "10", "--decay", "5", "--workers", "2"]
 
 
+STARTED = []  # the grids started: a Ctrl-C of this harness stops them too (each is a session of its own)
+
+
 def grid(out, *extra):
     """A frontier.py grid in its own process group (a terminal's foreground job)."""
-    return subprocess.Popen([sys.executable, "frontier.py", *ARGS, "--out_dir", out, *extra], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    STARTED.append(subprocess.Popen([sys.executable, "frontier.py", *ARGS, "--out_dir", out, *extra], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    return STARTED[-1]
 
 
 def workers(pid):
@@ -85,6 +93,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out_dir", default=None, help="holds the grids ref/ and killed/ (default: a new temporary folder)")
     root = p.parse_args(argv).out_dir or tempfile.mkdtemp(prefix="kill_grid-")
+    checkpoint.make_out_dir(root)  # a file, a read-only folder: one line before any grid starts
     ref, out = os.path.join(root, "ref"), os.path.join(root, "killed")
     for d in (ref, out):
         shutil.rmtree(d, ignore_errors=True)
@@ -143,5 +152,16 @@ def main(argv=None):
     assert not differ and points == 6 and not temps
 
 
+def stop_grids():
+    """SIGKILL every grid this harness started that still lives (their own sessions miss its Ctrl-C)."""
+    for p in STARTED:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
 if __name__ == "__main__":
-    main()
+    try:
+        cli.main_guard(main, prog="dev/kill_grid.py")
+    finally:
+        stop_grids()

@@ -27,10 +27,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
-import tempfile
-
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+cli.exit_on_ctrl_c(__name__, "dev/kill_loop.py")  # until main_guard; torch takes seconds to import
 import torch
 
 from plumbing import checkpoint
@@ -251,6 +252,7 @@ def main(argv=None):
                    "new temporary folder)")
     a = p.parse_args(argv)
     a.out_dir = a.out_dir or os.path.join(tempfile.mkdtemp(prefix="kill_loop-"), "run")
+    checkpoint.check_out_dir(a.out_dir)  # a file, a read-only folder: one line before any life starts
     print(f"$ python -m dev.kill_loop --kills {a.kills} --seed {a.seed} --aim_every {a.aim_every}\n"
           f"each life: OMP_NUM_THREADS=1 python train.py {' '.join(ARGS)} --out_dir {a.out_dir} [--resume]\n"
           f"torch {torch.__version__}, {os.cpu_count()} CPUs", flush=True)
@@ -260,4 +262,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.main_guard(main, prog="dev/kill_loop.py"))

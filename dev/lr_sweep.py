@@ -19,6 +19,8 @@ import json
 import os
 import sys
 
+from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first second is one line
+cli.exit_on_ctrl_c(__name__, "dev/lr_sweep.py")  # until main_guard; the imports below take seconds
 from plumbing import checkpoint, tables
 
 FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
@@ -105,4 +107,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli.main_guard(main, prog="dev/lr_sweep.py")  # a bad --out_dir, a Ctrl-C: one line

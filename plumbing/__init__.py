@@ -6,9 +6,11 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
     runtime       where a run computes (device, dtype, autocast) and how fast (MFU)
+    memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> config overrides, family)
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
     tables        results as files: markdown tables, figures, the results JSON, mean ± std
+    records       what is read back from a run folder, checked for type and finiteness (one line if damaged)
     corpus        tokenizers and token caches (data.py is its command line)
     sources       where documents come from (builtin, files:PATH, the hub)
     shards        the resumable sharded cache build

@@ -39,7 +39,8 @@ dev/kill_loop.py, 20 kills)
       (check_out_dir, the check every command shares), before anything is written;
     - `RunLock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
       folder is refused while the first lives; the kernel drops the lock when a process dies,
-      so a killed run's folder is free at once (no stale lock to clean);
+      so a killed run's folder is free at once (no stale lock to clean); it never follows a link
+      and writes only a file that holds a lock's text (anything else there is one line, left as it was);
     - `kept_metrics` keeps the records up to the resumed step (a record past it, written before
       its checkpoint was, is recomputed identically by the resumed run) and skips a partial last
       line (a crash mid-write); the rewrite is atomic.
@@ -58,6 +59,7 @@ import json
 import os
 import random
 import re
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -65,11 +67,17 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from plumbing import cli
+from plumbing import cli, records
+from plumbing.records import read_jsonl  # a run folder's .jsonl records, checked (scaling.py reads it from here)
 from gpt import GPT, GPTConfig
 from spen import SPEN, SPENConfig
 
 MODELS = {"spen": (SPENConfig, SPEN), "gpt": (GPTConfig, GPT)}
+
+
+METADATA = dict(model=dict, kind=str, config=dict, train=dict, step=int, best_val=records.Opt(float),
+                val_loss=records.Opt(float), pending=records.Opt((dict, records.NULL)))
+# what a checkpoint holds beside its tensors, as read back (best_val is inf, val_loss NaN, before the first evaluation)
 
 
 class CheckpointError(cli.UserError):
@@ -247,6 +255,9 @@ def load(path, keep=False):
     if missing or ckpt.get("kind") not in MODELS:
         raise CheckpointError(f"checkpoint {path} is not a train.py checkpoint of this version "
                               f"(missing {missing or 'a known model kind'}); train a new one")
+    wrong = records.shape_error(ckpt, METADATA, "its metadata") or (ckpt["step"] < 0 and "its step is negative")
+    if wrong:
+        raise CheckpointError(f"checkpoint {path} is damaged ({wrong}); delete it or point to another one")
     _kept.clear()
     if keep:
         _kept[stamp] = ckpt
@@ -331,17 +342,23 @@ class LockHeld(CheckpointError):
     """Another live process holds the folder's lock."""
 
 
+LOCK_TEXT = re.compile(rb"\s*(\d+(, [^\n]*)?)?\s*")  # what a lock holds: "PID, COMMAND" (earlier: "PID"), or nothing
+
+
 class RunLock:
-    """An exclusive flock on OUT_DIR/.lock, held while the run lives (a context manager)."""
+    """An exclusive flock on OUT_DIR/.lock, held while the run lives (a context manager). The file
+    is opened without following a link (O_NOFOLLOW), and only a regular file of one name that
+    holds a lock's text (LOCK_TEXT) is truncated and written: a .lock that is a link, a FIFO, a
+    hard link to another file or a file of other text is one line, and the file is left as it was."""
 
     def __init__(self, out_dir):
         self.path = os.path.join(out_dir, ".lock")
         self.fd = None
 
     def __enter__(self):
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:  # a folder in its place, a read-only or full disk: one line
+        try:  # O_NONBLOCK: a FIFO in its place does not hang the open
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as e:  # a link, a folder in its place, a read-only or full disk: one line
             raise self.refused(e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -351,16 +368,28 @@ class RunLock:
             raise LockHeld(f"{os.path.dirname(self.path)} is in use by a running command (pid {holder}); "
                            f"wait for it to finish or choose another --out_dir") from None
         try:
+            st = os.fstat(fd)
+            if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0))):
+                raise CheckpointError(f"{self.path} is not a lock file a command of this project made ("
+                                      + ("a hard link to another file" if stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+                                         else "it holds other text" if stat.S_ISREG(st.st_mode) else "not a regular "
+                                         "file") + "); it is left as it was: move it away or choose another --out_dir")
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
         except OSError as e:  # a full disk: the lock is held, but the command could write nothing else either
             os.close(fd)
             raise self.refused(e) from None
+        except CheckpointError:
+            os.close(fd)
+            raise
         self.fd = fd
         return self
 
     def refused(self, e):
         """The one line for a lock file that cannot be made or written (e: the OSError)."""
+        if os.path.islink(self.path):  # O_NOFOLLOW's ELOOP: the link and what it points to are left alone
+            return CheckpointError(f"{self.path} is a symbolic link, where a command keeps its lock file; it is left "
+                                   f"as it was (and what it points to): move it away or choose another --out_dir")
         if os.path.isdir(self.path):
             return CheckpointError(f"{self.path} is a folder, where a command keeps its lock file: move it away or "
                                    f"choose another --out_dir")
@@ -438,35 +467,11 @@ class RunFolder:
 
 
 def kept_metrics(path, step):
-    """Lines of metrics.jsonl with record step <= step; a partial or broken line is dropped."""
-    kept = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash
-                if rec.get("step", step + 1) <= step:
-                    kept.append(json.dumps(rec))
-    return kept
-
-
-def read_jsonl(path):
-    """The complete records of a run folder's .jsonl file (metrics.jsonl, copy.jsonl; a line cut short
-    by a stop is skipped); [] if there is none. A line that is not a JSON object is one line
-    (cli.UserError) naming the file."""
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path) as f:
-            recs = [json.loads(ln) for ln in f if ln.strip().endswith("}")]
-    except (OSError, ValueError) as e:
-        raise cli.UserError(f"{path} is not a readable record of a run ({' '.join(str(e).split())}); move it away "
-                            "(a run folder's metrics.jsonl: train the run anew)") from None
-    if not all(isinstance(r, dict) for r in recs):
-        raise cli.UserError(f"{path} holds a line that is not a JSON object; move it away")
-    return recs
+    """Lines of metrics.jsonl with record step <= step; a last line cut short is dropped, a damaged
+    one (records.read_jsonl) is one line naming it."""
+    recs = read_jsonl(path, records.METRICS, fix=f"fix or delete that line (records after step {step}, the "
+                      "checkpoint's, are written again), or train the run anew in another --out_dir")
+    return [json.dumps(rec) for rec in recs if rec["step"] <= step]
 
 
 def rewrite_metrics(path, step):

@@ -88,13 +88,18 @@ def load_data(cfg, vocab):
 
 
 @torch.no_grad()
-def estimate_loss(model, val, cfg, place):
+def estimate_loss(model, val, cfg, place, stop=None):
     """The validation loss during training: mean cross-entropy over a fixed set of eval_iters
     random batches (seed EVAL_SEED, the same for every run; all ranks averaged). A quick, steady
-    estimate for the curve and ckpt_best; the reported number is --eval_only's (evaluate_split)."""
+    estimate for the curve and ckpt_best; the reported number is --eval_only's (evaluate_split).
+    None when `stop` (runtime.StopFlag) is requested between two batches (one process: DDP's ranks
+    must all reduce, so they finish the evaluation)."""
     model.eval()
     total = torch.zeros((), device=place.device)
     for i in range(cfg.eval_iters):
+        if stop is not None and stop.requested and place.world == 1:
+            model.train()
+            return None
         x, y = batches.get_batch(val, cfg.batch_size, cfg.block_size, step=i, seed=EVAL_SEED, rank=place.rank,
                                  device=place.device)
         with place.autocast:

@@ -1,12 +1,14 @@
 """Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
 GPU peaks, step timing (Speed), the glibc allocator setting bench.py
-measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load, and
-StopFlag (Ctrl-C or SIGTERM stops train.py's loop at the top of the next step).
+measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load,
+StopFlag (Ctrl-C or SIGTERM stops train.py's loop before its next micro-batch) and
+compiled_or_eager (torch.compile, or one warning and the eager model).
 train.py, sample.py, bench.py and the experiment scripts use it; the models (lm.py, spen.py,
 gpt.py) do not.
 
 Run: nothing to run; tests/test_runtime.py checks every function here (Speed: tests/test_syncs.py;
-StopFlag: tests/test_train.py's Ctrl-C tests).
+StopFlag: tests/test_train.py's Ctrl-C tests and tests/test_stop.py; compiled_or_eager: tests/test_syncs.py's
+--compile test).
 """
 
 import ctypes
@@ -173,6 +175,30 @@ def autocast(dtype, kind):
     return nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
 
 
+def compiled_or_eager(model, compile, autocast, x, y, log):
+    """torch.compile(model) when `compile`, compiled now on one forward + backward of (x, y) under
+    `autocast` (then its gradients dropped and the RNG put back, so the run is unchanged); if
+    compiling fails (Triton needs a C compiler and Python headers), one warning line through log
+    and the eager model. train.py's loop trains what this returns."""
+    if not compile:
+        return model
+    from plumbing.checkpoint import rng_state, set_rng_state  # here: checkpoint imports the models
+    rng = rng_state()
+    try:
+        compiled = torch.compile(model)
+        with autocast:
+            _, loss = compiled(x, y)
+        loss.backward()
+    except Exception as e:  # any compiler failure; a real bug fails again, eagerly, with its traceback
+        log(f"warning: torch.compile failed ({type(e).__name__}: {' '.join(str(e).split())[:200]}); "
+            f"training eagerly (same numbers, slower); --no-compile skips the attempt")
+        torch._dynamo.reset()
+        compiled = model
+    model.zero_grad(set_to_none=True)
+    set_rng_state(rng)
+    return compiled
+
+
 def configure_allocator():
     """Keep freed large tensors in the heap instead of returning them to the OS (glibc only).
     glibc serves allocations above M_MMAP_THRESHOLD with mmap and unmaps them on free, so every
@@ -222,8 +248,10 @@ def machine_line():
 
 
 class StopFlag:
-    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the top of the next step, where the
-    weights, optimizer and data position agree; a second Ctrl-C aborts at once."""
+    """Ctrl-C (SIGINT) or SIGTERM asks train.py's loop to stop where the weights, optimizer and data
+    position agree: before the next micro-batch or evaluation batch (so within one micro-batch's
+    time, whatever --grad_accum is; under DDP, whose ranks must stop together, at the next step);
+    a second Ctrl-C aborts at once. `requested` is a plain bool: reading it waits for no device."""
 
     def __init__(self):
         self.requested = False

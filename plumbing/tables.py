@@ -9,8 +9,9 @@ into files, imported only when a figure is made).
 `load_record` reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
 curves), refusing one of other settings in one line. `shape_error` says where a JSON read back
 departs from the shape its reader needs (a list where a number should be, a null accuracy, a
-truncated record): every results file a command reads is checked so, and refused in one line
-naming it, instead of a traceback from deep inside a table.
+truncated record, a NaN): every results file a command reads is checked so, and refused in one
+line naming it, instead of a traceback from deep inside a table (plumbing/records.py holds the
+shapes and the readers of a run folder's records).
 
 Run: nothing to run; tests/test_tables.py.
 """
@@ -21,50 +22,7 @@ import os
 import statistics
 
 from plumbing import checkpoint, cli
-
-
-NUMBER = (int, float)  # a JSON number (bool aside: see shape_error)
-
-
-class Each:
-    """A shape: a dict (JSON object) whose every value has `shape`."""
-
-    def __init__(self, shape):
-        self.shape = shape
-
-
-def shape_error(value, shape, where="it"):
-    """Where value departs from shape, in words ('curves.gpt_c32.points[3].val_loss is null, not a
-    number'), or None when it fits. shape: a type or tuple of types (isinstance; a bool is no number),
-    {key: shape} (an object holding at least these keys), [shape] (a list of such items), Each(shape),
-    None (anything)."""
-    if shape is None:
-        return None
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return f"{where} is {_kind(value)}, not an object"
-        missing = [k for k in shape if k not in value]
-        if missing:
-            return f"{where} has no {', '.join(missing)}"
-        return next((e for k, sub in shape.items() if (e := shape_error(value[k], sub, f"{where}.{k}"))), None)
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{where} is {_kind(value)}, not a list"
-        return next((e for i, x in enumerate(value) if (e := shape_error(x, shape[0], f"{where}[{i}]"))), None)
-    if isinstance(shape, Each):
-        if not isinstance(value, dict):
-            return f"{where} is {_kind(value)}, not an object"
-        return next((e for k, x in value.items() if (e := shape_error(x, shape.shape, f"{where}.{k}"))), None)
-    types = shape if isinstance(shape, tuple) else (shape,)
-    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-        return f"{where} is {_kind(value)}, not " + " or ".join(_kind(t) for t in types)
-    return None
-
-
-def _kind(x):
-    t = x if isinstance(x, type) else type(x)
-    return {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
-            list: "a list", dict: "an object"}.get(t, t.__name__)
+from plumbing.records import NUMBER, Each, shape_error  # the shapes of what is read back (plumbing/records.py)
 
 
 def cell(x, fmt=".3f"):

@@ -113,3 +113,18 @@ def test_bad_flag_as_a_command(argv, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and argv[-2] in r.stderr, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("flag", train.SPEN_ONLY)
+def test_a_spen_option_is_refused_for_gpt(flag, capsys):
+    """--model gpt with any SPEN-only option off its default is one line naming it, as a SPEN reader
+    refuses an option it does not use; the value is the first other choice the parser takes."""
+    f = next(f for f in dataclasses.fields(train.TrainConfig) if f.name == flag)
+    other = {"predictor": ["delta"], "reads": ["history"], "write_alphas": ["0.5"], "conv": ["4"], "window": ["8"],
+             "read_norm": [], "context": ["selective"], "trace_method": ["scan"]}[flag]
+    assert f.default not in other
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--model", "gpt", f"--{flag}", *other])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and f"--{flag}" in err, err
+    assert train.parse_args(["--model", "gpt"]).model == "gpt"  # at their defaults: a GPT

@@ -1,0 +1,249 @@
+"""Every entry point a user runs, under the same guards, by construction. The list is derived from
+the tree: each top-level command (a .py with `if __name__ == "__main__"` that imports plumbing: the
+model files' demos import none) and every dev/ and lab/ module run as `python -m`. Each must be in
+ENTRY_POINTS below (how to run it long, and the flag naming where it writes), so a new one fails
+here until it is, and each passes the generic cases:
+    - its source calls cli.exit_on_ctrl_c before its heavy imports, and cli.main_guard;
+    - `--help`: exit 0 and a usage;
+    - `--out_dir` (or its output flag) that is a file or a folder it may not write in: one line,
+      a non-zero exit, nothing written;
+    - Ctrl-C (SIGINT to its process group, as a terminal sends it) at ~0.3 s (while it imports)
+      and ~2 s (at work, for a command that runs that long): one line, exit 130, no process of it
+      left, no temporary file; nothing at all where the line says nothing was written.
+The help and folder cases run in this process (runpy, as `python X` would); the Ctrl-C cases are
+processes, run a few at a time. GAPS lists what another engineer owns this round (lab/, dev/map.py):
+a static case there is a strict xfail, so the day it is mended the test says to drop the entry."""
+
+import concurrent.futures
+import glob
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from plumbing import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAVY = ("import torch", "import numpy", "from plumbing import checkpoint", "import train")  # seconds to import
+
+
+def derived():
+    """{entry point: source file} from the tree: each top-level command file, and each module of dev/ and lab/."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "*.py"))):
+        text = open(path, encoding="utf-8").read()
+        if 'if __name__ == "__main__"' in text and "from plumbing" in text:
+            found[os.path.basename(path)] = path
+    for folder in ("dev", "lab"):
+        for path in sorted(glob.glob(os.path.join(ROOT, folder, "*.py"))):
+            if 'if __name__ == "__main__"' in open(path, encoding="utf-8").read():
+                found[f"{folder}.{os.path.basename(path)[:-3]}"] = path
+    return found
+
+
+# entry point -> run: argv of a run that lasts (OUT: a fresh folder for it), out: the flag naming where it
+# writes (None: it writes nothing of its own), late: it still runs at 2 s (a Ctrl-C then is one at work)
+TRAIN = ["--preset", "cpu_bytes", "--max_iters", "5000", "--eval_interval", "5000", "--eval_iters", "1",
+         "--n_layer", "1", "--n_embd", "16", "--device", "cpu", "--out_dir", "OUT"]
+ENTRY_POINTS = {
+    "train.py": dict(run=TRAIN, out="--out_dir", late=True),
+    "recall.py": dict(run=["--variants", "linear", "--steps", "5000", "--curriculum", "10", "--decay", "10",
+                           "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
+    "frontier.py": dict(run=["--quick", "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
+    "ablate.py": dict(run=["--preset", "cpu_bytes", "--variants", "linear", "--max_iters", "5000", "--seeds", "1",
+                           "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
+    "scaling.py": dict(run=["--models", "linear", "--widths", "16", "--out_dir", "OUT"], out="--out_dir", late=True),
+    "probe.py": dict(run=["--out_dir", "OUT"], out="--out_dir", late=True),
+    "bench.py": dict(run=["--quick", "--sections", "ema", "--out", "OUT/bench.json"], out="--out", late=True),
+    "content.py": dict(run=["--runs", "OUT/runs", "--out_dir", "OUT"], out="--out_dir", late=False),  # no runs: ends
+    "data.py": dict(run=["--dataset", "builtin", "--tokenizer", "gpt2", "--force", "--cache_dir", "OUT"],
+                    out="--cache_dir", late=False),
+    "sample.py": dict(run=["--init_from", "OUT/none.pt"], out=None, late=False),  # reads a checkpoint, writes none
+    "dev.kill_grid": dict(run=["--out_dir", "OUT"], out="--out_dir", late=True),
+    "dev.kill_loop": dict(run=["--kills", "20", "--out_dir", "OUT/run"], out="--out_dir", late=True),
+    "dev.lr_sweep": dict(run=["--results", os.path.join(ROOT, "results", "ablate_bytes"), "--out_dir", "OUT"],
+                         out="--out_dir", late=False),
+    "dev.map": dict(run=["--out_dir", "OUT"], out="--out_dir", late=False),
+    "lab.checks": dict(run=[], out=None, late=True),
+    "lab.handout": dict(run=["--out_dir", "OUT"], out="--out_dir", late=False),
+    "lab.reference": dict(run=["--out", "OUT/ref.ipynb"], out="--out", late=False),
+    "lab.background": dict(run=["TOKEN"], out=None, late=False),
+}
+OWNED = "another engineer edits it this round"
+GAPS = {  # (entry point, case) -> why it is not mended here; a static case mended flips its strict xfail
+    ("dev.map", "guards"): f"no exit_on_ctrl_c before its imports ({OWNED})",
+    ("dev.map", "ctrl_c_early"): f"no exit_on_ctrl_c before its imports ({OWNED})",
+    ("lab.checks", "guards"): f"no main_guard: exit_on_ctrl_c holds to the end ({OWNED}: lab/)",
+    ("lab.checks", "help"): f"its own argv reading: --help is a usage error ({OWNED}: lab/)",
+    ("lab.handout", "guards"): f"no main_guard ({OWNED}: lab/)",
+    ("lab.handout", "out"): f"os.makedirs on --out_dir: a traceback ({OWNED}: lab/)",
+    ("lab.handout", "ctrl_c_early"): f"a stop mid-zip leaves its .zip.tmp, the line says nothing was written ({OWNED}: "
+                                     "lab/)",
+    ("lab.reference", "guards"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
+    ("lab.reference", "out"): f"no --out check ({OWNED}: lab/)",
+    ("lab.reference", "ctrl_c_early"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
+    ("lab.background", "guards"): f"started by the notebook with its kernel's token, not by a user ({OWNED}: lab/)",
+    ("lab.background", "help"): f"its argument is a token, not flags ({OWNED}: lab/)",
+    ("lab.background", "ctrl_c_early"): f"started by the notebook, not by a user ({OWNED}: lab/)",
+}
+
+
+UNSAFE = {("lab.background", "help"), ("lab.reference", "out")}  # gaps that would start real work: not run
+
+
+def cases(case, where=lambda e: True):
+    """pytest params of every entry point for `case`; a gap is an xfail (a static one strict, a
+    process-level one not run)."""
+    out = []
+    for e in ENTRY_POINTS:
+        if not where(ENTRY_POINTS[e]):
+            continue
+        gap = GAPS.get((e, case))
+        marks = [pytest.mark.xfail(reason=gap, strict=True, run=(e, case) not in UNSAFE)] if gap else []
+        out.append(pytest.param(e, marks=marks, id=e))
+    return out
+
+
+def test_every_entry_point_is_listed():
+    found = derived()
+    print(f"{len(found)} entry points: {', '.join(found)}")
+    assert set(found) == set(ENTRY_POINTS), f"add {sorted(set(found) - set(ENTRY_POINTS))} to ENTRY_POINTS (how " \
+        f"it runs long, where it writes); drop {sorted(set(ENTRY_POINTS) - set(found))}"
+    assert not {e for e, _ in GAPS} - set(found)
+
+
+@pytest.mark.parametrize("entry", cases("guards"))
+def test_the_guards_are_in_its_source(entry):
+    """exit_on_ctrl_c(__name__, ...) before the first heavy import; main_guard around the work."""
+    text = open(derived()[entry], encoding="utf-8").read()
+    guard = text.find("cli.exit_on_ctrl_c(__name__")
+    heavy = min((i for i in (text.find("\n" + h) for h in HEAVY) if i >= 0), default=len(text))
+    assert 0 <= guard < heavy, f"{entry}: call cli.exit_on_ctrl_c(__name__, ...) before its heavy imports"
+    assert "cli.main_guard(" in text, f"{entry}: run its work through cli.main_guard"
+
+
+@pytest.fixture
+def in_process(monkeypatch, tmp_path):
+    """run(entry, argv) as `python ENTRY argv` in this process -> (exit status, stdout, stderr); the
+    SIGINT handler and cli's state put back after."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(ROOT)
+    handler, script = signal.getsignal(signal.SIGINT), cli._script
+
+    def run(entry, argv, capsys):
+        monkeypatch.setattr(sys, "argv", [derived()[entry], *argv])
+        try:
+            with pytest.raises(SystemExit) as e:
+                if entry.endswith(".py"):
+                    runpy.run_path(derived()[entry], run_name="__main__")
+                else:
+                    runpy.run_module(entry, run_name="__main__", alter_sys=True)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+            cli._script = script
+        got = capsys.readouterr()
+        return e.value.code, got.out, got.err
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", cases("help"))
+def test_help(entry, in_process, capsys):
+    code, out, err = in_process(entry, ["--help"], capsys)
+    assert code in (0, None) and out.startswith("usage:"), (code, out[:200], err[-300:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", cases("out", lambda e: e["out"]))
+def test_a_bad_output_folder_is_one_line(entry, in_process, capsys, tmp_path):
+    flag = ENTRY_POINTS[entry]["out"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for folder in (str(a_file), "/proc/self/ema_out"):  # a file; a folder no one may write in
+        argv = [a.replace("OUT", folder) for a in ENTRY_POINTS[entry]["run"]]  # its long run, there
+        code, out, err = in_process(entry, argv, capsys)
+        lines = err.strip().splitlines()
+        assert code not in (0, None) and len(lines) == 1 and "Traceback" not in err, (folder, code, err[-500:])
+        assert sorted(os.listdir(tmp_path)) == ["a_file"] and a_file.read_text() == "x", folder
+
+
+# ---- Ctrl-C: real processes, a few at a time --------------------------------------------------------
+
+AT = {"ctrl_c_early": 0.3, "ctrl_c_late": 2.0}
+PARALLEL = 4  # processes at once: each spends most of its life importing torch, on 2 shared cores
+
+
+def session(sid):
+    """pids of the live processes of session sid (an entry point and whatever it started)."""
+    pids = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(name))
+    return pids
+
+
+def ctrl_c(entry, at, folder):
+    """Start entry in its own session in folder, Ctrl-C its group `at` s later -> dict(status, line, out,
+    err, left: pids still alive 10 s on, temps: temporary files in folder, files: everything in it)."""
+    argv = [a.replace("OUT", os.path.join(folder, "out")) for a in ENTRY_POINTS[entry]["run"]]
+    head = [derived()[entry]] if entry.endswith(".py") else ["-m", entry]
+    p = subprocess.Popen([sys.executable, *head, *argv], cwd=folder, env=dict(os.environ, PYTHONPATH=ROOT),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(at)
+    alive = p.poll() is None
+    if alive:
+        os.killpg(p.pid, signal.SIGINT)
+    try:
+        out, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+    deadline = time.time() + 10
+    while session(p.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    left = session(p.pid)
+    for pid in left:  # this test's own leftovers: end them, by pid
+        os.kill(pid, signal.SIGKILL)
+    files = [os.path.relpath(os.path.join(d, n), folder) for d, _, ns in os.walk(folder) for n in ns]
+    return dict(alive=alive, status=p.returncode, out=out, err=err, left=left, files=files,
+                temps=[f for f in files if ".tmp" in os.path.basename(f) or f.endswith(".partial")])
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """Every Ctrl-C case that runs, PARALLEL at a time -> {(entry, case): ctrl_c's dict}."""
+    todo = [(e, c) for c in AT for e in ENTRY_POINTS if (c == "ctrl_c_early" or ENTRY_POINTS[e]["late"])
+            and (e, c) not in GAPS]
+    root = tmp_path_factory.mktemp("ctrl_c")
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
+        jobs = {k: pool.submit(ctrl_c, k[0], AT[k[1]], tempfile.mkdtemp(dir=root)) for k in todo}
+        return {k: j.result() for k, j in jobs.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+@pytest.mark.parametrize("case", list(AT))
+@pytest.mark.parametrize("entry", cases("ctrl_c"))
+def test_ctrl_c_is_one_line_130_and_leaves_nothing(entry, case, interrupted):
+    if case == "ctrl_c_late" and not ENTRY_POINTS[entry]["late"]:
+        pytest.skip("it ends within 2 s: no Ctrl-C at work to send")
+    if (entry, case) in GAPS:
+        pytest.xfail(GAPS[entry, case])
+    r = interrupted[entry, case]
+    assert r["alive"], f"{entry} ended before the Ctrl-C at {AT[case]} s: give it a longer run in ENTRY_POINTS"
+    said = r["err"] or (r["out"].splitlines() or [""])[-1] + "\n"  # train.py in its loop logs it (stdout)
+    assert r["status"] == 130 and said.count("\n") == 1 and "Traceback" not in r["out"] + r["err"], r
+    assert "interrupted" in said, said
+    assert not r["left"] and not r["temps"], r
+    if "nothing was written" in said:
+        assert not r["files"], r["files"]
