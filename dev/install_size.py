@@ -19,7 +19,11 @@ import os
 import platform
 import re
 
-from plumbing import checkpoint, cli
+from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "dev.install_size")
+
+from plumbing import checkpoint
 
 FILES = ("requirements.txt", "requirements-dev.txt")
 

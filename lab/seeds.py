@@ -11,9 +11,14 @@ map.json: {"alpha", "n_comparisons", "models": {NAME: {"n", "seeds", "cpu", "poi
 "t", "df", "p_below", "p_above", "verdict", "n_a", "n_b"}]}; losses in nats per byte; METRIC one of
 all, copies, copies_far (copies whose earlier occurrence is 128+ bytes back), other.
 """
+import argparse
 import json
 import os
 import sys
+
+from plumbing import cli
+
+cli.exit_on_ctrl_c(__name__, "lab.seeds")  # a Ctrl-C from the first second is one line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAP = os.path.join(ROOT, "results", "map", "map.json")
@@ -53,7 +58,8 @@ def summary(m, models=CORE, against="gpt"):
                     "writes them): the seeded comparison is not shown"]
     here = [n for n in models if n in m["models"]]
     rows = [[n, m["models"][n]["n"], ", ".join(map(str, m["models"][n]["seeds"]))] +
-            [f"{s['mean']:.3f} ± {s['se']:.3f}" if (s := m["models"][n]["metrics"].get(k)) else "-" for k, _ in METRICS]
+            [(f"{s['mean']:.3f}" + (f" ± {s['se']:.3f}" if s["se"] is not None else " (one seed)"))
+             if (s := m["models"][n]["metrics"].get(k)) else "-" for k, _ in METRICS]
             for n in here]
     said = [verdict_sentence(c, m["alpha"]) for n in here if n != against for k, _ in METRICS
             for c in m["comparisons"] if (c["a"], c["b"], c["metric"]) == (n, against, k)]
@@ -90,10 +96,15 @@ def discussion(path=MAP):
     rows, said = summary(m)
     if not rows:
         return said[0]
-    return ("Read the verdicts, not the curves. " + "; ".join(s for s in said if " on copies" in s) + ". A gap "
+    copies = "; ".join(s for s in said if " on copies" in s) or "no comparison on copies has two seeds a side yet"
+    return ("Read the verdicts, not the curves. " + copies + ". A gap "
             "within the seeds' spread is a tie; which ingredient causes a gap is a question these runs do not "
             "test (the map compares models, not decays).")
 
 
 if __name__ == "__main__":
-    print(discussion(sys.argv[1] if len(sys.argv) > 1 else MAP))
+    parser = argparse.ArgumentParser(description="The answer to the kit's discussion question 4, from the seeded map.")
+    parser.add_argument("map", nargs="?", default=MAP, help="a map.json written by python -m dev.map (default: the "
+                        "committed one)")
+    path = parser.parse_args().map
+    cli.main_guard(lambda: print(discussion(path)), prog="lab.seeds")

@@ -12,9 +12,14 @@ random inputs with writes.ema_kv_step's and writes.delta_rule_step's outputs, on
 10-token loop from the empty state (writes.ema_kv_ref, writes.delta_rule_ref; exercise 6). Number
 lists are written one to a line.
 """
+import argparse
 import json
 import re
 import sys
+
+from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "lab.snapshot")
 
 import torch
 
@@ -127,7 +132,13 @@ def dumps(stored):
     return re.sub(r"\[\s+([-+0-9.eE,\s]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
-if __name__ == "__main__":
+def main():
+    argparse.ArgumentParser(description="Rewrite lab/expected.json from the reference implementations.").parse_args()
+    text = dumps(snapshot())  # computed before the file is opened: a Ctrl-C leaves the old one whole
     with open(checks.EXPECTED, "w") as f:
-        f.write(dumps(snapshot()))
+        f.write(text)
     print(f"wrote {checks.EXPECTED}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    cli.main_guard(main, prog="lab.snapshot")
