@@ -18,6 +18,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings
     bench_report  the tables bench.py prints, read from its results JSON
+    probe_report  the results.md and roles.png probe.py writes, read from its results dict
+    recall_report the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.
 """

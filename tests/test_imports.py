@@ -17,7 +17,8 @@ LESSON = {"ema", "spen", "variants", "writes", "gpt", "lm", "grammar", "spcn"}
 # The plumbing package: imported by commands, imports no command.
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
             "plumbing.ngram", "plumbing.repeats", "plumbing.runtime", "plumbing.shards", "plumbing.tables",
-            "plumbing.grid", "plumbing.sources", "plumbing.timing", "plumbing.bench_report", "plumbing.registry"}
+            "plumbing.grid", "plumbing.sources", "plumbing.timing", "plumbing.bench_report", "plumbing.registry",
+            "plumbing.probe_report", "plumbing.recall_report"}
 # Entry points with a command line, all at the top level; a command may import anything.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train"}
 
