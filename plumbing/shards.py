@@ -243,7 +243,8 @@ class Writer:
     def __init__(self, folder, identity, shard_tokens=SHARD_TOKENS, progress=PROGRESS_EVERY, documents=None):
         self.folder, self.partial = folder, folder + ".partial"
         self.identity = json.loads(json.dumps(identity))  # as manifest.json holds it
-        self.shard_tokens, self.progress, self.documents = shard_tokens, progress or 0, documents  # documents: for the ETA
+        self.shard_tokens, self.progress = shard_tokens, progress or 0
+        self.documents = documents  # the source's total, for the ETA (None: unknown)
         splits = sorted({s for stream in self.identity["streams"] for s in stream["caps"]})
         state = _read_manifest(self.partial, self.identity)
         done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
