@@ -56,7 +56,7 @@ cli.exit_on_ctrl_c(__name__, "probe.py")  # until main_guard; the imports below 
 import torch
 import torch.nn.functional as F
 
-from plumbing import checkpoint, cli, grid, tables
+from plumbing import checkpoint, cli, grid, probe_report, tables
 import grammar
 import spcn
 
@@ -436,78 +436,6 @@ def summarize(per_seed, seconds):
     return res
 
 
-def write_markdown(res, path):
-    s, p = res["std"], PAPER
-    cell = lambda g, k: f"{res[g][k]:.3f} ± {s[g][k]:.3f}"
-    row = lambda label, g, keys, paper_spcn="-", paper_bigru="-": [label, *(cell(g, k) for k in keys), paper_spcn,
-                                                                   paper_bigru]
-    four = ("spcn", "untrained", "gru", "bigru")
-    rv = res["roles"]["rc_verb"], s["roles"]["rc_verb"]
-    pe = res["prediction_error"]
-    lines = [
-        f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
-        f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",
-        f"Command: `{res['command']}`", "",
-        "SPCN columns: linear probes on activity + EMA traces, fit on A-train roles (the SPCN itself "
-        "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", ""]
-    rows = [
-        row("within A", "within", ("traces", "untrained", "gru", "bigru"), f"{p['within_traces']:.3f}"),
-        ["within A, instantaneous activity only", cell("within", "instantaneous"), "-", "-", "-",
-         f"{p['within_instantaneous']:.3f}", "-"],
-        ["within A, relative to the BiGRU", *(f"{res['within'][k] / res['within']['bigru']:.1%}"
-                                              for k in ("traces", "untrained", "gru", "bigru")),
-         f"{p['spcn_over_bigru']:.0%}", "-"],
-        row("transfer A -> B, overall", "transfer", four, f"{p['transfer_spcn']:.3f}"),
-        row("deep-embedded roles, transfer", "deep_embedded", four, f"{p['deep_embedded']:.2f}"),
-        row("deep-embedded roles, within A", "deep_embedded_within", four),
-        row("structural roles, transfer", "structural_transfer", four),
-        row("content roles, transfer", "content_transfer", four, "-", "better than SPCN"),
-        ["rc_verb, transfer", *(f"{rv[0]['transfer_' + w]:.3f} ± {rv[1]['transfer_' + w]:.3f}" for w in four),
-         f"{p['rc_verb_transfer_spcn']:.3f}", f"{p['rc_verb_transfer_bigru']:.3f}"]]
-    rows += [row(f"rc_verb, transfer, {desc}", "rc_verb_transfer_by_context", [f"{w}_after_{c}" for w in four])
-             for c, desc in RC_VERB_CONTEXTS.items()]
-    rows += [["prediction error per unit, A-test / B-test",
-              *(f"{pe[w]['within']:.4f} / {pe[w]['transfer']:.4f}" for w in ("spcn", "untrained")), "-", "-", "-", "-"],
-             ["parameters", "-", "-", f"{res['params']['gru']:,}", f"{res['params']['bigru']:,}", "-", "-"]]
-    lines += tables.md_table(["quantity", *WHO.values(), "paper SPCN", "paper BiGRU"], rows)
-    lines += ["", "## Per role (mean over seeds)", ""]
-    lines += tables.md_table(
-        ["role", "kind", *(f"within {v}" for v in WHO.values()), *(f"transfer {v}" for v in WHO.values())],
-        ([r, d["kind"], *(d[f"{sp}_{w}"] for sp in ("within", "transfer") for w in four)]
-         for r, d in res["roles"].items()))
-    tables.save_text("\n".join(lines) + "\n", path)
-
-
-def plot_roles(res, path):
-    plt = tables.pyplot()
-
-    roles = list(res["roles"])
-    fig, axes = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True)
-    x = torch.arange(len(roles)).float()
-    bars = (("spcn", "tab:blue", "SPCN, PGHU (activity + traces)"),
-            ("untrained", "lightsteelblue", "SPCN, untrained (same traces, no PGHU)"),
-            ("gru", "tab:green", "causal GRU (supervised, left context)"),
-            ("bigru", "tab:orange", "BiGRU (supervised, both sides)"))
-    for ax, split_name in zip(axes, ("within", "transfer")):
-        for i, (who, color, label) in enumerate(bars):
-            vals = [res["roles"][r][f"{split_name}_{who}"] for r in roles]
-            ax.bar(x + 0.2 * (i - 1.5), vals, width=0.2, color=color, label=label)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel(f"{split_name} accuracy")
-        ax.set_title("within Grammar A (held-out)" if split_name == "within"
-                     else "transfer: trained on A, tested on B", fontsize=10)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.95))
-    axes[1].set_xticks(x.tolist())
-    axes[1].set_xticklabels(roles, rotation=60, ha="right", fontsize=8)
-    for lab, r in zip(axes[1].get_xticklabels(), roles):
-        lab.set_color("tab:red" if res["roles"][r]["kind"] == "content" else "black")
-    fig.suptitle("Role accuracy per role (red labels: content roles)")
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    tables.save_figure(fig, path, dpi=110)
-    plt.close(fig)
-
-
 def get_parser():
     return cli.parser(ProbeConfig, "SPCN role probes (trained and untrained) vs supervised causal GRU "
                                    "and BiGRU taggers, within Grammar A and A -> B.")
@@ -531,8 +459,8 @@ def run_and_report(cfg, loaded):
     per_seed = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
     res = tables.save_json(summarize(per_seed, time.time() - t0), os.path.join(cfg.out_dir, "results.json"),
                            "probe.py", cfg)
-    write_markdown(res, os.path.join(cfg.out_dir, "results.md"))
-    plot_roles(res, os.path.join(cfg.out_dir, "roles.png"))
+    probe_report.write_markdown(res, os.path.join(cfg.out_dir, "results.md"), WHO, RC_VERB_CONTEXTS)
+    probe_report.plot_roles(res, os.path.join(cfg.out_dir, "roles.png"))
     w, t, rv = res["within"], res["transfer"], res["roles"]["rc_verb"]
     log(f"wrote {cfg.out_dir}/results.json, results.md, roles.png | within: instantaneous "
         f"{w['instantaneous']:.3f} SPCN {w['traces']:.3f} untrained {w['untrained']:.3f} GRU {w['gru']:.3f} "

@@ -21,6 +21,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     timing        bench.py's timers and memory readings
     bench_report  the tables bench.py prints, read from its results JSON
     scaling_report  scaling.py's scaling.md and scaling.png, from its record
+    probe_report  the results.md and roles.png probe.py writes, read from its results dict
+    recall_report  the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.
 """

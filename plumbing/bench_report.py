@@ -65,6 +65,30 @@ def print_train_tables(base):
               f"{run['seconds']:.0f} s")
 
 
+def print_ema(base, cells):
+    """The ema.traces table of one worker result (fast paths against the loop and the bandwidth
+    floor, the chunk sweep, streaming); cells(get) gives print_tables' on | off | off/on figures."""
+    if "ema" not in base:
+        return
+    print("\nema.traces, ms (best of repeats), x floor = ms / bandwidth floor, err = max |fast - loop| (fp32)")
+    for i, row in enumerate(base["ema"]["rows"]):
+        print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']}: floor {row['floor_fwd_ms']:.2f} fwd / "
+              f"{row['floor_fb_ms']:.2f} fwd+bwd; loop {row['loop_fwd']['ms_min']:.2f} / {row['loop_fb']['ms_min']:.2f}")
+        for meth in [m for m in row if isinstance(row[m], dict) and "max_err" in row[m]]:
+            r = row[meth]
+            tf32 = f", TF32 err {max(r['max_err_tf32'].values()):.1e}" if "max_err_tf32" in r else ""
+            fwd = cells(lambda z: z["ema"]["rows"][i][meth]["fwd"]["ms_min"])
+            fb = cells(lambda z: z["ema"]["rows"][i][meth]["fb"]["ms_min"])
+            print(f"   {meth:6s} fwd {fwd} ({r['fwd']['x_floor']:.1f}x floor)  fwd+bwd {fb} "
+                  f"({r['fb']['x_floor']:.1f}x floor)  err {max(r['max_err'].values()):.1e}{tf32}")
+    sw = base["ema"]["chunk_sweep"]
+    for meth, ms in sw["ms"].items():
+        print(f" chunk sweep {meth} T={sw['T']} fwd+bwd ms: " + ", ".join(f"L={L} {v:.2f}" for L, v in ms.items()))
+    st = base["ema"]["stream"]
+    print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
+          f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
+
+
 def print_tables(res):
     """One table per section; with --allocator both, figures for on | off | off/on."""
     on, off = res["runs"].get("on"), res["runs"].get("off")
@@ -85,24 +109,7 @@ def print_tables(res):
         lim = base["limits"]
         print(f"limits: copy {cells(lambda r: r['limits']['copy_gbs'])} GB/s, fp32 matmul "
               f"{lim['matmul_fp32_tflops']:.3f} TFLOP/s, bf16 matmul {lim['matmul_bf16_tflops']:.3f} TFLOP/s")
-    if "ema" in base:
-        print("\nema.traces, ms (best of repeats), x floor = ms / bandwidth floor, err = max |fast - loop| (fp32)")
-        for i, row in enumerate(base["ema"]["rows"]):
-            print(f" B={row['B']} T={row['T']:5d} C={row['C']} S={row['S']}: floor {row['floor_fwd_ms']:.2f} fwd / "
-                  f"{row['floor_fb_ms']:.2f} fwd+bwd; loop {row['loop_fwd']['ms_min']:.2f} / {row['loop_fb']['ms_min']:.2f}")
-            for meth in [m for m in row if isinstance(row[m], dict) and "max_err" in row[m]]:
-                r = row[meth]
-                tf32 = f", TF32 err {max(r['max_err_tf32'].values()):.1e}" if "max_err_tf32" in r else ""
-                fwd = cells(lambda z: z["ema"]["rows"][i][meth]["fwd"]["ms_min"])
-                fb = cells(lambda z: z["ema"]["rows"][i][meth]["fb"]["ms_min"])
-                print(f"   {meth:6s} fwd {fwd} ({r['fwd']['x_floor']:.1f}x floor)  fwd+bwd {fb} "
-                      f"({r['fb']['x_floor']:.1f}x floor)  err {max(r['max_err'].values()):.1e}{tf32}")
-        sw = base["ema"]["chunk_sweep"]
-        for meth, ms in sw["ms"].items():
-            print(f" chunk sweep {meth} T={sw['T']} fwd+bwd ms: " + ", ".join(f"L={L} {v:.2f}" for L, v in ms.items()))
-        st = base["ema"]["stream"]
-        print(f" streaming: one step {st['step_us']:.1f} us vs recomputing a {st['P']}-token prefix "
-              f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
+    print_ema(base, cells)
     if "readers" in base:
         r = base["readers"]
         print(f"\nthe map's readers, a training step (fwd+bwd, fp32) at B={r['B']} T={r['T']} C={r['C']} (median of "

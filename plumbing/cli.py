@@ -33,7 +33,7 @@ Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0
 Ctrl-C: `exit_on_ctrl_c(__name__, "x.py")`, called before a command's heavy imports, makes a Ctrl-C
 from the first second one line and exit 130; main_guard then takes it over (KeyboardInterrupt),
 and ignores it once the work is done (the interpreter's teardown). `sigint_held()` holds a Ctrl-C
-back while worker processes start (plumbing/grid.py, plumbing/shards.py) and delivers it after.
+back while worker processes start (plumbing/grid.py, plumbing/corpus.py) and delivers it after.
 
 Errors: `UserError` is THE exception for a mistake the user can fix (a flag, a file, a
 checkpoint, the data): its message is one line saying what to do, and `main_guard` prints it

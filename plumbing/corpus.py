@@ -28,10 +28,12 @@ Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; cache_folder() names 
   files:), '-max<N>' when max_tokens caps each split, and '-bytes' for the byte tokenizer.
   A cache hit imports no `datasets` and touches no network.
 
-Building (prepare): this file says what a cache holds (the streams of documents, their caps
-and splits, the tokenizer's encode) and writes meta.json; shards.py does the resumable build:
-documents read in order, encoded on --num_proc processes (the result does not depend on
-num_proc), appended to <key>.partial/ with a manifest every shard_tokens tokens. An interrupted
+Building (prepare): the data path runs one way, each step called once by the one before, none
+calling back: a name -> its documents (sources.documents, read in order) -> token ids (encoded
+here, on --num_proc processes; the result does not depend on num_proc) -> the split files
+(shards.Writer, appending to <key>.partial/ with a manifest every shard_tokens tokens). This
+file says what a cache holds (the streams of documents, their caps and splits) and writes
+meta.json; shards.py keeps the build resumable and to one process at a time. An interrupted
 build (any error, Ctrl-C, kill -9) called again says it resumes and ends byte-identical to a
 build that never stopped. Only a finished build is renamed into <key>/, with its meta.json
 written last, so the previous cache stays as it was until then (a full disk, a hub error);
@@ -50,9 +52,11 @@ the last document of a split.
 
 Run: `python data.py` (its docstring); tests/test_data.py and tests/test_prepare.py check this file.
 """
+import collections
 import functools
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -71,6 +75,7 @@ DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache
 # tests/test_data.py checks that tiktoken's source still says so.
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+POOL_AFTER = 240  # documents encoded in-process before the worker processes start
 
 
 # ----------------------------------------------------------------------------- tokenizer
@@ -176,6 +181,68 @@ def _encode_batch(batch, tokenizer):
     return [np.asarray(ids + [EOT], dtype=np.uint16) for ids in get_tokenizer().encode_ordinary_batch(batch)]
 
 
+# ----------------------------------------------------------------------------- encoding (tokens, on worker processes)
+
+def _batches(docs):
+    """Lists of documents that grow 16, 32, ... 1024, so a small max_tokens reads few."""
+    size = 16
+    while True:
+        batch = list(itertools.islice(docs, size))
+        if not batch:
+            return
+        yield batch
+        size = min(2 * size, 1024)
+
+
+def _encoded(docs, encode, num_proc=1):
+    """encode's uint16 ids of each document of `docs` (non-empty ones, in order): read here,
+    encoded here for the first POOL_AFTER documents (a small build starts no process), then
+    on num_proc worker processes. Whatever `encode` builds once (the GPT-2 tokenizer) is thus
+    built here before the fork, and the workers inherit it.
+
+    Reading overlaps encoding: at most 2 num_proc batches are in flight, so memory stays
+    bounded however fast the reader is; results come back in document order, so the cache
+    does not depend on num_proc."""
+    batches = _batches(d for d in docs if d and d.strip())  # empty rows would be lone separators
+    done = 0
+    for batch in batches:
+        yield from encode(batch)
+        done += len(batch)
+        if num_proc > 1 and done >= POOL_AFTER:
+            break
+    else:
+        return
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with cli.sigint_held():  # a Ctrl-C meanwhile arrives once the pool is whole, which `with` then terminates
+        pool = ctx.Pool(num_proc, _exit_with, (os.getpid(),))
+    with pool:  # left early: terminated here
+        pending = collections.deque()
+        for batch in batches:
+            pending.append(pool.apply_async(encode, (batch,)))
+            # hand back what is done at once: a consumer that stops early made us read little
+            while pending and (pending[0].ready() or len(pending) >= 2 * num_proc):
+                yield from pending.popleft().get()
+        while pending:
+            yield from pending.popleft().get()
+
+
+def _exit_with(parent):
+    """Worker initializer: ignore Ctrl-C (the parent answers it for the group in one line and
+    terminates the pool; a worker would print a KeyboardInterrupt traceback each), and end this
+    encoding process when its parent is gone (killed -9, it could not terminate its pool), rather
+    than linger."""
+    import signal
+    import threading
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
 # ----------------------------------------------------------------------------- cache
 
 def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
@@ -242,74 +309,113 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
         raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
     if os.path.isdir(folder):
         shards.remove_temps(folder, stale=True)
-
-    def hit(meta):  # the cache holds every split wanted (and no rebuild is forced)
-        return not force and meta is not None and all(s in meta["splits"] for s in wanted)
-    if hit(read_meta(folder)):
+    if _holds(read_meta(folder), wanted, force):
         return folder  # a cache hit: no lock taken
-    hub = sources.HUB.get(name, {})
-    if name in sources.HUB:
-        reason = sources.hub_unreachable()
-        if reason:
-            raise sources.hub_error(name, folder, reason)
+    reason = sources.hub_unreachable() if name in sources.HUB else None
+    if reason:
+        raise sources.hub_error(name, folder, reason)
     with shards.building(folder) as partial:  # one build at a time; a second caller waits for it, touching nothing
         old = read_meta(folder)  # again, under the lock: the build that held it may have made the cache
-        if hit(old):
-            return folder
-        if sources.is_carved(name, files):  # one stream, carved into both splits
-            val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
-            streams = [dict(hf_split=hub.get("carve"), carve=True, stop="train",
-                            caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
-        else:  # one stream per missing split
-            todo = [s for s in wanted if force or not old or s not in old["splits"]]
-            streams = [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
-        identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
-                        val_every=sources.VAL_EVERY, format=1)
-        plan = dict(encode=functools.partial(_encode_batch, tokenizer=tokenizer),  # picklable: to the workers
-                    documents=hub.get("documents"), streams=streams,
-                    identity=json.loads(json.dumps(identity)))  # as manifest.json will hold it
-        created = not os.path.isdir(folder)
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as e:
-            raise shards.write_failed(folder, e) from e
-        t0 = time.time()
-        try:
-            done, rule = shards.build(name, files, folder, plan, num_proc or os.cpu_count() or 1, shard_tokens,
-                                      progress or 0)
-            for split, info in done.items():
-                if info["tokens"] == 0:
-                    raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
-                                                  f"({info['documents']} documents); give it more text")
-            kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
-            meta = dict(
-                dataset=name, source=hub.get("kwargs", name), files=None if files is None else len(files),
-                max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer, vocab=vocab_size(tokenizer),
-                separator=separator(tokenizer),
-                layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
-                        "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
-                val_rule=rule,
-                splits={**kept, **{s: dict(v, seconds=round(time.time() - t0, 2)) for s, v in done.items()}},
-                python=sys.version.split()[0], tiktoken=_tiktoken().__version__ if tokenizer == "gpt2" else None,
-                created=time.strftime("%Y-%m-%d %H:%M:%S"))
-            shards.commit(folder, partial, done, meta)
-            shutil.rmtree(partial, ignore_errors=True)
-        except BaseException as e:
-            kept = shards.kept_tokens(partial)
-            if not kept:
-                shutil.rmtree(partial, ignore_errors=True)
-            elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
-                raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
-                              "the same command resumes from there") from e
-            else:
-                print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
-                      "resumes from there", file=sys.stderr)
-            raise
-        finally:
-            shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
-            if created and not os.listdir(folder):  # a failed first build leaves no empty folder
-                os.rmdir(folder)
+        if not _holds(old, wanted, force):
+            streams = _streams(name, files, wanted, old, force, max_tokens)
+            _build(name, files, folder, partial, old, streams, tokenizer, max_tokens,
+                   num_proc or os.cpu_count() or 1, shard_tokens, progress or 0)
     return folder
+
+
+def _holds(meta, wanted, force):
+    """Whether a cache's meta holds every split wanted (and no rebuild is forced)."""
+    return not force and meta is not None and all(s in meta["splits"] for s in wanted)
+
+
+def _streams(name, files, wanted, old, force, max_tokens):
+    """What a build reads: [dict(hf_split, carve, stop, caps)]. A carved source is one stream cut
+    into both splits (its val capped by val_max too); a hub source one stream per missing split."""
+    hub = sources.HUB.get(name, {})
+    if sources.is_carved(name, files):
+        val_caps = [c for c in (max_tokens, hub.get("val_max")) if c is not None]
+        return [dict(hf_split=hub.get("carve"), carve=True, stop="train",
+                     caps={"train": max_tokens, "val": min(val_caps) if val_caps else None})]
+    todo = [s for s in wanted if force or not old or s not in old["splits"]]
+    return [dict(hf_split=hub["splits"][s], carve=False, stop=s, caps={s: max_tokens}) for s in todo]
+
+
+def _build(name, files, folder, partial, old, streams, tokenizer, max_tokens, num_proc, shard_tokens, progress):
+    """Build `streams` into `folder` (prepare holds its lock, `partial`) and swap them in with
+    meta.json (prepare's docstring says what the settings do). A failed build keeps the tokens it wrote
+    (the same command resumes from them) and says so; it leaves no temp file behind, and a
+    failed first build no empty folder."""
+    identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
+                    val_every=sources.VAL_EVERY, format=1)
+    created = not os.path.isdir(folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise shards.write_failed(folder, e) from e
+    t0 = time.time()
+    try:
+        with shards.Writer(folder, identity, shard_tokens, progress,
+                           sources.HUB.get(name, {}).get("documents")) as writer:
+            _tokenize(name, files, writer, tokenizer, num_proc)
+        done = writer.state["splits"]
+        for split, info in done.items():
+            if info["tokens"] == 0:
+                raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
+                                              f"({info['documents']} documents); give it more text")
+        meta = _meta(name, files, old, done, writer.state["rule"], tokenizer, max_tokens, time.time() - t0)
+        shards.commit(folder, partial, done, meta)
+        shutil.rmtree(partial, ignore_errors=True)
+    except BaseException as e:
+        kept = shards.kept_tokens(partial)
+        if not kept:
+            shutil.rmtree(partial, ignore_errors=True)
+        elif isinstance(e, sources.DataUnavailable):  # a user-fixable error: say that the work is kept
+            raise type(e)(f"{str(e).rstrip('.')}; the {kept:,} tokens built so far are kept in {partial}: "
+                          "the same command resumes from there") from e
+        else:
+            print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
+                  "resumes from there", file=sys.stderr)
+        raise
+    finally:
+        shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
+        if created and not os.listdir(folder):  # a failed first build leaves no empty folder
+            os.rmdir(folder)
+
+
+def _tokenize(name, files, writer, tokenizer, num_proc):
+    """The data path, once per stream, from where the build stands (writer.state): the source's
+    documents (sources.documents) -> their token ids (_encoded, on num_proc processes) -> the
+    split files (writer.write; a carved source's pieces routed to 'train' and 'val' by
+    sources.carve on the way)."""
+    encode = functools.partial(_encode_batch, tokenizer=tokenizer)  # picklable: to the workers
+    for j, stream in enumerate(writer.identity["streams"]):
+        if j < writer.state["stream"]:
+            continue  # written by an earlier run of this build
+        skip = writer.state["documents"]  # read by an interrupted run: read again here, not encoded
+        docs = (d for d in sources.documents(name, files, writer.folder, stream["hf_split"]) if d and d.strip())
+        encoded = _encoded(itertools.islice(docs, skip, None), encode, num_proc)
+        if stream["carve"]:
+            pieces, rule = sources.carve(encoded, start=skip)
+        else:
+            pieces, rule = ((stream["stop"], ids) for ids in encoded), "hub split"
+        try:
+            writer.write(j, pieces, rule)
+        finally:
+            encoded.close()  # stops the encoding processes of a stream left early
+
+
+def _meta(name, files, old, done, rule, tokenizer, max_tokens, seconds):
+    """meta.json of a finished build: the splits `done` now, beside those of the `old` meta it keeps."""
+    kept = {} if old is None else {s: v for s, v in old["splits"].items() if s not in done}
+    return dict(
+        dataset=name, source=sources.HUB.get(name, {}).get("kwargs", name),
+        files=None if files is None else len(files), max_tokens=max_tokens, dtype="uint16", tokenizer=tokenizer,
+        vocab=vocab_size(tokenizer), separator=separator(tokenizer),
+        layout=("every document followed by EOT (50256)" if tokenizer == "gpt2" else
+                "every document's UTF-8 bytes (NUL removed) followed by NUL (byte 0)"),
+        val_rule=rule, splits={**kept, **{s: dict(v, seconds=round(seconds, 2)) for s, v in done.items()}},
+        python=sys.version.split()[0], tiktoken=_tiktoken().__version__ if tokenizer == "gpt2" else None,
+        created=time.strftime("%Y-%m-%d %H:%M:%S"))
 
 
 def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", vocab=None, **kwargs):

@@ -1,11 +1,13 @@
-"""Resumable token-cache builds: documents encoded across processes and appended to uint16
-<split>.bin files in shards, with a manifest from which an interrupted build resumes.
+"""Resumable token-cache builds: token ids appended to uint16 <split>.bin files in shards, with a
+manifest from which an interrupted build resumes; the lock that keeps a build to one process.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the 130M
 SPEN trains on FineWeb-Edu, a stream far longer than one sitting; this file writes such a
 stream to disk so that a build stopped at any point (an error, Ctrl-C, kill -9) continues.
-data.py's prepare says what a cache holds (source, tokenizer, splits, caps) as a `plan` and
-calls build(), then commit(); it owns the finished cache's layout and meta.json.
+It is the last step of the data path, called by corpus.py's prepare and calling nothing back:
+prepare takes the lock (building), opens a Writer on what the cache holds (its identity),
+reads each stream's documents from sources.py, encodes them and hands the token ids to
+Writer.write, then commit()s; corpus.py owns the finished cache's layout and meta.json.
 
 Layout of a build in progress, beside its cache folder <key>/:
   <key>.partial/<split>.bin       uint16 token ids, appended in document order
@@ -13,31 +15,24 @@ Layout of a build in progress, beside its cache folder <key>/:
                                   val rule, format) and state (the stream reached, the documents
                                   read in it, per split its tokens, documents and largest id)
   <key>.partial/lock              a POSIX lock the building process holds: one build at a time; a
-                                  second is refused in one line and touches nothing (building)
+                                  second waits for it, touching nothing, and then reads its cache
   <file>.tmp<pid>                 a write in progress; a dead pid's are removed (remove_temps)
 
-Encoding (_encoded): documents are read here; `encode` (a picklable function: a list of
-documents -> their uint16 id arrays, data.py's tokenizer) runs in this process for the first
-POOL_AFTER documents, then on num_proc worker processes, at most 2 num_proc batches in flight.
-Results come back in document order, so the files do not depend on num_proc.
-
 Resuming: every shard_tokens tokens, at a document boundary, the .bin files are flushed to
-disk and manifest.json is replaced (temp file + rename). A build called again with the same
-identity cuts each .bin back to the tokens recorded, skips the documents already done (it reads
-them, it does not encode them) and ends byte-identical to a build that never stopped; a
-manifest of another identity, or files shorter than it records, start the build afresh. commit()
-renames the finished files into <key>/ with meta.json last. A failed write (full disk, no
-permission) raises CacheWriteError, one line. Messages begin 'data.py:', the command users run.
+disk and manifest.json is replaced (temp file + rename). A Writer opened again with the same
+identity cuts each .bin back to the tokens recorded and says how many documents of its stream
+were read, which the caller skips (it reads them, it does not encode them), so the build ends
+byte-identical to one that never stopped; a manifest of another identity, or files shorter than
+it records, start the build afresh. commit() renames the finished files into <key>/ with
+meta.json last. A failed write (full disk, no permission) raises CacheWriteError, one line.
+Messages begin 'data.py:', the command users run.
 
 No command line: `python data.py` builds. Tested in tests/test_prepare.py (resume after an error
-and after SIGKILL, encoding processes, the lock, progress lines) and tests/test_data.py (full
-disk, stale temp files).
+and after SIGKILL, the lock, progress lines) and tests/test_data.py (full disk, stale temp files).
 """
-import collections
 import contextlib
 import errno
 import glob
-import itertools
 import json
 import os
 import re
@@ -45,11 +40,10 @@ import shutil
 import sys
 import time
 
-from plumbing import cli, sources
+from plumbing import sources  # its DataUnavailable only: a build calls nothing there
 
 SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
-POOL_AFTER = 240        # documents encoded in-process before the worker processes start
 WAIT_S = 1800.0         # how long a second caller waits for another process's build of the same cache
 
 
@@ -124,68 +118,6 @@ def json_tmp(path, obj):
         _remove(tmp)
         raise
     return tmp
-
-
-# ----------------------------------------------------------------------------- encoding
-
-def _batches(docs):
-    """Lists of documents that grow 16, 32, ... 1024, so a small max_tokens reads few."""
-    size = 16
-    while True:
-        batch = list(itertools.islice(docs, size))
-        if not batch:
-            return
-        yield batch
-        size = min(2 * size, 1024)
-
-
-def _encoded(docs, encode, num_proc=1):
-    """encode's uint16 ids of each document of `docs` (non-empty ones, in order): read here,
-    encoded here for the first POOL_AFTER documents (a small build starts no process), then
-    on num_proc worker processes. Whatever `encode` builds once (data.py's tokenizer) is thus
-    built here before the fork, and the workers inherit it.
-
-    Reading overlaps encoding: at most 2 num_proc batches are in flight, so memory stays
-    bounded however fast the reader is; results come back in document order, so the cache
-    does not depend on num_proc."""
-    batches = _batches(d for d in docs if d and d.strip())  # empty rows would be lone separators
-    done = 0
-    for batch in batches:
-        yield from encode(batch)
-        done += len(batch)
-        if num_proc > 1 and done >= POOL_AFTER:
-            break
-    else:
-        return
-    import multiprocessing
-    ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with cli.sigint_held():  # a Ctrl-C meanwhile arrives once the pool is whole, which `with` then terminates
-        pool = ctx.Pool(num_proc, _exit_with, (os.getpid(),))
-    with pool:  # left early: terminated here
-        pending = collections.deque()
-        for batch in batches:
-            pending.append(pool.apply_async(encode, (batch,)))
-            # hand back what is done at once: a consumer that stops early made us read little
-            while pending and (pending[0].ready() or len(pending) >= 2 * num_proc):
-                yield from pending.popleft().get()
-        while pending:
-            yield from pending.popleft().get()
-
-
-def _exit_with(parent):
-    """Worker initializer: ignore Ctrl-C (the parent answers it for the group in one line and
-    terminates the pool; a worker would print a KeyboardInterrupt traceback each), and end this
-    encoding process when its parent is gone (killed -9, it could not terminate its pool), rather
-    than linger."""
-    import signal
-    import threading
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()
 
 
 # ----------------------------------------------------------------------------- build
@@ -297,118 +229,114 @@ def building(folder):
             shutil.rmtree(partial, ignore_errors=True)
         f.close()
 
+class Writer:
+    """The split files of a build, <folder>.partial/<split>.bin, that token ids are appended to.
 
-def build(name, files, folder, plan, num_proc, shard_tokens, progress):
-    """Tokenize the streams of `plan` into <folder>.partial/<split>.bin, resuming a build
-    interrupted there; return (stats {split: tokens, documents, max_id}, rule).
+    identity: what the build makes (cache key, tokenizer, streams, val rule, format); it keys the
+    manifest, and identity['streams'][j] = dict(hf_split, carve, stop, caps) says what stream j
+    writes. Opened, a writer takes up the state a manifest of the same identity records (the
+    stream reached, the documents read in it, per split its tokens, documents and largest id),
+    cutting each .bin back to it, or starts afresh; `state` is that, kept up to date. Use it as
+    `with Writer(...) as w:`, the caller holding building(folder): a block left without an error
+    closes the files, where a full disk can still fail (a CacheWriteError)."""
 
-    plan: identity (what the cache holds), streams [dict(hf_split, carve, stop, caps)],
-    encode (see _encoded), documents (the source's total, for the ETA; None: unknown).
-    Every shard_tokens tokens (at a document boundary) the .bin files are flushed to disk and
-    manifest.json records the state: stream, documents read in it, each split's tokens. A
-    resumed build truncates the files to that state and skips the documents already read (it
-    reads them again, it does not encode them), so it ends byte-identical to one that never
-    stopped. Caps: caps[split] max tokens (None: all); a full 'val' overflows into 'train';
-    a stream ends when its stop_split is full or its documents run out. The caller holds
-    building(folder)."""
-    partial = folder + ".partial"
-    splits = sorted({s for stream in plan["streams"] for s in stream["caps"]})
-    fresh = dict(stream=0, documents=0, rule=None, splits={s: dict(tokens=0, documents=0, max_id=0)
-                                                           for s in splits})
-    state = _read_manifest(partial, plan["identity"])
-    done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
-    if done:
-        print(f"data.py: resuming the build in {partial}: {done:,} tokens are already written",
-              file=sys.stderr, flush=True)
-    else:
-        state = fresh
-    bins = {s: os.path.join(partial, f"{s}.bin") for s in splits}
-    out = {}
-    try:
-        for s in splits:
-            with open(bins[s], "ab"):  # create if missing, then cut to the recorded state
-                pass
-            os.truncate(bins[s], 2 * state["splits"][s]["tokens"])
-            out[s] = open(bins[s], "ab")
-    except OSError as e:
-        for f in out.values():
-            f.close()
-        raise write_failed(folder, e) from e
-    try:
-        _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress)
-        for f in out.values():
-            try:
-                f.close()  # buffered bytes are written here: a full disk can fail now
-            except OSError as e:
-                raise write_failed(folder, e) from e
-    finally:
-        for f in out.values():
+    def __init__(self, folder, identity, shard_tokens=SHARD_TOKENS, progress=PROGRESS_EVERY, documents=None):
+        self.folder, self.partial = folder, folder + ".partial"
+        self.identity = json.loads(json.dumps(identity))  # as manifest.json holds it
+        self.shard_tokens, self.progress = shard_tokens, progress or 0
+        self.documents = documents  # the source's total, for the ETA (None: unknown)
+        splits = sorted({s for stream in self.identity["streams"] for s in stream["caps"]})
+        state = _read_manifest(self.partial, self.identity)
+        done = 0 if state is None else sum(i["tokens"] for i in state["splits"].values())
+        if done:
+            print(f"data.py: resuming the build in {self.partial}: {done:,} tokens are already written",
+                  file=sys.stderr, flush=True)
+        else:
+            state = dict(stream=0, documents=0, rule=None,
+                         splits={s: dict(tokens=0, documents=0, max_id=0) for s in splits})
+        self.state, self.out = state, {}
+        try:
+            for s in splits:
+                path = os.path.join(self.partial, f"{s}.bin")
+                with open(path, "ab"):  # create if missing, then cut to the recorded state
+                    pass
+                os.truncate(path, 2 * state["splits"][s]["tokens"])
+                self.out[s] = open(path, "ab")
+        except OSError as e:
+            self._close()
+            raise write_failed(folder, e) from e
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error, *_):
+        try:
+            if error is None:
+                for f in self.out.values():
+                    try:
+                        f.close()  # buffered bytes are written here: a full disk can fail now
+                    except OSError as e:
+                        raise write_failed(self.folder, e) from e
+        finally:  # after an error (or a failed close): close the rest, quietly
+            self._close()
+
+    def _close(self):
+        for f in self.out.values():
             try:
                 f.close()
             except OSError:
                 pass
-    return state["splits"], state["rule"]
 
-
-def _checkpoint(folder, partial, plan, state, out):
-    """Flush the .bin files to disk, then record `state` in manifest.json (temp file + rename)."""
-    path = os.path.join(partial, "manifest.json")
-    try:
-        for f in out.values():
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(json_tmp(path, dict(identity=plan["identity"], state=state)), path)
-    except OSError as e:
-        raise write_failed(folder, e) from e
-
-
-def _run_streams(name, files, folder, plan, state, out, partial, num_proc, shard_tokens, progress):
-    """The build loop of build(), from `state` on (updated in place)."""
-    stats = state["splits"]
-    for j, stream in enumerate(plan["streams"]):
-        if j < state["stream"]:
-            continue
-        hf_split, caps, stop_split = stream["hf_split"], stream["caps"], stream["stop"]
-        skip = state["documents"]
-        label = f"{os.path.basename(folder)} {'train+val' if stream['carve'] else stop_split}"
-        meter = _Progress(label, progress, caps[stop_split], plan.get("documents"), enabled=progress > 0)
-        docs = (d for d in sources.documents(name, files, folder, hf_split) if d and d.strip())
-        encoded = _encoded(itertools.islice(docs, skip, None), plan["encode"], num_proc)
-        if stream["carve"]:
-            pieces, rule = sources.carve(encoded, start=skip)
-        else:
-            pieces, rule = ((stop_split, ids) for ids in encoded), "hub split"
+    def write(self, j, pieces, rule):
+        """Append stream j's pieces, (split, uint16 ids) in document order, to the split files;
+        rule: how its splits were carved (a line for meta.json). A stream resumed mid-way gets
+        the pieces after the documents `state` says it read. Caps: caps[split] max tokens (None:
+        all), a piece cut to fit; a full 'val' overflows into 'train'; the stream ends when its
+        stop split is full or its pieces run out. Every shard_tokens tokens (at a document
+        boundary) and at the end, the files are flushed and the state recorded (_checkpoint)."""
+        stream, state = self.identity["streams"][j], self.state
+        stats, caps, stop = state["splits"], stream["caps"], stream["stop"]
+        label = f"{os.path.basename(self.folder)} {'train+val' if stream['carve'] else stop}"
+        meter = _Progress(label, self.progress, caps[stop], self.documents, enabled=self.progress > 0)
         # documents map 1:1 to pieces, except under carve's few-documents rule (never checkpointed)
         resumable = not stream["carve"] or rule.startswith("document i")
         state["rule"] = state["rule"] or rule
         since = 0  # tokens written since the last checkpoint
-        try:
-            for split, ids in pieces:
-                if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
-                    split = "train"  # only 'val' can be full here: its overflow feeds 'train'
-                room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
-                ids = ids[:room]
-                try:
-                    out[split].write(ids.tobytes())
-                except OSError as e:
-                    raise write_failed(folder, e) from e
-                info = stats[split]
-                info["tokens"] += len(ids)
-                info["documents"] += 1
-                info["max_id"] = max(info["max_id"], int(ids.max()) if len(ids) else 0)
-                state["documents"] += 1
-                since += len(ids)
-                meter.update(state["documents"], stats[stop_split]["tokens"])
-                if caps[stop_split] is not None and stats[stop_split]["tokens"] >= caps[stop_split]:
-                    break
-                if resumable and since >= shard_tokens:
-                    _checkpoint(folder, partial, plan, state, out)
-                    since = 0
-        finally:
-            encoded.close()  # stops the encoding processes of a stream left early
-        meter.update(state["documents"], stats[stop_split]["tokens"], last=True)
+        for split, ids in pieces:
+            if caps[split] is not None and stats[split]["tokens"] >= caps[split]:
+                split = "train"  # only 'val' can be full here: its overflow feeds 'train'
+            room = caps[split] - stats[split]["tokens"] if caps[split] is not None else len(ids)
+            ids = ids[:room]
+            try:
+                self.out[split].write(ids.tobytes())
+            except OSError as e:
+                raise write_failed(self.folder, e) from e
+            info = stats[split]
+            info["tokens"] += len(ids)
+            info["documents"] += 1
+            info["max_id"] = max(info["max_id"], int(ids.max()) if len(ids) else 0)
+            state["documents"] += 1
+            since += len(ids)
+            meter.update(state["documents"], stats[stop]["tokens"])
+            if caps[stop] is not None and stats[stop]["tokens"] >= caps[stop]:
+                break
+            if resumable and since >= self.shard_tokens:
+                self._checkpoint()
+                since = 0
+        meter.update(state["documents"], stats[stop]["tokens"], last=True)
         state.update(stream=j + 1, documents=0)
-        _checkpoint(folder, partial, plan, state, out)
+        self._checkpoint()
+
+    def _checkpoint(self):
+        """Flush the .bin files to disk, then record the state in manifest.json (temp file + rename)."""
+        path = os.path.join(self.partial, "manifest.json")
+        try:
+            for f in self.out.values():
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(json_tmp(path, dict(identity=self.identity, state=self.state)), path)
+        except OSError as e:
+            raise write_failed(self.folder, e) from e
 
 
 def commit(folder, partial, splits, meta):

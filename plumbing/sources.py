@@ -32,14 +32,15 @@ of a .txt file, a wikitext article); a split is 'train' or 'val'; a carved sourc
 (is_carved: builtin, files:, fineweb-edu) yields one stream that carve() cuts into both
 splits; the others map each split to a hub split (HUB[name]['splits']).
 
-Use: data.py's prepare calls resolve(name) to validate a name (and list its files),
-splits_of(name), hub_unreachable() before any hub call, documents(...) for the texts of a
-build and carve() on their tokens (carve(..., start) when a build resumes); none of this
-runs on a cache hit, and `datasets` is imported only when text must be read. A hub failure is
-one of two one-line errors: 'offline (no network)' (hub_error: the hub cannot be reached) or
-'the hub answered with an error' (hub_answered_error: a rate limit, a 5xx, a dropped stream;
-the same command resumes). Nothing to run here: `python data.py --dataset NAME` tokenizes a
-source; tests/test_data.py and tests/test_prepare.py check this file.
+Use: corpus.py's prepare, the one caller (nothing here calls back), calls resolve(name) to
+validate a name (and list its files), splits_of(name), hub_unreachable() before any hub call,
+documents(...) for the texts of a build and carve() on their tokens (carve(..., start) when a
+build resumes); none of this runs on a cache hit, and `datasets` is imported only when text
+must be read. A hub failure is one of two one-line errors: 'offline (no network)' (hub_error:
+the hub cannot be reached) or 'the hub answered with an error' (hub_answered_error: a rate
+limit, a 5xx, a dropped stream; the same command resumes). Nothing to run here: `python
+data.py --dataset NAME` tokenizes a source; tests/test_data.py and tests/test_prepare.py check
+this file.
 """
 import ast
 import codecs

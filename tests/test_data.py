@@ -62,15 +62,15 @@ def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     n_docs = meta["splits"]["train"]["documents"]  # the last one may be cut before its EOT
     assert (np.asarray(train) == corpus.EOT).sum() in (n_docs, n_docs - 1) and n_docs >= 2
     # second call: a cache hit, nothing is tokenized
-    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(shards, "Writer", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert corpus.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path)) == folder
 
 
 def test_interrupted_cache_is_rebuilt(tmp_path, monkeypatch):
     folder = corpus.prepare("builtin", max_tokens=2000, cache_dir=str(tmp_path))
     calls = []
-    real = shards.build
-    monkeypatch.setattr(shards, "build", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = shards.Writer
+    monkeypatch.setattr(shards, "Writer", lambda *a, **k: calls.append(1) or real(*a, **k))
     # killed before meta.json was written: half a train.bin and no meta
     os.remove(os.path.join(folder, "meta.json"))
     with open(os.path.join(folder, "train.bin"), "r+b") as f:
@@ -206,10 +206,10 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
     assert corpus.decode([0xE2, 0x82], "bytes") == "\ufffd" and corpus.decode([104, 105], "bytes") == "hi"
     assert corpus.decode(corpus.get_tokenizer().encode_ordinary("hello"), "gpt2") == "hello"
     # a NUL inside a document is dropped: 0 only ever ends a document; empty documents are skipped
-    ids = list(shards._encoded(iter(["a\0b", "  ", "é"]), functools.partial(corpus._encode_batch, tokenizer="bytes")))
+    ids = list(corpus._encoded(iter(["a\0b", "  ", "é"]), functools.partial(corpus._encode_batch, tokenizer="bytes")))
     assert [x.tolist() for x in ids] == [[97, 98, 0], [0xC3, 0xA9, 0]]
     # the gpt2 cache of the same source is a different folder, untouched by the bytes build
-    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
+    monkeypatch.setattr(shards, "Writer", lambda *a, **k: pytest.fail("re-tokenized a cached split"))
     assert corpus.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes") == folder
 
 
@@ -280,7 +280,7 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     assert not os.path.exists(corpus._cache_folder("builtin", 1000, cache))
     monkeypatch.delattr(shards, "open")
     # the previous cache is still a cache hit
-    monkeypatch.setattr(shards, "build", lambda *a, **k: pytest.fail("rebuilt a good cache"))
+    monkeypatch.setattr(shards, "Writer", lambda *a, **k: pytest.fail("rebuilt a good cache"))
     assert len(corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache)) == 2000
 
 

@@ -18,7 +18,8 @@ LESSON = {"ema", "spen", "variants", "writes", "gpt", "lm", "grammar", "spcn"}
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
             "plumbing.memory", "plumbing.records", "plumbing.ngram", "plumbing.repeats", "plumbing.runtime",
             "plumbing.shards", "plumbing.tables", "plumbing.grid", "plumbing.sources", "plumbing.timing",
-            "plumbing.bench_report", "plumbing.scaling_report", "plumbing.registry"}
+            "plumbing.bench_report", "plumbing.scaling_report", "plumbing.probe_report", "plumbing.recall_report",
+            "plumbing.registry"}
 # Entry points with a command line, all at the top level; a command may import anything.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train"}
 
@@ -197,3 +198,62 @@ def test_the_cycle_finder_finds_cycles():
     assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+# ----------------------------------------------------------------------------- function length, the data path
+
+MAX_FUNCTION_LINES = 60  # a function a reader takes in at once (issue 45: corpus.prepare was 93)
+
+
+def long_functions(folder, limit=MAX_FUNCTION_LINES):
+    """["file.py: name N lines"] for every def (methods and nested ones too) in folder/*.py longer than
+    `limit` lines, counted as ast does: end_lineno - lineno + 1, its docstring included."""
+    found = []
+    for fname in sorted(f for f in os.listdir(folder) if f.endswith(".py")):
+        with open(os.path.join(folder, fname)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    found.append(f"{fname}: {node.name} {n} lines")
+    return found
+
+
+def test_no_function_in_plumbing_is_over_60_lines():
+    assert long_functions(os.path.join(ROOT, "plumbing")) == []
+
+
+def test_the_length_check_names_a_long_function(tmp_path):
+    """The check above can fail: a 61-line function and a long method are named, a 60-line one is not."""
+    body = lambda n: "".join("    x = 1\n" for _ in range(n - 1))
+    (tmp_path / "a.py").write_text(f"def ok():\n{body(60)}\ndef long():\n{body(61)}")
+    (tmp_path / "b.py").write_text("class C:\n    def m(self):\n" + body(70).replace("    ", "        "))
+    assert long_functions(tmp_path) == ["a.py: long 61 lines", "b.py: m 70 lines"]
+
+
+# The data path: a name -> its documents (sources) -> tokens (corpus) -> the split files (shards), each step
+# called once by the one before. corpus drives; sources and shards call nothing back.
+DATA_PATH = {"plumbing.corpus": {"plumbing.sources", "plumbing.shards"}, "plumbing.sources": set(),
+             "plumbing.shards": {"plumbing.sources"}}
+TAKEN = {("plumbing.shards", "plumbing.sources"): {"DataUnavailable"}}  # an error class to subclass, no call
+
+
+def names_used(name, other):
+    """The names module `name` takes from module `other` (`other.x` after `from plumbing import other`)."""
+    with open(os.path.join(ROOT, *name.split(".")) + ".py") as f:
+        tree = ast.parse(f.read())
+    short = other.split(".")[-1]
+    return {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == short}
+
+
+def test_the_data_path_runs_one_way():
+    """corpus imports sources and shards; sources imports neither; shards takes only sources' error class:
+    no module of the three calls back into the one that called it."""
+    got = {m: imports(m) & set(DATA_PATH) for m in DATA_PATH}
+    assert got == DATA_PATH
+    for (m, other), allowed in TAKEN.items():
+        assert names_used(m, other) <= allowed, f"{m} uses {sorted(names_used(m, other) - allowed)} of {other}"
+    assert {"documents", "carve"} <= names_used("plumbing.corpus", "plumbing.sources")
+    assert {"building", "Writer", "commit"} <= names_used("plumbing.corpus", "plumbing.shards")

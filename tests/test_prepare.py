@@ -185,7 +185,7 @@ def test_progress_lines_without_a_terminal(tmp_path, capsys):
 
 def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(shards, "POOL_AFTER", 16)  # the worker processes start after one batch
+    monkeypatch.setattr(corpus, "POOL_AFTER", 16)  # the worker processes start after one batch
     src = tmp_path / "rows.jsonl"
     _corpus(src, 0.3)
     for tokenizer in ("gpt2", "bytes"):
