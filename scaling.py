@@ -70,7 +70,8 @@ cli.exit_on_ctrl_c(__name__, "scaling.py")  # until main_guard; the imports belo
 import numpy as np
 import torch
 
-from plumbing import checkpoint, cli, corpus, evaluate, grid, ngram, registry, repeats, runtime, scaling_report, tables
+from plumbing import (checkpoint, cli, corpus, evaluate, grid, ngram, records, registry, repeats, runtime,
+                      scaling_report, tables)
 import train
 
 MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
@@ -184,7 +185,7 @@ def read_points(run, per_step, train_tokens):
     """The curve of a run folder: one dict per evaluation (step 0 included) with the validation
     loss, the mean training loss since the previous evaluation and the passes over the train split."""
     points, losses = [], []
-    for rec in checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl")):
+    for rec in records.read_jsonl(os.path.join(run, "metrics.jsonl")):
         if "train_loss" in rec:
             losses.append(rec["train_loss"])
         if "val_loss" in rec:
@@ -197,12 +198,12 @@ def read_points(run, per_step, train_tokens):
 
 def read_copy(run):
     """The copy splits of a run folder (copy.jsonl), one per point, by step."""
-    return checkpoint.read_jsonl(os.path.join(run, "copy.jsonl"))
+    return records.read_jsonl(os.path.join(run, "copy.jsonl"))
 
 
 def read_scores(run):
     """The whole-split scores of a run folder (scores.jsonl), one per scored step."""
-    return checkpoint.read_jsonl(os.path.join(run, "scores.jsonl"))
+    return records.read_jsonl(os.path.join(run, "scores.jsonl"))
 
 
 def score_point(cfg, run, val, windows, dist, steps):
@@ -216,7 +217,7 @@ def score_point(cfg, run, val, windows, dist, steps):
     ckpt = checkpoint.load(path)
     step, tokens = ckpt["step"], ckpt["step"] * tokens_per_step(cfg)
     todo = [f for f in ("copy.jsonl", "scores.jsonl")
-            if step not in {r["step"] for r in checkpoint.read_jsonl(os.path.join(run, f))}]
+            if step not in {r["step"] for r in records.read_jsonl(os.path.join(run, f))}]
     if step not in steps or not todo:
         return
     model = checkpoint.build(ckpt, path)
@@ -402,7 +403,7 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
 def train_seconds(run, after=0):
     """Seconds of training in a run folder (the sum of its step times in metrics.jsonl; a branch:
     the steps after its start)."""
-    recs = checkpoint.read_jsonl(os.path.join(run, "metrics.jsonl"))
+    recs = records.read_jsonl(os.path.join(run, "metrics.jsonl"))
     return round(sum(r.get("ms", 0) for r in recs if r["step"] > after) / 1000, 1)
 
 
@@ -420,14 +421,7 @@ def read_windows(path):
     """A windows.json as written ({} when there is none); a damaged one is one line."""
     if not os.path.exists(path):
         return {}
-    try:
-        with open(path) as f:
-            old = json.load(f)
-    except (OSError, ValueError) as e:
-        old = e
-    if not isinstance(old, dict):
-        raise cli.UserError(f"{path} is not a windows record ({old}); move it away (the run folders rewrite it)")
-    return old
+    return records.read_json(path, records.Each(dict), "move it away (the run folders rewrite it)", "a windows record")
 
 
 def window_record(cfg, curves):

@@ -95,9 +95,14 @@ METRICS = dict(step=int, train_loss=Opt(NUMBER), lr=Opt(NUMBER), ms=Opt(NUMBER),
 # scaling.py's copy.jsonl: the copy split of one point of a curve (plumbing/repeats.py copy_split)
 COPY = dict(step=int, tokens=NUMBER, loss_copy=(*NUMBER, NULL), loss_other=(*NUMBER, NULL),
             copy_fraction=Opt(NUMBER), by_distance=[dict(loss=(*NUMBER, NULL), fraction=Opt(NUMBER))])
-RUN_RECORDS = {"metrics.jsonl": METRICS, "copy.jsonl": COPY}  # read_jsonl's shape for a file of this name
+# scaling.py's scores.jsonl: one point scored on the whole val split, per-window sums (repeats.window_scores)
+SCORES = dict(step=int, tokens=NUMBER, machine=str, windows=dict(n=[int], loss=[NUMBER], copy_n=[int],
+                                                                 copy_loss=[NUMBER], bin_n=[[int]], bin_loss=[[NUMBER]]))
+RUN_RECORDS = {"metrics.jsonl": METRICS, "copy.jsonl": COPY, "scores.jsonl": SCORES}  # read_jsonl's shape by file name
 FIXES = {"metrics.jsonl": "fix or delete that line, or train the run anew in another --out_dir",
-         "copy.jsonl": "delete copy.jsonl: the same command measures its points again from the checkpoints"}
+         "copy.jsonl": "delete copy.jsonl: the same command measures its points again from the checkpoints",
+         "scores.jsonl": "delete that line: the same command scores the run's last checkpoint again (earlier "
+                         "points, whose checkpoints are gone, stay unscored)"}
 
 
 def read_jsonl(path, shape=None, fix=None):

@@ -166,3 +166,18 @@ def test_ablate_over_a_damaged_record_writes_no_table(ablate_run, where, tmp_pat
         ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(out), **tiny))
     one_line(e, os.path.basename(where))
     assert (out / "ablate.md").read_text() == table
+
+
+def test_a_damaged_scores_line_is_one_line_naming_it(tmp_path):
+    """scaling.py's scores.jsonl: a NaN in a window's sum, or a string step, names the file and line."""
+    from plumbing import cli, records
+    good = dict(step=4, tokens=64, machine="cpu", windows=dict(n=[3, 2], loss=[2.5, 1.0], copy_n=[1, 0],
+                                                               copy_loss=[0.5, 0.0], bin_n=[[1, 0]], bin_loss=[[0.5, 0.0]]))
+    path = tmp_path / "scores.jsonl"
+    for bad in (dict(good, windows=dict(good["windows"], loss=[float("nan"), 1.0])), dict(good, step="4")):
+        path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(cli.UserError) as e:
+            records.read_jsonl(str(path))
+        assert "\n" not in str(e.value) and "scores.jsonl line 2" in str(e.value)
+    path.write_text(json.dumps(good) + "\n")
+    assert records.read_jsonl(str(path))[0]["step"] == 4
