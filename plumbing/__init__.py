@@ -6,6 +6,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
     runtime       where a run computes (device, dtype, autocast) and how fast (MFU)
+    placement     where one training process sits: DDP rank and world, device, autocast (train.py's setup)
+    provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> config overrides, family)
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
