@@ -24,6 +24,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     bench_report  the tables bench.py prints, read from its results JSON
     scaling_report  scaling.py's scaling.md and scaling.png, from its record
     probe_report  the results.md and roles.png probe.py writes, read from its results dict
+    ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
     recall_report  the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.
