@@ -21,6 +21,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings
+    bench_steps   bench.py's sections on one training step: memory per token, compile, speed on CUDA
     bench_report  the tables bench.py prints, read from its results JSON
     scaling_report  scaling.py's scaling.md and scaling.png, from its record
     probe_report  the results.md and roles.png probe.py writes, read from its results dict
