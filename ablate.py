@@ -47,7 +47,11 @@ OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a r
 mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses
 nothing. ablate.json is the record: a later invocation with the same settings and other
 --variants adds its rows beside the earlier ones (their run folders may be gone: git keeps no
-checkpoints), and one with other settings is refused in one line instead of replacing them. The reference numbers are in results/ablate/ (BPE) and results/ablate_bytes/ (bytes).
+checkpoints), and one with other settings is refused in one line instead of replacing them.
+While runs train, each running run says where it stands within the first minute and once a minute after
+(grid.watching reads its metrics.jsonl; plain lines, on a terminal or in a log), e.g.
+    [running 12:30] linear seed 0 | step 410/2000 | loss 5.4821 | 402 ms/step | eta 10.7 min
+The reference numbers are in results/ablate/ (BPE) and results/ablate_bytes/ (bytes).
 """
 
 import contextlib
@@ -55,6 +59,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import time
 import typing
 from dataclasses import dataclass
@@ -241,6 +246,20 @@ def progress(r, done, todo, seconds):
             f"elapsed {seconds:.0f} s, ETA {seconds / done * (todo - done):.0f} s")
 
 
+def run_status(job):
+    """Where a running run stands, read from its own metrics.jsonl while it trains (grid.watching
+    asks every grid.PROGRESS_S): step, training loss, ms/step and the run's ETA, the steps left times
+    the median ms of its last 20 steps (evaluations not counted: they add eval_iters batches each)."""
+    tcfg = train_config(job.cfg, job.name, job.seed)
+    recs = [r for r in records.read_jsonl(os.path.join(tcfg.out_dir, "metrics.jsonl")) if "ms" in r]
+    if not recs:
+        return f"{job!r} | starting (no step yet)"
+    ms, last = statistics.median(r["ms"] for r in recs[-20:]), recs[-1]
+    eta = (tcfg.max_iters - last["step"]) * ms / 1000
+    return (f"{job!r} | step {last['step']}/{tcfg.max_iters} | loss {last['train_loss']:.4f} | {ms:.0f} ms/step | eta "
+            + (f"{eta / 3600:.2f} h" if eta > 3600 else f"{eta / 60:.1f} min"))
+
+
 N, NULL = tables.NUMBER, records.NULL
 COPY_SPLIT = dict(loss_copy=(*N, NULL), loss_other=(*N, NULL), copy_fraction=N,
                   by_distance=[dict(lo=int, hi=(int, NULL), loss=(*N, NULL), fraction=N)])
@@ -257,13 +276,15 @@ def run_all(cfg, jobs):
     """Run the jobs through the grid's run cache (plumbing/grid.py: OUT/runs/NAME.json beside each
     run folder, reused only under the same run_key, never replaced by a run of other settings, one
     ablation per folder, Ctrl-C one line), cfg.workers at a time, each in its own process
-    (grid.run_jobs; workers=1: in this one). A failed run stops the ablation (RunInterrupted)."""
+    (grid.run_jobs; workers=1: in this one), each running run's progress (run_status) within the
+    first minute and once a minute after. A failed run stops the ablation (RunInterrupted)."""
     cells = [grid.Job(f"{name}_s{seed}", run_key(cfg, name, seed), Job(cfg, name, seed)) for cfg, name, seed in jobs]
     try:
         with grid.Grid(cfg.out_dir, cells, cli.command_line("ablate.py", cfg), vars(cfg), SAVED) as g:
             print(f"ablate: {len(cells)} runs, {len(g.saved)} already saved, {len(cells) - len(g.saved)} to train "
                   f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
-            return g.run(run_one, cfg.workers, progress, threads=None)  # workers=1: train.py sets its own threads
+            return g.run(run_one, cfg.workers, progress, threads=None,  # workers=1: train.py sets its own threads
+                         watch=run_status)  # each running run's step, loss and ETA, every grid.PROGRESS_S
     except (RunInterrupted, grid.JobFailed) as e:
         raise RunInterrupted(f"{e}; {RESUMES}") from None
 
