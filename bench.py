@@ -19,7 +19,7 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
              growth between micro-batches of 256 and 1024 tokens and the bytes autograd saves, against 80 / 141 GB
   compile    torch.compile equals eager on one training step of a 2-layer width-128 SPEN
   train      CUDA only: training steps in the 130m preset's shape (12 x 768, T=1024, 32 x 1024, halved
-             until it fits; bf16, fused AdamW, eager) of SPEN with each of READERS and of GPT-2:
+             until it fits; bf16, fused AdamW, eager) of SPEN with each of bench_steps.READERS and of GPT-2:
              ms/step, tokens/s, MFU (runtime.estimate_mfu at runtime.peak_flops), peak memory
   train_run  CUDA only: `train.main`, 130m preset (compile, bf16), TRAIN_RUN_STEPS steps on random
              tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
@@ -38,7 +38,8 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --sections readers --threads 1 --out results/bench/readers.json   # the map's readers
 The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
 results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
-readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's.
+readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's, the sections on
+one training step (memory, compile, train) plumbing/bench_steps.py's.
 
 Worker protocol: the driver runs each job of JOBS in a fresh process (`python -m bench --worker
 SECTIONS --worker_out OUT ...`, BENCH_ALLOCATOR=on|off in its environment) and reads OUT, {section:
@@ -64,10 +65,9 @@ cli.exit_on_ctrl_c(__name__, "bench.py")  # until main_guard; the imports below 
 import numpy as np
 import torch
 
-from plumbing import bench_report, checkpoint, cli, registry, runtime, tables, timing
+from plumbing import bench_report, bench_steps, checkpoint, cli, registry, runtime, tables, timing
 import ema
 import gpt
-import lm
 import spen
 import train
 import variants
@@ -79,18 +79,11 @@ SECTIONS = ("limits", "ema", "chunk", "readers", "blocks", "gen_spen", "gen_gpt"
             "train_run")
 CUDA_ONLY = ("train", "train_run")
 JOBS = (("limits", "ema"),) + tuple((s,) for s in SECTIONS[2:])  # one worker process each (ema reads limits)
-GPU_MEMORY_GB = {"H100": 80, "H200": 141}  # the GPUs the paper's scale implies (H200: the paper's)
-PAPER_MICRO_BATCH = (32, 1024)  # B x T of one micro-batch in train.py's 130m preset
 # (H, D, T, B) of the chunk section: the frontier's grid, the byte ablation at width 128, the paper
 CHUNK_CASES = ((32, 4, 64, 32), (2, 64, 256, 8), (12, 64, 1024, 1))
 CHUNK_LENS = (8, 16, 32, 64)  # L timed against the loop
-READERS = ("linear",) + tuple(p for p, _ in writes.WRITE_READERS)  # SPEN predictors the train section times beside GPT
 MAP_MODELS = ("delta", "ema_kv", "softmax_history", "gpt") + registry.MAP  # the readers section: the map's models
 TRAIN_RUN_STEPS = 20  # train_run's steps: runtime.WARMUP_STEPS (compiling) + the timed ones
-
-
-class BenchError(RuntimeError):
-    """A measurement failed or a checked property did not hold: a finding, it keeps its traceback."""
 
 
 @dataclass
@@ -186,7 +179,7 @@ def bench_ema(device, quick, copy_gbs=None):
                 t["x_floor"] = t["ms_min"] / floor
             err = max_error(m, x, g)
             if max(err.values()) > 1e-5:
-                raise BenchError(f"ema.traces(method={m!r}) differs from the loop by {max(err.values()):.2e} "
+                raise timing.BenchError(f"ema.traces(method={m!r}) differs from the loop by {max(err.values()):.2e} "
                                  f"at T={T} (fp32, TF32 off): more than 1e-5")
             row[m] = dict(fwd=fwd, fb=fb, max_err=err)
             if device.type == "cuda":
@@ -320,7 +313,8 @@ def bench_gen(device, quick, model_name):
 
 
 # ---------------------------------------------------------------------------------------------
-# Sections: what training costs (one block, one step, one short run)
+# Sections: what training costs (one block, one short run; one step's memory, compile and speed:
+# plumbing/bench_steps.py)
 
 
 def bench_blocks(device, quick):
@@ -382,109 +376,6 @@ def bench_ops(device, quick):
     return dict(rows=rows, checks=checks)
 
 
-def bench_memory(device, quick):
-    """Peak memory growth per token of one SPEN training step (forward, backward, AdamW step)."""
-    kw = dict(vocab_size=512, n_layer=2, n_embd=64) if quick else {}
-    T = 64 if quick else 256
-    out = dict(T=T, fp32=True, rows=[])
-    method = "matmul"  # the accelerator path; the scan saves the same tensors (see saved_bytes)
-    torch.manual_seed(0)
-    model = spen.SPEN(spen.SPENConfig(trace_method=method, **kw)).to(device)
-    opt = lm.configure_optimizers(model, 0.1, 6e-4, (0.9, 0.95), device.type)
-    peaks = {}
-    for B in (1, 1, 4):  # the first step allocates AdamW's state: measured again after it
-        idx = torch.randint(model.config.vocab_size, (B, T), device=device)
-        timing.sync(device)
-        timing.reset_peak(device)
-        timing.train_step(model, idx, opt)
-        timing.sync(device)
-        peaks[B] = timing.peak_mib(device)
-    per_token_mib = (peaks[4] - peaks[1]) / (3 * T)
-    saved_per_token_mib = timing.saved_bytes(model, idx) / (4 * T) / 2**20
-    static_mib = sum(p.numel() for p in model.parameters()) * 4 * 4 / 2**20  # weights, grads, 2 Adam moments
-    Bp, Tp = PAPER_MICRO_BATCH
-    need_gb = (static_mib + per_token_mib * Bp * Tp) * 2**20 / 1e9
-    out["rows"].append(dict(method=method, params=model.num_params(), peak_mib_B1=peaks[1],
-                            peak_mib_B4=peaks[4], per_token_mib=per_token_mib,
-                            saved_per_token_mib=saved_per_token_mib, static_mib=static_mib,
-                            paper_micro_batch=list(PAPER_MICRO_BATCH), paper_need_gb=need_gb,
-                            gpu_memory_gb=GPU_MEMORY_GB,
-                            fits={k: need_gb <= v for k, v in GPU_MEMORY_GB.items()}))
-    return out
-
-
-def bench_compile(device, quick):
-    """torch.compile vs eager on one training forward + backward: same loss and gradients."""
-    cfg = spen.SPENConfig(trace_method="matmul", vocab_size=512, n_layer=2, n_embd=128, block_size=128)
-    B, T = 2, 64
-    torch.manual_seed(0)
-    model = spen.SPEN(cfg).to(device)
-    idx = torch.randint(cfg.vocab_size, (B, T), device=device)
-    compiled = torch.compile(model)
-    res = {}
-    for name, m in (("eager", model), ("compiled", compiled)):
-        model.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        loss = timing.train_step(m, idx)
-        timing.sync(device)
-        first_s = time.perf_counter() - t0
-        grads = [p.grad.clone() for p in model.parameters()]
-        def again():
-            model.zero_grad(set_to_none=True)
-            timing.train_step(m, idx)
-        step = timing.timed(again, device, reps=3, warmup=1)
-        res[name] = dict(loss=loss.item(), first_call_s=first_s, step_ms=step["ms"], grads=grads)
-    gerr = max((a - b).abs().max().item() / (b.abs().max().item() + 1e-12)
-               for a, b in zip(res["compiled"].pop("grads"), res["eager"].pop("grads")))
-    lerr = abs(res["compiled"]["loss"] - res["eager"]["loss"])
-    return dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, B=B, T=T, eager=res["eager"], compiled=res["compiled"],
-                loss_diff=lerr, max_grad_rel_diff=gerr, equal=lerr <= 1e-4 and gerr <= 1e-3)
-
-
-def bench_train_steps(device, quick):
-    """Training steps in the 130m preset's shape of SPEN with each reader of READERS and of GPT-2:
-    bf16 autocast, fused AdamW, eager (train_run times the compiled SPEN). The micro-batch is
-    halved until it fits. MFU counts each model's flops_per_token (the write readers' include
-    their recurrence: variants' attn_flops)."""
-    small = dict(vocab_size=512, n_layer=2, n_embd=64) if quick else {}
-    builds = {f"spen_{p}": (lambda p=p: spen.SPEN(spen.SPENConfig(predictor=p, **small))) for p in READERS}
-    builds["gpt"] = lambda: gpt.GPT(gpt.GPTConfig(**small))
-    B, T = (2, 64) if quick else PAPER_MICRO_BATCH
-    peak = runtime.peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-    out = dict(T=T, dtype="torch.bfloat16", peak_flops=peak, models={})
-    for name, build in builds.items():
-        b, res = B, None
-        while res is None:
-            try:
-                res = _train_steps(build, device, b, T, peak, steps=2 if quick else 10)
-            except torch.OutOfMemoryError:
-                if b == 1:
-                    raise BenchError(f"{name}: one sequence of {T} tokens does not fit") from None
-                b //= 2
-            torch.cuda.empty_cache()  # after the except block, when the failed step's tensors are gone
-        out["models"][name] = res
-    return out
-
-
-def _train_steps(build, device, B, T, peak, steps):
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True  # as train.py sets it
-    model = build().to(device)
-    opt = lm.configure_optimizers(model, 0.1, 6e-4, (0.9, 0.95), device.type)
-    idx = torch.randint(model.config.vocab_size, (B, T), device=device)  # (B, T)
-    ac = torch.autocast(device.type, dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    timing.train_step(model, idx, opt, ac)
-    timing.sync(device)
-    first_s = time.perf_counter() - t0
-    timing.reset_peak(device)
-    t = timing.timed(lambda: timing.train_step(model, idx, opt, ac), device, reps=steps, warmup=2)
-    tok_s = B * T / t["ms"] * 1e3
-    return dict(B=B, params=model.num_params(), flops_per_token=model.flops_per_token(T), first_call_s=first_s,
-                ms=t["ms"], tok_s=tok_s, mfu=runtime.estimate_mfu(model, T, tok_s, peak),
-                peak_mib=timing.peak_mib(device))
-
-
 def bench_train_run(device, quick):
     """train.main with the paper's preset (130m: micro-batch 32 x 1024, 16 micro-batches a step,
     bf16, compile, fused AdamW) for TRAIN_RUN_STEPS steps on random tokens: the real loop end to end, no data
@@ -521,8 +412,8 @@ def bench_train_run(device, quick):
 # One function per section: (device, quick) -> dict.
 RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, readers=bench_readers, blocks=bench_blocks,
            gen_spen=functools.partial(bench_gen, model_name="spen"),
-           gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=bench_memory,
-           compile=bench_compile, train=bench_train_steps, train_run=bench_train_run)
+           gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=bench_steps.bench_memory,
+           compile=bench_steps.bench_compile, train=bench_steps.bench_train_steps, train_run=bench_train_run)
 assert tuple(RUN) == SECTIONS
 
 
@@ -552,7 +443,7 @@ def run_worker(cfg):
 
 def spawn(cfg, sections, allocator):
     """Run sections in a fresh Python process (the worker protocol, see the docstring). A failed
-    worker's stderr, traceback included, is shown before the BenchError."""
+    worker's stderr, traceback included, is shown before the timing.BenchError."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # no env override
     env["BENCH_ALLOCATOR"] = allocator
     with tempfile.TemporaryDirectory() as tmp:
@@ -562,7 +453,7 @@ def spawn(cfg, sections, allocator):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__)))
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
-            raise BenchError(f"worker {'+'.join(sections)} (allocator {allocator}) failed with "
+            raise timing.BenchError(f"worker {'+'.join(sections)} (allocator {allocator}) failed with "
                              f"status {r.returncode}; its output is above")
         with open(out) as f:
             return json.load(f)

@@ -44,12 +44,8 @@ Run
 Writes out_dir/log.txt, metrics.jsonl, run.json, ckpt_last.pt, ckpt_best.pt (atomic), eval.json (--eval_only).
 """
 
-import json
 import math
 import os
-import platform
-import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields, replace
@@ -58,12 +54,11 @@ from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first 
 
 cli.exit_on_ctrl_c(__name__, "train.py")  # until main_guard; the imports below take seconds
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, ngram, runtime
+from plumbing import batches, checkpoint, cli, corpus, memory, placement, provenance, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -229,56 +224,6 @@ def build_model(cfg, seeded=True):
     return Model(model_config(cfg))
 
 
-# ---- setting up a process ------------------------------------------------------------------
-
-
-@dataclass
-class Placement:
-    """Where this process runs: rank/world for DDP, the device, and the autocast context."""
-    rank: int
-    world: int
-    ddp: bool
-    device: str
-    device_type: str
-    dtype: str
-    autocast: object
-
-    @property
-    def master(self):
-        return self.rank == 0
-
-
-def setup_process(cfg):
-    """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
-    process group starts later, in start_group, once the data is ready), pick autocast."""
-    device, kind = runtime.resolve_device(cfg.device)
-    if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
-            cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
-        raise cli.ConfigError((runtime.hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
-                              "preset 130m is the paper run); on a CPU run: python train.py --preset cpu")
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    rank, world = 0, 1
-    if ddp:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        if kind == "cuda":
-            device = f"cuda:{os.environ['LOCAL_RANK']}"
-            torch.cuda.set_device(device)
-    cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
-                "processes ({})", cfg.grad_accum, world)
-    dtype = runtime.resolve_dtype(cfg.dtype, kind)
-    if kind == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    return Placement(rank, world, ddp, device, kind, dtype, runtime.autocast(dtype, kind))
-
-
-def start_group(place):
-    """Start the DDP process group (nccl on CUDA, gloo on CPU) once every rank has its data, so
-    no collective waits through a tokenization (see wait_for_caches)."""
-    if place.ddp and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if place.device_type == "cuda" else "gloo")
-
-
 # ---- the model: scratch, resume, a checkpoint, or GPT-2 ------------------------------------
 
 
@@ -330,32 +275,6 @@ def merge_checkpoint_settings(typed):
     return TrainConfig(**merged)
 
 
-def provenance(cfg, place, nparams, yardsticks):
-    """Header lines: how this run was made, so a log can be reproduced."""
-    try:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
-    dev = runtime.device_name(place.device)
-    name = eval_names(cfg)[0]
-    with torch.device("meta"):  # the model's sizes from its config alone (no memory, no time)
-        sized, T = build_model(cfg, seeded=False), cfg.block_size
-    squeezed = ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma on the val bytes
-    counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
-               f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
-               f"not counted (python data.py --dataset {name} --baselines, or --yardsticks count)")
-    return [f"argv: {' '.join(sys.argv)}",
-            f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
-            f"numpy {np.__version__} | {platform.platform()}",
-            f"device: {place.device} ({dev}) x {place.world} process(es), {torch.get_num_threads()} CPU threads, "
-            f"dtype {place.dtype}" + (f" | note: {runtime.hidden_gpu()}" if runtime.hidden_gpu() else ""),
-            f"params: {nparams:,} | recurrent state {sized.state_floats(T):,} floats per sequence and layer at T = {T} "
-            f"(traces {len(getattr(sized.config, 'alphas', ())) * cfg.n_embd:,}) | train FLOPs/token "
-            f"{sized.flops_per_token(T):.4g} | yardsticks on {name} val: {counted}",
-            f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
-
-
 @dataclass
 class Progress:
     """Where a run stands; saved in every checkpoint."""
@@ -405,7 +324,7 @@ def stopped(cfg, raw_model, optimizer, prog, folder):
 def main(cfg, tokens=None):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
     token arrays to use instead of reading --data / --eval_data (bench.py's train_run: random tokens)."""
-    t0, place = time.time(), setup_process(cfg)
+    t0, place = time.time(), placement.setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
             cfg, model, ckpt, data, folder, yardsticks = start(cfg, place, stack, tokens)
@@ -436,11 +355,11 @@ def start(cfg, place, stack, tokens=None):
         if place.ddp and not place.master:
             wait_for_caches(cfg)  # rank 0 tokenizes first; the others then read its caches
         data = load_data(cfg, model.config.vocab_size)
-    start_group(place)
+    placement.start_group(place)
     model.to(place.device)
     yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
-    for line in provenance(cfg, place, model.num_params(), yardsticks):
+    for line in provenance.lines(cfg, place, model.num_params(), yardsticks, lambda: build_model(cfg, seeded=False)):
         folder.log(line)
     if not cfg.eval_only:
         folder.claim(cfg.model, asdict(model.config), fresh=not cfg.resume)  # run.json: what this folder trains

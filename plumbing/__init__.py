@@ -6,6 +6,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
     runtime       where a run computes (device, dtype, autocast) and how fast (MFU)
+    placement     where one training process sits: DDP rank and world, device, autocast (train.py's setup)
+    provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> config overrides, family)
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
@@ -19,9 +21,11 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings
+    bench_steps   bench.py's sections on one training step: memory per token, compile, speed on CUDA
     bench_report  the tables bench.py prints, read from its results JSON
     scaling_report  scaling.py's scaling.md and scaling.png, from its record
     probe_report  the results.md and roles.png probe.py writes, read from its results dict
+    ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
     recall_report  the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.

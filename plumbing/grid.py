@@ -50,6 +50,9 @@ module-level function (it is pickled by name). A worker lives and dies with this
       saves them), then raises KeyboardInterrupt;
     - a thread in it polls its parent's pid and ends it within a second of the parent's death
       (a SIGKILL of the parent included: no worker trains on for nobody).
+Progress while they run (`watch`): a thread of the parent prints watch(job) for every running job
+within the first PROGRESS_S and every PROGRESS_S after (`watching`); ablate.py's reads each run's
+metrics.jsonl. A worker writes its own files; the parent only reads them.
 A worker that fails prints its own traceback (or, for a cli.UserError, its one line) and
 run_jobs raises JobFailed naming the job.
 
@@ -231,18 +234,19 @@ class Grid:
         checkpoint.atomic_json(r, self.path(name))
         return r
 
-    def run(self, fn, workers, progress, threads=1):
+    def run(self, fn, workers, progress, threads=1, watch=None):
         """Train every job not saved, `workers` at a time (run_jobs: each worker on one torch
         thread; this process on `threads` while it trains, None: as it is), save each as it
         finishes and print progress(result, done, to_do, seconds) -> every job's saved dict, in
-        job order. One thread here too: a run's numbers do not depend on where it trained."""
+        job order. One thread here too: a run's numbers do not depend on where it trained.
+        watch(job) -> a line on where a running job stands, printed every PROGRESS_S (run_jobs)."""
         import torch  # here: importing this file does not import torch
         todo = [j for j in self.jobs if j.name not in self.saved]
         name_of = {id(j.job): j.name for j in todo}  # run_jobs yields the very object it was given
         t0, before = time.time(), torch.get_num_threads()
         torch.set_num_threads(threads or before)
         try:
-            for done, (job, r) in enumerate(run_jobs(fn, [j.job for j in todo], workers), 1):
+            for done, (job, r) in enumerate(run_jobs(fn, [j.job for j in todo], workers, watch=watch), 1):
                 print(progress(self.save(name_of[id(job)], r), done, len(todo), time.time() - t0), flush=True)
         finally:
             torch.set_num_threads(before)
@@ -284,6 +288,41 @@ def _worker(fn, job, conn, parent, started):
         sys.exit(f"error: {' '.join(str(e).split())}")
 
 
+PROGRESS_S = 60  # seconds between run_jobs' lines on its running jobs (watch); the first after half of it
+
+
+@contextlib.contextmanager
+def watching(watch, running):
+    """While inside, a thread prints `[running M:SS] ` + watch(job) for each job of running() (M:SS
+    since it began), first after PROGRESS_S / 2, then every PROGRESS_S: a run's progress within its
+    first minute, one flushed line each (no carriage returns: a terminal and a log file read the same).
+    The lines go to stdout as it was on entry (a job may redirect it: ablate.py's train.main). A job
+    watch cannot read is one line saying so; nothing here touches a job. watch None: nothing."""
+    if watch is None:
+        yield
+        return
+    out, every, t0, done = sys.stdout, PROGRESS_S, time.time(), threading.Event()
+
+    def say():
+        pause = every / 2
+        while not done.wait(pause):
+            pause, elapsed = every, int(time.time() - t0)
+            for job in running():
+                try:
+                    line = watch(job)
+                except Exception as e:  # a record being written, a folder not made yet: say so, go on
+                    line = f"{job!r}: no reading ({' '.join(str(e).split())})"
+                out.write(f"[running {elapsed // 60}:{elapsed % 60:02d}] {line}\n")
+                out.flush()
+    thread = threading.Thread(target=say, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 @contextlib.contextmanager
 def _sigint_ignored():
     """SIGINT ignored inside: a second Ctrl-C while the workers stop is no traceback. Only the main
@@ -298,39 +337,24 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, old)
 
 
-def run_jobs(fn, jobs, workers, grace=30):
-    """Yield (job, fn(job)) for every job, in the order they finish; see the docstring."""
+def run_jobs(fn, jobs, workers, grace=30, watch=None):
+    """Yield (job, fn(job)) for every job, in the order they finish; see the docstring. watch(job):
+    a line on a running job, printed for each every PROGRESS_S while they run (watching)."""
     jobs = list(jobs)
     if workers <= 1:
-        for job in jobs:
-            yield job, fn(job)
+        current = []  # the job fn is running, for the watching thread
+        with watching(watch, lambda: list(current)):
+            for job in jobs:
+                current[:] = [job]
+                result = fn(job)
+                current.clear()
+                yield job, result
         return
     ctx = mp.get_context("spawn")
     pending, running = list(jobs), {}  # process -> (job, receiving end of its pipe, its started Event)
     try:
-        while pending or running:
-            while pending and len(running) < workers:
-                recv, send = ctx.Pipe(duplex=False)
-                started = ctx.Event()
-                p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid(), started))
-                with cli.sigint_held():  # a Ctrl-C arrives once p is in running, where stop() finds it
-                    p.start()
-                    send.close()  # the child holds its own copy: EOF here once it exits
-                    running[p] = (pending.pop(0), recv, started)
-            ready = wait([conn for _, conn, _ in running.values()])
-            for p in [p for p, (_, conn, _) in running.items() if conn in ready]:
-                job, conn, _ = running.pop(p)
-                try:
-                    sent = conn.recv()  # read before join: a large result fills the pipe
-                except EOFError:
-                    sent = None  # exited without a result
-                conn.close()
-                p.join()
-                if p.exitcode == 130:
-                    raise KeyboardInterrupt
-                if p.exitcode != 0 or sent is None:
-                    raise JobFailed(f"job {job!r} exited with status {p.exitcode}; its output above says why")
-                yield job, sent[0]
+        with watching(watch, lambda: [job for job, _, _ in list(running.values())]):
+            yield from _pool(fn, ctx, pending, running, workers)
     except KeyboardInterrupt:
         with _sigint_ignored():
             finished = stop(running, grace, say=True)
@@ -338,6 +362,34 @@ def run_jobs(fn, jobs, workers, grace=30):
         raise
     finally:
         stop(running, 0)  # a failure or an early exit: the rest is not needed
+
+
+def _pool(fn, ctx, pending, running, workers):
+    """run_jobs' loop: start workers while fewer than `workers` run, yield (job, result) as each
+    ends; a Ctrl-C or a failure leaves `running` as it is, for run_jobs to stop."""
+    while pending or running:
+        while pending and len(running) < workers:
+            recv, send = ctx.Pipe(duplex=False)
+            started = ctx.Event()
+            p = ctx.Process(target=_worker, args=(fn, pending[0], send, os.getpid(), started))
+            with cli.sigint_held():  # a Ctrl-C arrives once p is in running, where stop() finds it
+                p.start()
+                send.close()  # the child holds its own copy: EOF here once it exits
+                running[p] = (pending.pop(0), recv, started)
+        ready = wait([conn for _, conn, _ in running.values()])
+        for p in [p for p, (_, conn, _) in running.items() if conn in ready]:
+            job, conn, _ = running.pop(p)
+            try:
+                sent = conn.recv()  # read before join: a large result fills the pipe
+            except EOFError:
+                sent = None  # exited without a result
+            conn.close()
+            p.join()
+            if p.exitcode == 130:
+                raise KeyboardInterrupt
+            if p.exitcode != 0 or sent is None:
+                raise JobFailed(f"job {job!r} exited with status {p.exitcode}; its output above says why")
+            yield job, sent[0]
 
 
 def stop(running, grace, say=False):

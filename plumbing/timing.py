@@ -20,6 +20,10 @@ from plumbing import runtime
 WARMUP = 3  # calls before timing; see timed()
 
 
+class BenchError(RuntimeError):
+    """A measurement failed or a checked property did not hold: a finding, it keeps its traceback."""
+
+
 def sync(device):
     """Wait for the device's queued work (CUDA runs asynchronously: a timer must wait for it)."""
     if device.type == "cuda":

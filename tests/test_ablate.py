@@ -3,6 +3,7 @@ yardsticks and the recall-hit split, plus ablate.md, curves.png and hits.png; re
 finished runs; the hit mask equals its loop definition; bad settings are one-line errors."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -176,7 +177,7 @@ def test_same_run_tolerates_a_new_field_at_its_default_only():
 def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monkeypatch):
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **dict(TINY, seeds=1))
 
-    def failing(fn, jobs, workers):  # a worker that exited with an error (grid.run_jobs's JobFailed)
+    def failing(fn, jobs, workers, **kw):  # a worker that exited with an error (grid.run_jobs's JobFailed)
         raise ablate.grid.JobFailed(f"job {jobs[1]!r} exited with status 1; its output above says why")
         yield
     monkeypatch.setattr(ablate.grid, "run_jobs", failing)
@@ -184,6 +185,20 @@ def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monke
         ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
     assert isinstance(err.value, cli.UserError)  # main_guard: one line, no traceback
     assert "softmax_state seed 0" in str(err.value) and "reused" in str(err.value)
+
+
+@pytest.mark.slow
+def test_each_running_run_prints_its_step_loss_and_eta_while_it_trains(tmp_path, monkeypatch, capsys):
+    """Two runs in two workers (the default pool), progress every 0.5 s instead of a minute: the parent
+    reads each run's metrics.jsonl and prints `[running M:SS] NAME seed S | step s/N | loss L | ... | eta`."""
+    monkeypatch.setattr(ablate.grid, "PROGRESS_S", 0.5)
+    over = dict(TINY, variants=("linear", "gpt"), seeds=1, workers=2, max_iters=40, eval_interval=40)
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **over)
+    ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[running ")]
+    steps = [ln for ln in lines if re.fullmatch(r"\[running \d+:\d\d\] (linear|gpt) seed 0 \| step \d+/40 \| loss "
+                                                r"\d+\.\d{4} \| \d+ ms/step \| eta \d+\.\d (min|h)", ln)]
+    assert steps, lines  # at least one reading mid-run, with its ETA
 
 
 @pytest.mark.slow

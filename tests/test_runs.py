@@ -1,8 +1,11 @@
 """tables.mean_std: mean ± std over seeds; grid.run_jobs (the worker pool) runs every job once, in worker processes (one torch
-thread each) or in this one, and turns a failed or interrupted worker into an exception.
+thread each) or in this one, turns a failed or interrupted worker into an exception, and says where each
+running job stands (grid.watching).
 Each worker is a fresh interpreter that imports torch: the tests start four."""
 import os
+import re
 import statistics
+import time
 
 import pytest
 
@@ -19,6 +22,23 @@ def fail_or_stop(job):
     if job == 2:
         raise cli.UserError("job 2 has a bad setting")
     raise KeyboardInterrupt
+
+
+def nap(job):
+    time.sleep(0.35)
+    return job
+
+
+def test_run_jobs_says_where_each_running_job_stands(monkeypatch, capsys):
+    """watch(job) for the job at work, every PROGRESS_S (the first after half of it), one plain line each
+    with the time since the start; a watch that fails is one line for its job, and the jobs go on."""
+    monkeypatch.setattr(grid, "PROGRESS_S", 0.1)
+    done = dict(grid.run_jobs(nap, [1, 2], workers=1, watch=lambda j: f"job {j} at work" if j == 1 else 1 / 0))
+    lines = capsys.readouterr().out.splitlines()
+    assert done == {1: 1, 2: 2}
+    assert "[running 0:00] job 1 at work" in lines and "[running 0:00] 2: no reading (division by zero)" in lines
+    assert all(re.fullmatch(r"\[running 0:00\] (job 1 at work|2: no reading \(division by zero\))", ln) for ln in lines)
+    assert list(grid.run_jobs(nap, [3], workers=1)) == [(3, 3)] and capsys.readouterr().out == ""  # no watch
 
 
 def test_mean_std():
