@@ -63,6 +63,9 @@ def summary(m, models=CORE, against="gpt"):
             for n in here]
     said = [verdict_sentence(c, m["alpha"]) for n in here if n != against for k, _ in METRICS
             for c in m["comparisons"] if (c["a"], c["b"], c["metric"]) == (n, against, k)]
+    untested = [n for n in here if n != against and not any(c["a"] == n and c["b"] == against for c in m["comparisons"])]
+    if untested:
+        said.append(f"no test yet for {', '.join(untested)} against {against} (fewer than two seeds a side): no verdict")
     missing = [n for n in models if n not in m["models"]]
     if missing:
         said.append(f"not in the map: {', '.join(missing)}")
@@ -96,7 +99,7 @@ def discussion(path=MAP):
     rows, said = summary(m)
     if not rows:
         return said[0]
-    copies = "; ".join(s for s in said if " on copies" in s) or "no comparison on copies has two seeds a side yet"
+    copies = "; ".join(s for s in said if " on copies" in s) or "No comparison on copies has two seeds a side yet"
     return ("Read the verdicts, not the curves. " + copies + ". A gap "
             "within the seeds' spread is a tie; which ingredient causes a gap is a question these runs do not "
             "test (the map compares models, not decays).")

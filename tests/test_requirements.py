@@ -29,7 +29,8 @@ def requirements(name):
 
 def third_party_imports():
     """{module: {files}} of every import whose top module is neither stdlib nor this repository's."""
-    local = {os.path.splitext(f)[0] for f in os.listdir(ROOT) if f.endswith(".py")} | {"plumbing", "dev", "lab", "tests"}
+    local = {os.path.splitext(f)[0] for d in (ROOT, os.path.join(ROOT, "tests")) for f in os.listdir(d)
+             if f.endswith(".py")} | {"plumbing", "dev", "lab", "tests"}  # a test module may import another
     found = {}
     for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
         rel = os.path.relpath(path, ROOT)
