@@ -129,3 +129,20 @@ def test_seeds_plan_and_finished_curves(tmp_path):
     del rec["curves"]["gpt_c128"]["cooldown"]
     (out / "gpt_s0" / "scaling.json").write_text(json.dumps(rec))
     assert not seeds.finished(str(out), "gpt", 0)
+
+
+def test_the_readmes_map_numbers_are_the_maps():
+    """Every 'mean ± SE' the README's and results/map's prose state is a model's (or a difference's) in the
+    committed map.json: a stated number that drifts from its source fails here."""
+    import re
+    with open(os.path.join(ROOT, "results", "map", "map.json")) as f:
+        m = json.load(f)
+    known = {f"{s['mean']:.3f} ± {s['se']:.3f}" for part in ("models", "models_trunk") for v in m[part].values()
+             for s in v["metrics"].values() if s["se"] is not None}
+    known |= {f"{abs(c['diff']):.3f} ± {c['se']:.3f}" for c in m["comparisons"]}  # a difference, its sign in words
+    for path in ("README.md", os.path.join("results", "map", "README.md")):
+        with open(os.path.join(ROOT, path)) as f:
+            text = f.read()
+        text = text[text.index("map on text" if path == "README.md" else "What the seeds show"):][:6000]
+        stated = set(re.findall(r"\d\.\d{3} ± \d\.\d{3}", text))
+        assert stated and stated <= known, (path, stated - known)
