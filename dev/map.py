@@ -31,7 +31,11 @@ import json
 import math
 import os
 
-from plumbing import checkpoint, cli, registry, tables
+from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "dev.map")
+
+from plumbing import checkpoint, tables
 
 REFERENCE = "results/scaling/scaling.json"
 SEEDS = "results/map/seeds"

@@ -18,6 +18,10 @@ import sys
 import tempfile
 import time
 
+from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
+
+cli.exit_on_ctrl_c(__name__, "lab.reference")
+
 import nbformat
 
 LAB = os.path.dirname(os.path.abspath(__file__))
@@ -51,8 +55,12 @@ def main(argv=None):
     p.add_argument("--lab_out", default=None, help="LAB_OUT of the run, an empty folder (default: a temporary one)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run")
     args = p.parse_args(argv)
-    if args.lab_out and os.path.isdir(args.lab_out) and os.listdir(args.lab_out):
-        sys.exit(f"error: --lab_out {args.lab_out} is not empty: the reference runs from an empty one")
+    cli.require(not (args.lab_out and os.path.isdir(args.lab_out) and os.listdir(args.lab_out)),
+                "--lab_out {} is not empty: the reference runs from an empty one", args.lab_out)
+    folder = os.path.dirname(os.path.abspath(args.out))
+    cli.require(os.path.isdir(folder) and os.access(folder, os.W_OK) and not os.path.isdir(args.out),
+                "--out {}: its folder does not exist or is not writable here; name a file in a writable folder "
+                "(checked before the notebook runs, nothing written)", args.out)
     from nbclient import NotebookClient
     nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,4 +89,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    cli.main_guard(main, prog="lab.reference")

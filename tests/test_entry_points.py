@@ -27,6 +27,7 @@ import time
 import pytest
 
 from plumbing import cli
+from test_ctrl_c import session  # pids of a process session's live processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("import torch", "import numpy", "from plumbing import checkpoint", "import train")  # seconds to import
@@ -81,14 +82,9 @@ ENTRY_POINTS = {
 }
 OWNED = "another engineer edits it this round"
 GAPS = {  # (entry point, case) -> why it is not mended here; a static case mended flips its strict xfail
-    ("dev.map", "guards"): f"no exit_on_ctrl_c before its imports ({OWNED})",
-    ("dev.map", "ctrl_c_early"): f"no exit_on_ctrl_c before its imports ({OWNED})",
     ("lab.checks", "guards"): f"no main_guard: exit_on_ctrl_c holds to the end ({OWNED}: lab/)",
     ("lab.handout", "ctrl_c_early"): f"a stop mid-zip leaves its .zip.tmp, the line says nothing was written ({OWNED}: "
                                      "lab/)",
-    ("lab.reference", "guards"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
-    ("lab.reference", "out"): f"no --out check ({OWNED}: lab/)",
-    ("lab.reference", "ctrl_c_early"): f"no guard; it starts a Jupyter kernel ({OWNED}: lab/)",
     ("lab.background", "guards"): f"started by the notebook with its kernel's token, not by a user ({OWNED}: lab/)",
     ("lab.background", "help"): f"its argument is a token, not flags ({OWNED}: lab/)",
     ("lab.background", "ctrl_c_early"): f"started by the notebook, not by a user ({OWNED}: lab/)",
@@ -98,7 +94,7 @@ GAPS = {  # (entry point, case) -> why it is not mended here; a static case mend
 }
 
 
-UNSAFE = {("lab.background", "help"), ("lab.reference", "out"), ("lab.seeds", "ctrl_c_early")}  # gaps that would start real work: not run
+UNSAFE = {("lab.background", "help"), ("lab.seeds", "ctrl_c_early")}  # gaps that would start real work: not run
 
 
 def cases(case, where=lambda e: True):
@@ -181,20 +177,6 @@ def test_a_bad_output_folder_is_one_line(entry, in_process, capsys, tmp_path):
 
 AT = {"ctrl_c_early": 0.3, "ctrl_c_late": 2.0}
 PARALLEL = 4  # processes at once: each spends most of its life importing torch, on 2 shared cores
-
-
-def session(sid):
-    """pids of the live processes of session sid (an entry point and whatever it started)."""
-    pids = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(name))
-    return pids
 
 
 def ctrl_c(entry, at, folder):
