@@ -33,7 +33,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIMIT_S = 120.0  # one exercise's child, torch's import included: far above a correct answer's time, so only a hang reaches it
+LIMIT_S = 120.0  # one exercise's child, torch's import included: far above a correct answer's time,
+# so only a hang reaches it
 GUARDED = (("writes", "ema_kv_step"), ("writes", "ema_kv_ref"), ("writes", "delta_rule_step"),
            ("writes", "delta_rule_ref"), ("recall", "binding"), ("recall", "mqar"))
 
