@@ -24,6 +24,8 @@ cli.exit_on_ctrl_c(__name__, "lab.reference")
 
 import nbformat
 
+from plumbing import checkpoint
+
 LAB = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -49,6 +51,12 @@ def seconds(cell):
     return (parse(end) - parse(start)).total_seconds()
 
 
+def write_notebook(nb, path):
+    with open(path, "w", encoding="utf-8") as f:
+        nbformat.write(nb, f)
+        checkpoint.durable(f)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="execute lab.ipynb with the solutions; write it with its outputs")
     p.add_argument("--out", default=os.path.join(LAB, "reference.ipynb"), help="the executed copy (.ipynb)")
@@ -57,10 +65,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     cli.require(not (args.lab_out and os.path.isdir(args.lab_out) and os.listdir(args.lab_out)),
                 "--lab_out {} is not empty: the reference runs from an empty one", args.lab_out)
+    cli.require(not os.path.isdir(args.out), "--out must name a file (.ipynb), got the folder {}", args.out)
     folder = os.path.dirname(os.path.abspath(args.out))
-    cli.require(os.path.isdir(folder) and os.access(folder, os.W_OK) and not os.path.isdir(args.out),
-                "--out {}: its folder does not exist or is not writable here; name a file in a writable folder "
-                "(checked before the notebook runs, nothing written)", args.out)
+    checkpoint.check_out_dir(folder, f"--out {args.out}: its folder")  # before the notebook runs
     from nbclient import NotebookClient
     nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +86,8 @@ def main(argv=None):
     nb.metadata["lab_reference"] = dict(wall_s=round(wall, 1), cpu_s=round(cpu, 1), python=sys.version.split()[0],
                                         threads=os.environ.get("LAB_THREADS", "all"),
                                         smoke=os.environ.get("LAB_SMOKE") == "1")
-    nbformat.write(nb, args.out)
+    checkpoint.make_out_dir(folder, f"--out {args.out}: its folder")
+    checkpoint.atomic_write(args.out, lambda tmp: write_notebook(nb, tmp))
     print(f"wrote {args.out} ({os.path.getsize(args.out):,} bytes) | wall {wall:.0f} s | CPU of the kernel and its "
           f"children {cpu:.0f} s")
     for i, cell in enumerate(nb.cells):
