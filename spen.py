@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import VARIANT_READERS, Reader, SelectiveContext, is_decays, require
+from variants import VARIANT_READERS, Reader, SelectiveContext, block_config, blocks, is_decays, require
 from writes import WRITE_READERS
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
@@ -59,9 +59,8 @@ class SPENConfig:
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # x̂_t's reader (PREDICTORS: 'linear', the paper's), or a tuple: one per block
-    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; write readers: own M) | 'history': past
-    # slots; or a tuple, one per block
+    predictor: str = "linear"  # each block's reader: one spec for all, or a comma list of n_layer (blocks())
+    reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; write readers: own M) | 'history': past slots
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
     trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
     n_head: int = None  # H: heads of the attention and write readers; None -> max(1, C // 64)
@@ -78,10 +77,6 @@ class SPENConfig:
         self.alphas = tuple(self.alphas) if isinstance(self.alphas, list) else self.alphas
         self.write_alphas = tuple(self.write_alphas) if isinstance(self.write_alphas, list) else self.write_alphas
         self.predictor, self.reads = (tuple(x) if isinstance(x, list) else x for x in (self.predictor, self.reads))
-
-    def reader(self, index):
-        """(predictor, reads) of block `index`: the one name, or the index-th of a per-block tuple."""
-        return tuple(x[index] if isinstance(x, tuple) else x for x in (self.predictor, self.reads))
 
 
 def shift_right(h):
@@ -147,15 +142,15 @@ class SparseFFN(nn.Module):
 
 
 class Block(nn.Module):
-    """One SPEN block (module docstring), (B, T, C) -> (B, T, C), block `index` of the model (its
-    reader: cfg.reader(index)). SPEN initialises it; standalone: init_weights."""
+    """One SPEN block (module docstring), (B, T, C) -> (B, T, C); cfg is its own (block_config: one
+    predictor, one reads). SPEN initialises it; standalone: init_weights."""
 
-    def __init__(self, cfg, index=0):
+    def __init__(self, cfg):
         super().__init__()
         C = cfg.n_embd
         self.ln1 = nn.LayerNorm(C)
         self.ctx = CONTEXTS[cfg.context](cfg)
-        self.pred = READERS[cfg.reader(index)](cfg)
+        self.pred = READERS[cfg.predictor, cfg.reads](cfg)
         self.mix = nn.Linear(2 * C, C, bias=False)  # W_mix: [e ; x̂] -> residual stream (choice 3, PAPER.md)
         self.ln2 = nn.LayerNorm(C)
         self.ffn = SparseFFN(cfg)
@@ -237,7 +232,7 @@ class SPEN(nn.Module):
         Vp = lm.padded_vocab(cfg.vocab_size)  # choice 8, PAPER.md
         self.wte = nn.Embedding(Vp, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(block_config(cfg, b)) for b in blocks(cfg))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, Vp, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings, one parameter (choice 6, PAPER.md)
@@ -342,25 +337,24 @@ def check(cfg):
     for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
         require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    for name in ("predictor", "reads"):
-        value = getattr(cfg, name)
-        require(isinstance(value, str) or (isinstance(value, tuple) and len(value) == cfg.n_layer),
-                f"{name} must be one name or a tuple of n_layer = {cfg.n_layer} names (one per block), got {value!r}")
+    model = blocks(cfg)  # [(predictor, reads, own options)] of each block
     predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
-    blocks = [cfg.reader(i) for i in range(cfg.n_layer)]  # (predictor, reads) of each block
-    for p, r in blocks:
+    for p, r, own in model:
         require(p in predictors, f"predictor must be one of {', '.join(predictors)}, got {p!r}")
         require(r in reads, f"reads must be one of {', '.join(reads)}, got {r!r}")
         require((p, r) in READERS, f"reads={r!r} needs a predictor that reads the history "
                 f"({', '.join(q for q, s in READERS if s == 'history')}); predictor={p!r} reads the state only")
-    classes = list(dict.fromkeys(READERS[b] for b in blocks))  # the model's readers, each once
+        for name in own:  # a block's own option: its reader must use it
+            require(name in READERS[p, r].options, f"predictor: {name} is not an option of {p} (reads={r}): "
+                    f"{', '.join(READERS[p, r].options) or 'it has none'}")
+    classes = list(dict.fromkeys(READERS[p, r] for p, r, _ in model))  # the model's readers, each once
     for name in dict.fromkeys(o for c in READERS.values() for o in c.options):  # every reader option, once
         value, default = getattr(cfg, name), getattr(SPENConfig, name)
         users = ", ".join(p + ("" if r == "state" else f" (reads={r!r})") for (p, r), c in READERS.items() if name in c.options)
         require((type(value), value) == (type(default), default) or any(name in c.options for c in classes),
                 f"{name} applies to predictor {users} only; the model has none (got {name}={value!r})")
-    for reader in classes:
-        reader.check(cfg)  # its options' values (and its sizes), one line each
+    for block in model:
+        READERS[block[:2]].check(block_config(cfg, block))  # its options' values (and sizes), one line each
 
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context

@@ -93,10 +93,12 @@ class TrainConfig:
     block_size: int = cli.arg(1024, "T, tokens per training sequence", group="data", bounds=(2, 2 ** 20))
     model: str = cli.arg("spen", "spen (the paper's model) or gpt (attention baseline)",
                          choices=tuple(checkpoint.MODELS), group="model")
-    predictor: str = cli.arg("linear", "SPEN: what reads the traces, one of " + " ".join(PREDICTORS) + "; or one per "
-                             "block as a comma list (ema_kv,ema_kv,ema_kv,softmax_attn)", group="model")
+    predictor: str = cli.arg("linear", "SPEN: each block's reader of the traces, one of " + " ".join(PREDICTORS) +
+                             "; or a comma list of n_layer specs [N*]PREDICTOR[(option=value, ...)] with a block's own "
+                             "reads, conv, window, write_alphas, read_norm: '3*delta(conv=4),softmax_attn(reads=history)'",
+                             group="model")
     reads: str = cli.arg("state", "SPEN: readers see the trace state h_{t-1} (O(1)) or the whole trace history: "
-                         + " | ".join(READS) + "; or one per block as a comma list", group="model")
+                         + " | ".join(READS) + " (every block but one whose spec says its own)", group="model")
     context: str = cli.arg("ema", "SPEN: fixed-decay EMA (paper) or selective decays (control)",
                            choices=tuple(CONTEXTS), group="model")
     trace_method: str = cli.arg("auto", "SPEN: how the traces are computed, same numbers (auto: matmul on CUDA, "
@@ -206,8 +208,7 @@ def model_config(cfg):
         config = GPTConfig(**shape)
         gpt.check(config)
         return config
-    per_block = lambda s: tuple(s.split(",")) if "," in s else s  # "a,b,c,d": one reader per block
-    config = SPENConfig(**shape, predictor=per_block(cfg.predictor), reads=per_block(cfg.reads), context=cfg.context,
+    config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
                         trace_method=cfg.trace_method, read_norm=cfg.read_norm, conv=cfg.conv, window=cfg.window,
                         write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))  # typed decays: strings
     spen.check(config)

@@ -1,4 +1,5 @@
-"""SPEN's variants: the reader contract (Reader), the attention readers of the traces and the
+"""SPEN's variants: the reader contract (Reader), the block spec (`blocks`: which reader each block
+has, with its own options, read from one string), the attention readers of the traces and the
 selective context. spen.py imports them by name (VARIANT_READERS, SelectiveContext); the paper's
 own reader (the linear predictor) and context (fixed-decay EMA) live in spen.py, the readers that
 write a state of their own (ema_kv, delta, gated_delta, gated_ema_kv) in writes.py beside their rules.
@@ -54,6 +55,9 @@ each reader against its definition, what each family tells apart, what the write
 """
 
 
+import re
+from dataclasses import replace
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -101,6 +105,59 @@ def require(ok, message):
 def is_decays(a):
     """A non-empty tuple of decays in (0, 1] (SPENConfig.alphas, write_alphas)."""
     return isinstance(a, tuple) and len(a) > 0 and all(type(x) in (int, float) and 0 < x <= 1 for x in a)
+
+
+SPEC = re.compile(r"(?:(\d+)\*)?(\w+)(?:\((.*)\))?")  # [N*]PREDICTOR[(option=value, ...)]
+READ_AS = {"reads": str, "conv": int, "window": int, "read_norm": lambda v: {"true": True, "false": False}[v.lower()],
+           "write_alphas": lambda v: tuple(map(float, v.split()))}  # a block's own options, from their text
+
+
+def split(text):
+    """'a(x=1, y=2), b' -> ['a(x=1, y=2)', 'b']: the commas outside parentheses."""
+    parts, depth = [""], 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        parts[-1] += ch if (ch != "," or depth) else ""
+        parts += [""] if (ch == "," and not depth) else []
+    return [p.strip() for p in parts]
+
+
+def blocks(cfg):
+    """The one reading of a model's blocks -> [(predictor, reads, own options), ...], n_layer of them.
+    cfg.predictor is one spec for every block or a comma list; a spec is [N*]PREDICTOR[(option=value, ...)]:
+    N blocks alike, with their own reads (state | history) or reader options (write_alphas as
+    space-separated decays, read_norm true|false, conv, window), which the model-wide fields give otherwise:
+        "linear"                                          the paper's model
+        "3*gated_delta(conv=4),softmax_attn(reads=history)"   three write blocks, one attention block on top
+    The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike."""
+    names = list(cfg.predictor) if isinstance(cfg.predictor, tuple) else split(cfg.predictor)
+    reads = list(cfg.reads) if isinstance(cfg.reads, tuple) else split(cfg.reads)
+    out = []
+    for text in names:
+        m = SPEC.fullmatch(text)
+        require(m, f"predictor: {text!r} is not a block spec [N*]PREDICTOR[(option=value, ...)], e.g. "
+                   f"3*delta(conv=4),softmax_attn(reads=history)")
+        own = {}
+        for item in filter(None, split(m[3] or "")):
+            key, _, value = item.partition("=")
+            key = key.strip()
+            require(key in READ_AS, f"predictor: a block's own options are {', '.join(READ_AS)}, got {item!r} in {text!r}")
+            try:
+                own[key] = READ_AS[key](value.strip())
+            except (ValueError, KeyError):
+                require(False, f"predictor: {item!r} in {text!r} is not a {key} value")
+        out += [(m[2], own)] * int(m[1] or 1)
+    n = cfg.n_layer
+    out, reads = (x * n if len(x) == 1 else x for x in (out, reads))  # one spec: every block
+    for name, got in (("predictor", out), ("reads", reads)):
+        require(len(got) == n, f"{name} names {len(got)} blocks; the model has n_layer = {n}: one spec for all, or n")
+    return [(p, own.get("reads", r), {k: v for k, v in own.items() if k != "reads"}) for (p, own), r in zip(out, reads)]
+
+
+def block_config(cfg, block):
+    """The config one block's reader reads: the model's, with the block's predictor, reads and own options."""
+    predictor, reads, own = block
+    return replace(cfg, predictor=predictor, reads=reads, **own)
 
 
 def check_heads(cfg):

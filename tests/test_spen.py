@@ -474,7 +474,14 @@ def test_flops_and_mfu():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(predictor=("delta", "delta", "delta")), r"predictor must be one name or a tuple of n_layer = 2"),
+    (dict(predictor=("delta", "delta", "delta")), r"predictor names 3 blocks; the model has n_layer = 2"),
+    (dict(predictor="3*delta"), r"predictor names 3 blocks; the model has n_layer = 2"),
+    (dict(predictor="delta,delta", reads="state,state,history"), r"reads names 3 blocks"),
+    (dict(predictor="delta,softmax_attn(conv=4)"), "conv is not an option of softmax_attn"),
+    (dict(predictor="delta(size=4),delta"), "a block's own options are reads, conv"),
+    (dict(predictor="delta(conv=four),delta"), "'conv=four' in 'delta.conv=four.' is not a conv value"),
+    (dict(predictor="delta(read_norm=yes)"), "is not a read_norm value"),
+    (dict(predictor="delta conv"), "is not a block spec"),
     (dict(predictor=("delta", "nope")), "predictor must be one of"),
     (dict(predictor=("delta", "linear"), reads=("state", "history")), "needs a predictor that reads the history"),
     (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none")])
@@ -484,6 +491,24 @@ def test_per_block_readers_are_checked(kw, match):
     with pytest.raises(ValueError, match=match) as e:
         SPEN(tiny(**kw))
     assert "\n" not in str(e.value)
+
+
+def test_a_model_is_one_list_of_blocks():
+    """One spec list names each block's reader and its own options: it builds the same model, draw
+    for draw, as the older two aligned lists with a model-wide option, and an option on one block
+    stays on that block (here a convolution on block 0 only, and one block reading the history)."""
+    old = make(predictor=("gated_delta", "softmax_attn"), reads=("state", "history"), conv=4).state_dict()
+    new = make(predictor="gated_delta(conv=4),softmax_attn(reads=history)").state_dict()
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    model = make(predictor="2*delta(conv=4),delta(write_alphas=0.02)", n_layer=3)
+    assert [(b.pred.convs is not None, b.pred.a) for b in model.blocks] == [(True, 0.0), (True, 0.0), (False, 0.02)]
+    idx = tokens(2, 12, 3)
+    logits, _ = model(idx)
+    state, steps = model.init_state(2), []
+    for t in range(12):
+        out, state = model.step(idx[:, t], state)
+        steps.append(out)
+    torch.testing.assert_close(torch.stack(steps, 1), logits, atol=1e-4, rtol=1e-4)
 
 
 def test_hybrid_reports_the_sum_over_its_blocks():

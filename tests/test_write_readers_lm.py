@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import lm
+import spen
 import train
 from plumbing import cli, placement, provenance
 from spen import SPEN, SPENConfig
@@ -137,15 +138,19 @@ def test_header_reports_state_and_flops():
 
 
 def test_a_hybrid_trains_resumes_and_samples(tmp_path, capsys):
-    """One reader per block through the whole path: train.py with comma lists, --resume to a later
-    step, and sample.py, which reports a state that grows (the one attention block's cache)."""
+    """One reader per block through the whole path: train.py with the older two comma lists, --resume
+    to a later step by the one-list spelling of the same model, and sample.py, which reports a state
+    that grows (the one attention block's cache)."""
     import sample
-    flags = dict(predictor="ema_kv,softmax_attn", reads="state,history", n_layer=2, n_embd=32, block_size=32,
-                 batch_size=2, eval_interval=2, eval_iters=1, log_interval=1, device="cpu", out_dir=str(tmp_path))
-    train.main(train.make_config("cpu_bytes", max_iters=2, **flags))
-    train.main(train.make_config("cpu_bytes", max_iters=3, resume=True, **flags))
+    flags = dict(n_layer=2, n_embd=32, block_size=32, batch_size=2, eval_interval=2, eval_iters=1, log_interval=1,
+                 device="cpu", out_dir=str(tmp_path))
+    train.main(train.make_config("cpu_bytes", max_iters=2, predictor="ema_kv,softmax_attn", reads="state,history",
+                                 **flags))
+    train.main(train.make_config("cpu_bytes", max_iters=3, resume=True, predictor="ema_kv,softmax_attn(reads=history)",
+                                 **flags))
     ckpt = torch.load(tmp_path / "ckpt_last.pt", map_location="cpu", weights_only=False)
-    assert ckpt["step"] == 3 and tuple(ckpt["config"]["predictor"]) == ("ema_kv", "softmax_attn")
+    assert ckpt["step"] == 3 and spen.blocks(spen.SPENConfig(**ckpt["config"])) == [
+        ("ema_kv", "state", {}), ("softmax_attn", "history", {})]
     model, _ = sample.load(str(tmp_path / "ckpt_last.pt"), torch.device("cpu"))
     assert [type(b.pred).__name__ for b in model.blocks] == ["EMAKVState", "SoftmaxAttnHistory"]
     sizes = sample.state_sizes(model, torch.tensor([65, 66, 67]))
@@ -154,7 +159,7 @@ def test_a_hybrid_trains_resumes_and_samples(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(predictor="ema_kv,softmax_attn", reads="state,history"), "one per block"),  # 2 names, 4 blocks
+    (dict(predictor="ema_kv,softmax_attn", reads="state,history"), "one spec for all"),  # 2 names, 4 blocks
     (dict(predictor="ema_kv,ema_kv,ema_kv,lstm", reads="state"), "predictor"),
     (dict(predictor="softmax_attn", reads="history", window=256), "window"),  # w = T: not a window
     (dict(predictor="softmax_attn", reads="history", window=-1), "window"),
