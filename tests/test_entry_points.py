@@ -78,6 +78,7 @@ ENTRY_POINTS = {
     "lab.seeds": dict(run=[], out=None, late=False),
     "lab.snapshot": dict(run=[], out=None, late=False),
     "dev.install_size": dict(run=["--out_dir", "OUT"], out="--out_dir", late=False),
+    "dev.suite_time": dict(run=["--tests", "tests/test_lm.py", "--out_dir", "OUT"], out="--out_dir", late=True),
     "dev.seeds": dict(run=["--plan", "linear:0", "--out_dir", "OUT"], out="--out_dir", late=True),
 }
 OWNED = "another engineer edits it this round"
