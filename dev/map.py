@@ -35,6 +35,7 @@ from plumbing import cli  # first and cheap: a Ctrl-C from the first second is o
 
 cli.exit_on_ctrl_c(__name__, "dev.map")
 
+from dev import seeds
 from plumbing import checkpoint, tables
 
 REFERENCE = "results/scaling/scaling.json"
@@ -108,10 +109,10 @@ def collect_seeds(root, ref_settings):
         settings, curves = load(path)
         same_settings(path, settings, ref_settings)
         for key, c in curves.items():
-            last = {s["step"]: s for s in c.get("scores", [])}.get(c["points"][-1]["step"])
-            cool = (c.get("cooldown") or {}).get("scores") or []
-            if c["width"] != 128 or c["points"][-1]["tokens"] < 0.99 * settings["max_tokens"] or not last or not cool:
+            if c["width"] != 128 or not seeds.done(c, settings):
                 continue  # still training: not a seed yet
+            last = {s["step"]: s for s in c["scores"]}[c["points"][-1]["step"]]
+            cool = c["cooldown"]["scores"]
             seed = (c["model"], settings["seed"])
             cli.require(seed not in where, "{} seed {} is in both {} and {}: one curve per seed (move one away)",
                         *seed, where.get(seed), path)

@@ -67,10 +67,17 @@ def finished(out_dir, model, seed):
     try:
         with open(path) as f:
             res = json.load(f)
-        c = res["curves"][f"{model}_c128"]
-        return c["points"][-1]["tokens"] >= 0.99 * res["settings"]["max_tokens"] and bool(c["cooldown"]["scores"])
+        return done(res["curves"][f"{model}_c128"], res["settings"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return False  # none yet, or not finished: scaling.py continues it (and says so if it is damaged)
+
+
+def done(curve, settings):
+    """The one rule of a finished seed (this driver's and the map's, dev/map.py): the curve of a
+    scaling.json reached its budget, with whole-split scores at its last point and its cooldown's end."""
+    last = curve["points"][-1]
+    return (last["tokens"] >= 0.99 * settings["max_tokens"] and any(s["step"] == last["step"] for s in curve["scores"])
+            and bool((curve.get("cooldown") or {}).get("scores")))
 
 
 def run(jobs, out_dir, workers):
