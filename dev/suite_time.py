@@ -1,12 +1,13 @@
-"""What the test suite costs: runs the README's test command once, in a process of its own, and
-records its summary line (passed, xfailed, failed), its wall time, and the machine it ran on with
-the load beside it (the 1-minute load average before and after: a loaded machine is slower).
+"""What the test suite costs: runs the README's two test commands (the whole suite, and the student's
+loop without the `slow` tests) once each, in a process of its own, and records each summary line
+(passed, xfailed, failed), its wall time, and the machine it ran on with the load beside it (the
+1-minute load average before and after: a loaded machine is slower).
 
 Run (from the repository root)
     python -m dev.suite_time                          # -> out/suite/suite.json
     python -m dev.suite_time --out_dir results/bench  # the committed number (README's Tests section)
-Writes suite.json: command, counts, seconds, cpu (runtime.machine_line), cores, load before and
-after, Python, date, the commit. results/bench/README.md and the README quote it; tests/test_requirements.py
+Writes suite.json: per command its counts, seconds and load before and after; the cpu
+(runtime.machine_line), cores, Python, date and the commit. results/bench/README.md and the README quote it; tests/test_requirements.py
 checks that they do.
 """
 
@@ -47,24 +48,31 @@ def main(argv=None):
     p.add_argument("--tests", default="tests", help="what pytest runs (the README's command: tests)")
     a = p.parse_args(argv)
     checkpoint.check_out_dir(a.out_dir)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", a.tests]
-    load0, t0 = os.getloadavg()[0], time.time()
-    print(f"running {' '.join(command[1:])} (load {load0:.1f}) ...", flush=True)
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    seconds, load1 = time.time() - t0, os.getloadavg()[0]
-    last = (run.stdout.strip().splitlines() or [""])[-1]
-    counts = {k.rstrip("s") if k.startswith(("error", "warning")) else k: int(n) for n, k in SUMMARY.findall(last)}
-    if run.returncode != 0 or not counts.get("passed"):
-        raise cli.UserError(f"the suite did not pass (exit {run.returncode}): {last or run.stderr.strip()[-300:]}; "
-                            "nothing recorded")
-    out = dict(command=f"python -m pytest -q {a.tests}", counts=counts, seconds=round(seconds), summary=last,
-               cpu=runtime.machine_line(), cores=os.cpu_count(), load_before=round(load0, 1), load_after=round(load1, 1),
-               python=platform.python_version(), date=datetime.date.today().isoformat(), commit=commit())
+    out = dict(runs={}, cpu=runtime.machine_line(), cores=os.cpu_count(), python=platform.python_version(),
+               date=datetime.date.today().isoformat(), commit=commit())
+    for name, marker in (("all", []), ("not_slow", ["-m", "not slow"])):
+        out["runs"][name] = run(marker, a.tests)
     checkpoint.make_out_dir(a.out_dir)
     checkpoint.atomic_json(out, os.path.join(a.out_dir, "suite.json"))
-    print(f"{last} | {seconds:.0f} s wall on {os.cpu_count()} cores, load {load0:.1f} -> {load1:.1f} | "
-          f"wrote {os.path.join(a.out_dir, 'suite.json')}")
+    print(f"wrote {os.path.join(a.out_dir, 'suite.json')}")
 
+
+def run(marker, tests):
+    """One pytest command, timed -> its record; one line if it does not pass."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *marker, tests]
+    shown = "python -m pytest -q " + " ".join(f'"{m}"' if " " in m else m for m in marker + [tests])
+    load0, t0 = os.getloadavg()[0], time.time()
+    print(f"{shown} (load {load0:.1f}) ...", flush=True)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    seconds, load1 = time.time() - t0, os.getloadavg()[0]
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    counts = {k.rstrip("s") if k.startswith(("error", "warning")) else k: int(n) for n, k in SUMMARY.findall(last)}
+    if done.returncode != 0 or not counts.get("passed"):
+        raise cli.UserError(f"{shown} did not pass (exit {done.returncode}): {last or done.stderr.strip()[-300:]}; "
+                            "nothing recorded")
+    print(f"  {last} | {seconds:.0f} s wall, load {load0:.1f} -> {load1:.1f}", flush=True)
+    return dict(command=shown, counts=counts, summary=last, seconds=round(seconds), load_before=round(load0, 1),
+                load_after=round(load1, 1))
 
 if __name__ == "__main__":
     cli.main_guard(main, prog="dev.suite_time")
