@@ -122,16 +122,16 @@ def split(text):
     return [p.strip() for p in parts]
 
 
-def blocks(cfg):
-    """The one reading of a model's blocks -> [(predictor, reads, own options), ...], n_layer of them.
-    cfg.predictor is one spec for every block or a comma list; a spec is [N*]PREDICTOR[(option=value, ...)]:
+def block_list(predictor, reads="state"):
+    """The blocks a spec lists -> [(predictor, reads, own options), ...]: one entry (every block alike)
+    or one per block. `predictor` is one spec or a comma list; a spec is [N*]PREDICTOR[(option=value, ...)]:
     N blocks alike, with their own reads (state | history) or reader options (write_alphas as
     space-separated decays, read_norm true|false, conv, window), which the model-wide fields give otherwise:
         "linear"                                          the paper's model
         "3*gated_delta(conv=4),softmax_attn(reads=history)"   three write blocks, one attention block on top
     The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike."""
-    names = list(cfg.predictor) if isinstance(cfg.predictor, tuple) else split(cfg.predictor)
-    reads = list(cfg.reads) if isinstance(cfg.reads, tuple) else split(cfg.reads)
+    names = list(predictor) if isinstance(predictor, tuple) else split(predictor)
+    reads = list(reads) if isinstance(reads, tuple) else split(reads)
     out = []
     for text in names:
         m = SPEC.fullmatch(text)
@@ -147,11 +147,29 @@ def blocks(cfg):
             except (ValueError, KeyError):
                 require(False, f"predictor: {item!r} in {text!r} is not a {key} value")
         out += [(m[2], own)] * int(m[1] or 1)
-    n = cfg.n_layer
-    out, reads = (x * n if len(x) == 1 else x for x in (out, reads))  # one spec: every block
-    for name, got in (("predictor", out), ("reads", reads)):
-        require(len(got) == n, f"{name} names {len(got)} blocks; the model has n_layer = {n}: one spec for all, or n")
+    if len(reads) > 1 and len(reads) != len(out):  # the older spelling: one name per block in both lists
+        require(len(out) == 1, f"reads names {len(reads)} blocks, predictor {len(out)}: one per block in both, or one "
+                               f"reads for all")
+        out *= len(reads)
+    reads = reads * len(out) if len(reads) == 1 else reads
     return [(p, own.get("reads", r), {k: v for k, v in own.items() if k != "reads"}) for (p, own), r in zip(out, reads)]
+
+
+def blocks(cfg):
+    """The one reading of a model's blocks: block_list(cfg.predictor, cfg.reads), n_layer of them."""
+    out = block_list(cfg.predictor, cfg.reads)
+    out = out * cfg.n_layer if len(out) == 1 else out
+    require(len(out) == cfg.n_layer, f"predictor names {len(out)} blocks; the model has n_layer = {cfg.n_layer}: "
+                                     f"one spec for all, or one per block")
+    return out
+
+
+def spec(block):
+    """(predictor, reads, own options) -> its spec text, which block_list reads back as [block]."""
+    predictor, reads, own = block
+    text = lambda v: " ".join(map(str, v)) if isinstance(v, tuple) else str(v).lower() if isinstance(v, bool) else str(v)
+    options = ", ".join(f"{k}={text(v)}" for k, v in {**({"reads": reads} if reads != "state" else {}), **own}.items())
+    return f"{predictor}({options})" if options else predictor
 
 
 def block_config(cfg, block):

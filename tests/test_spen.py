@@ -10,6 +10,7 @@ import torch
 import lm
 from plumbing import runtime
 import spen
+import variants
 from spen import READERS, SPEN, VARIANTS, SparseFFN, SPENConfig
 from variants import Reader
 
@@ -500,6 +501,8 @@ def test_a_model_is_one_list_of_blocks():
     old = make(predictor=("gated_delta", "softmax_attn"), reads=("state", "history"), conv=4).state_dict()
     new = make(predictor="gated_delta(conv=4),softmax_attn(reads=history)").state_dict()
     assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    for b in [("softmax_attn", "history", dict(window=4)), ("delta", "state", dict(write_alphas=(0.1,), read_norm=True))]:
+        assert variants.block_list(variants.spec(b)) == [b]  # a block's text reads back as the block
     model = make(predictor="2*delta(conv=4),delta(write_alphas=0.02)", n_layer=3)
     assert [(b.pred.convs is not None, b.pred.a) for b in model.blocks] == [(True, 0.0), (True, 0.0), (False, 0.02)]
     idx = tokens(2, 12, 3)
