@@ -75,7 +75,6 @@ from plumbing import ablate_report, checkpoint, cli, corpus, grid, ngram, record
 import content
 import train
 
-VARIANTS, FAMILY = registry.MODELS, registry.FAMILY  # the named models (plumbing/registry.py)
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
@@ -104,7 +103,7 @@ PRESETS = {
 class AblateConfig:
     out_dir: str = cli.arg("out/ablate", "folder for ablate.json/md, curves.png, hits.png, content.*; runs in "
                            "OUT/runs", group="I/O")
-    variants: tuple = cli.arg(registry.ABLATION, "variants to run, any of " + " ".join(VARIANTS), group="I/O")
+    variants: tuple = cli.arg(registry.ABLATION, "variants to run, any of " + " ".join(registry.MODELS), group="I/O")
     content: bool = cli.arg(True, "run the content probe (content.py) on the seed-0 runs afterwards", group="I/O")
     content_only: bool = cli.arg(False, "train nothing: only the content probe of the runs in OUT/runs", group="I/O")
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")
@@ -137,8 +136,9 @@ class AblateConfig:
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.variants = tuple(self.variants)
-        bad = [v for v in self.variants if v not in VARIANTS]
-        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
+        bad = [v for v in self.variants if v not in registry.MODELS]
+        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(registry.MODELS),
+                    bad)
         cli.require(not (self.content and self.tokenizer != "gpt2"), "--content probes BPE runs only; add "
                     "--no-content with --tokenizer {}", self.tokenizer)
         if not self.content_only:
@@ -155,7 +155,7 @@ def train_config(cfg, name, seed):
     shared = {f: getattr(cfg, f) for f in SHARED}
     return train.make_config("cpu", **shared, eval_data=cfg.data, grad_accum=1, seed=seed,
                              out_dir=run_dir(cfg, name, seed), log_interval=max(1, cfg.max_iters // 10),
-                             **VARIANTS[name])
+                             **registry.MODELS[name].overrides)
 
 
 # ---- where the loss goes -------------------------------------------------------------------
@@ -349,7 +349,7 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
         m, s = tables.mean_std(losses)
-        v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
+        v = dict(family=registry.MODELS[name].family, val_loss=losses, val_loss_mean=m, val_loss_std=s,
                  best_val=[r["result"]["best_val"] for r in rs],
                  minus_bigram=m - yardsticks["bigram"], minus_unigram=m - yardsticks["unigram"],
                  params=rs[0]["result"]["params"], tokens=rs[0]["result"]["tokens"],
@@ -361,7 +361,7 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
         if all("copy" in r for r in rs):
             v["copy"] = mean_copy([r["copy"] for r in rs])
         out["variants"][name] = v
-    order = [n for n in VARIANTS if n in out["variants"]]  # the registry's order, whichever invocation ran them
+    order = [n for n in registry.MODELS if n in out["variants"]]  # the registry's order, whichever invocation ran them
     out["variants"] = vs = {n: out["variants"][n] for n in order}
     for name, v in vs.items():
         v["state_floats"] = state_floats(cfg, name)

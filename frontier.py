@@ -143,13 +143,13 @@ def families():
 
 
 def overrides(family):
-    """(kind, config overrides) of a family: its registry line (recall.model_overrides), or GPT for swa."""
+    """(kind, config overrides) of a family: its registry entry (recall.model_overrides), or GPT for swa."""
     return recall.model_overrides(family) if family != "swa" else ("gpt", {})
 
 
 def headed(family):
     """Does the family hold a state per head, so that a head width D is a knob? Read from the model:
-    its state at recall's test length changes with the number of heads (a registry line that fixes
+    its state at recall's test length changes with the number of heads (a registry entry that fixes
     n_head has no such knob)."""
     kind, over = overrides(family)
     if kind != "spen" or "n_head" in over:

@@ -101,9 +101,10 @@ import torch
 from plumbing import checkpoint, cli, grid, recall_report, registry, tables
 import lm
 
-# The models are the registry's (plumbing/registry.py: name -> config overrides; width, depth and heads are
-# recall's), plus the one line of recall's own below; any registry name is a --variants choice.
-OWN = {"selective_softmax_state": dict(model="spen", predictor="softmax_attn", reads="state", context="selective")}
+# The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
+# are recall's), plus the one entry of recall's own below; any registry name is a --variants choice.
+OWN = {"selective_softmax_state": registry.Model("state, selective", dict(model="spen", predictor="softmax_attn",
+                                                                         reads="state", context="selective"))}
 DEFAULT = ("gpt", "linear", "softmax_state", "softmax_history", "linear_attn_history", "selective",
            "selective_softmax_state")  # the committed table's variants (results/recall)
 RENAMED = {"selective_linear": "selective"}  # an old name -> the registry's: saved reports and flags still read
@@ -189,9 +190,9 @@ def names():
 
 
 def model_overrides(name):
-    """(kind, config overrides) of a named model: its registry line (TrainConfig overrides) as the
+    """(kind, config overrides) of a named model: its registry entry's TrainConfig overrides as the
     model config's fields, a per-block "a,b" as a tuple (train.model_config's rule)."""
-    spec = dict(registry.MODELS.get(name) or OWN[name])
+    spec = dict((registry.MODELS.get(name) or OWN[name]).overrides)
     kind = spec.pop("model")
     return kind, {k: tuple(v.split(",")) if isinstance(v, str) and "," in v else v for k, v in spec.items()}
 
