@@ -75,6 +75,8 @@ MODELS = {  # name -> Model(family, overrides); everything else is shared by all
                                        reads="state,history,state,state", context="ema", conv=4)),
     "gpt": Model("tokens (KV cache)", dict(model="gpt")),
 }
+# ablate.py's default: the readers and the ingredients, at its 2 blocks (named here: a new model joins no default)
+ABLATION = ("linear", "linear_attn_state", "softmax_state", "linear_attn_history", "softmax_history", "selective",
+            "ema_kv", "delta", "ema_kv_span", "ema_kv_span_norm", "ema_kv_wide", "delta_decay", "delta_norm", "gpt")
 MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_ema_kv", "gated_delta_wide", "softmax_window",
        "hybrid_ema_kv", "hybrid_gated_delta", "hybrid_gated_delta_1")  # the map on text: scaling.py curves, 4 blocks
-ABLATION = tuple(n for n in MODELS if n not in MAP)  # ablate.py's default: the readers and the ingredients

@@ -1,8 +1,8 @@
 """plumbing/registry.py, the one table of named models: every name builds through train.py's
-config, every name has a family line, every reader spen.READERS knows is named by some model, and
-adding a reader is one class, one spen.READERS line and one registry entry: a toy reader then
-builds, trains a step, and is a valid choice of ablate.py, scaling.py, recall.py and frontier.py
-without touching them."""
+config, every name has a family line, every reader spen.READERS knows is named by some model, the
+defaults name registered models only, and adding a reader is one class, one spen.READERS line and
+one registry entry: a toy reader then builds, trains a step, and is a valid choice of ablate.py,
+scaling.py, recall.py and frontier.py without touching them."""
 import pytest
 import torch
 import torch.nn as nn
@@ -31,6 +31,12 @@ def test_every_reader_has_a_name():
             p, r = (over.get(k, d).split(",") for k, d in (("predictor", "linear"), ("reads", "state")))
             named |= set(zip(p, r))
     assert set(spen.READERS) <= named, set(spen.READERS) - named
+
+
+def test_the_defaults_name_registered_models_once():
+    """ABLATION and MAP are literal lists, so a new model joins neither by itself; each names models of the table."""
+    for names in (registry.ABLATION, registry.MAP):
+        assert names and set(names) <= set(registry.MODELS) and len(set(names)) == len(names), names
 
 
 class Toy(Reader):
