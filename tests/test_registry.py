@@ -59,10 +59,10 @@ def test_a_new_reader_is_one_class_and_two_lines(monkeypatch):
     _, loss = model(idx[:, :-1], idx[:, 1:])
     loss.backward()
     assert model.blocks[0].pred.w.weight.grad is not None and model.state_floats(16) == 3 * 32  # the traces only
-    ablate.AblateConfig(variants=("toy",), tokenizer="bytes", content=False)  # the commands read the one table
+    ablate.AblateConfig(models=("toy",), tokenizer="bytes", content=False)  # the commands read the one table
     scaling.ScalingConfig(models=("toy",), widths=(32,))
-    assert "toy" in recall.names() and "toy" in frontier.families()  # recall's and frontier's choices too
-    cfg = recall.RecallConfig(variants=("toy",))
+    assert "toy" in recall.names() and "toy" in frontier.names()  # recall's and frontier's choices too
+    cfg = recall.RecallConfig(models=("toy",))
     assert recall.state_kind("toy") == "traces" and recall.run_key(cfg, "toy")["variant"] == "toy"
-    grid = frontier.FrontierConfig(families=("toy",), settings=("near",), windows=())
+    grid = frontier.FrontierConfig(models=("toy",), settings=("near",), windows=())
     assert [j.name for j in frontier.jobs(grid)] == ["near/toy_s0", "near/toy_s1"]  # no heads: one point
