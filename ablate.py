@@ -34,7 +34,7 @@ s the sample standard deviations over the n seeds; otherwise "within seed noise"
 every variant against `linear`, and to each history reader against its state counterpart.
 
 Run
-    python ablate.py                                  # preset cpu: 7 variants x 2 seeds, + content.py
+    python ablate.py                                  # preset cpu: registry.ABLATION x 2 seeds, + content.py
     python ablate.py --out_dir results/ablate         # refresh the committed reference
     python ablate.py --preset gpu --out_dir out/ablate_gpu   # larger, one CUDA GPU, offline (see PRESETS)
     python ablate.py --content_only                   # only the content probe of finished runs
