@@ -34,7 +34,7 @@ s the sample standard deviations over the n seeds; otherwise "within seed noise"
 every variant against `linear`, and to each history reader against its state counterpart.
 
 Run
-    python ablate.py                                  # preset cpu: 7 variants x 2 seeds, + content.py
+    python ablate.py                                  # preset cpu: registry.ABLATION x 2 seeds, + content.py
     python ablate.py --out_dir results/ablate         # refresh the committed reference
     python ablate.py --preset gpu --out_dir out/ablate_gpu   # larger, one CUDA GPU, offline (see PRESETS)
     python ablate.py --content_only                   # only the content probe of finished runs
@@ -46,7 +46,7 @@ content.json / content.png under --out_dir
 OUT/runs/. A run whose result.json holds the same TrainConfig is reused, and a run stopped
 mid-way (Ctrl-C) continues exactly from its ckpt_last.pt, so an interrupted ablation loses
 nothing. ablate.json is the record: a later invocation with the same settings and other
---variants adds its rows beside the earlier ones (their run folders may be gone: git keeps no
+--models adds its rows beside the earlier ones (their run folders may be gone: git keeps no
 checkpoints), and one with other settings is refused in one line instead of replacing them.
 While runs train, each running run says where it stands within the first minute and once a minute after
 (grid.watching reads its metrics.jsonl; plain lines, on a terminal or in a log), e.g.
@@ -75,7 +75,6 @@ from plumbing import ablate_report, checkpoint, cli, corpus, grid, ngram, record
 import content
 import train
 
-VARIANTS, FAMILY = registry.MODELS, registry.FAMILY  # the named models (plumbing/registry.py)
 PAIRS = (("linear_attn_history", "linear_attn_state"), ("softmax_history", "softmax_state"))  # history vs state
 SHARED = ("data", "tokenizer", "block_size", "n_layer", "n_embd", "dropout", "max_iters", "batch_size", "lr", "min_lr",
           "warmup_iters", "eval_interval", "eval_iters", "device")  # AblateConfig fields every run takes
@@ -93,8 +92,8 @@ PRESETS = {
     # cpu_bytes shape (4 x 128, T 256), 4.1M bytes per run (~1.9 passes over the train split) as
     # 2,000 steps of 8 x 256: past the ~1.6M bytes where GPT leaves its plateau (results/scaling).
     # One thread per run, no content probe (it decodes BPE).
-    "cpu_bytes": dict(tokenizer="bytes", variants=("linear", "softmax_state", "linear_attn_history",
-                                                   "softmax_history", "selective", "gpt"),
+    "cpu_bytes": dict(tokenizer="bytes", models=("linear", "softmax_state", "linear_attn_history",
+                                                 "softmax_history", "selective", "gpt"),
                       n_layer=4, n_embd=128, block_size=256, batch_size=8, max_iters=2000, lr=2e-3, min_lr=2e-4,
                       warmup_iters=50, eval_interval=100, eval_iters=16, hit_seqs=128, workers=2, content=False),
 }
@@ -104,7 +103,8 @@ PRESETS = {
 class AblateConfig:
     out_dir: str = cli.arg("out/ablate", "folder for ablate.json/md, curves.png, hits.png, content.*; runs in "
                            "OUT/runs", group="I/O")
-    variants: tuple = cli.arg(registry.ABLATION, "variants to run, any of " + " ".join(VARIANTS), group="I/O")
+    models: tuple = cli.arg(registry.ABLATION, "models to run, any of " + " ".join(registry.MODELS), group="I/O",
+                            was=("variants",))
     content: bool = cli.arg(True, "run the content probe (content.py) on the seed-0 runs afterwards", group="I/O")
     content_only: bool = cli.arg(False, "train nothing: only the content probe of the runs in OUT/runs", group="I/O")
     probe_json: str = cli.arg("results/probe/results.json", "probe.py results, for the content figure", group="I/O")
@@ -136,13 +136,14 @@ class AblateConfig:
 
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
-        self.variants = tuple(self.variants)
-        bad = [v for v in self.variants if v not in VARIANTS]
-        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(VARIANTS), bad)
+        self.models = tuple(self.models)
+        bad = [v for v in self.models if v not in registry.MODELS]
+        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(registry.MODELS),
+                    bad)
         cli.require(not (self.content and self.tokenizer != "gpt2"), "--content probes BPE runs only; add "
                     "--no-content with --tokenizer {}", self.tokenizer)
         if not self.content_only:
-            for name in self.variants:
+            for name in self.models:
                 train_config(self, name, 0)  # train.py's own checks of every setting, as one line
 
 
@@ -155,7 +156,7 @@ def train_config(cfg, name, seed):
     shared = {f: getattr(cfg, f) for f in SHARED}
     return train.make_config("cpu", **shared, eval_data=cfg.data, grad_accum=1, seed=seed,
                              out_dir=run_dir(cfg, name, seed), log_interval=max(1, cfg.max_iters // 10),
-                             **VARIANTS[name])
+                             **registry.MODELS[name].overrides)
 
 
 # ---- where the loss goes -------------------------------------------------------------------
@@ -315,7 +316,7 @@ def compare(v, ref):
                 ("lower" if d < 0 else "higher"))
 
 
-SAME_ABLATION = ("out_dir", "variants", "seeds", "content", "content_only", "probe_json", "workers", "device")
+SAME_ABLATION = ("out_dir", "models", "seeds", "content", "content_only", "probe_json", "workers", "device")
 # settings that do not change a row (each row lists its seeds): an ablate.json whose other settings match
 # is the same ablation
 
@@ -336,7 +337,7 @@ def earlier_rows(cfg):
     its rows would not compare with this invocation's, and replacing them would lose them."""
     rows = tables.load_record(os.path.join(cfg.out_dir, "ablate.json"), cfg, "variants", "an ablation",
                               same=SAME_ABLATION, shape=tables.Each(ROW))
-    return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.variants}
+    return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.models}
 
 
 def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy=None, earlier=None):
@@ -345,11 +346,11 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
                yardstick_split=yardstick_split, yardstick_copy=yardstick_copy, copy_bins=list(repeats.COPY_BINS),
                noise_rule="a difference counts when |d| > 2 SE, SE = sqrt(s_a^2/n + s_b^2/n), sample std over n seeds",
                variants=dict(earlier or {}), history_vs_state={})
-    for name in cfg.variants:
+    for name in cfg.models:
         rs = sorted((r for r in records if r["name"] == name), key=lambda r: r["seed"])
         losses = [r["result"]["val_loss"] for r in rs]
         m, s = tables.mean_std(losses)
-        v = dict(family=FAMILY[name], val_loss=losses, val_loss_mean=m, val_loss_std=s,
+        v = dict(family=registry.MODELS[name].family, val_loss=losses, val_loss_mean=m, val_loss_std=s,
                  best_val=[r["result"]["best_val"] for r in rs],
                  minus_bigram=m - yardsticks["bigram"], minus_unigram=m - yardsticks["unigram"],
                  params=rs[0]["result"]["params"], tokens=rs[0]["result"]["tokens"],
@@ -361,7 +362,7 @@ def summarize(cfg, records, yardsticks, yardstick_split, seconds, yardstick_copy
         if all("copy" in r for r in rs):
             v["copy"] = mean_copy([r["copy"] for r in rs])
         out["variants"][name] = v
-    order = [n for n in VARIANTS if n in out["variants"]]  # the registry's order, whichever invocation ran them
+    order = [n for n in registry.MODELS if n in out["variants"]]  # the registry's order, whichever invocation ran them
     out["variants"] = vs = {n: out["variants"][n] for n in order}
     for name, v in vs.items():
         v["state_floats"] = state_floats(cfg, name)
@@ -403,7 +404,7 @@ def main(cfg):
     yardstick_losses = repeats.yardstick_nll(cfg.data, w, cfg.tokenizer)
     yardstick_split = {k: repeats.split(nll, hits) for k, nll in yardstick_losses.items()}
     yardstick_copy = {k: repeats.copy_split(nll, dist) for k, nll in yardstick_losses.items()}
-    jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.variants]  # seed-major
+    jobs = [(cfg, name, s) for s in range(cfg.seeds) for name in cfg.models]  # seed-major
     records = run_all(cfg, jobs)
     res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy, earlier)
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))

@@ -245,7 +245,7 @@ def bench_chunk(device, quick):
 
 def bench_readers(device, quick):
     """A training step (forward + backward, fp32, no optimizer) of each model of MAP_MODELS at
-    scaling.py's shape, every one built from its registry line, timed in interleaved rounds:
+    scaling.py's shape, every one built from its registry entry, timed in interleaved rounds:
     ms, the ratio to delta's (> 1: slower than delta) and the model FLOP/s (flops_per_token) as a
     fraction of the fp32 matmul peak measured here, in this thread count (a square matmul of the
     step's largest size). Checks the chunked forms' cost where the curves run them (results/map)."""
@@ -254,7 +254,7 @@ def bench_readers(device, quick):
     B, reps = (2, 2) if quick else (16, 5)
     steps = {}
     for name in MAP_MODELS:
-        overrides = dict(registry.MODELS[name])
+        overrides = dict(registry.MODELS[name].overrides)
         if quick and "," in overrides.get("predictor", ""):  # a per-block model, cut to the quick depth
             overrides.update({k: ",".join(overrides[k].split(",")[-2:]) for k in ("predictor", "reads")})
         cfg = train.make_config("cpu_bytes", **{**overrides, **shape, "device": device.type})

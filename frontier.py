@@ -9,7 +9,7 @@ point trained under recall.py's one recipe (recall.train_and_test) on recall.py'
 what buys recall: more decays (the additive EMA write at S = 3 .. 24), or a different write (the
 same fixed decays writing key-value outer products, ema_kv; the delta rule, delta).
 
-Families (named in plumbing/registry.py, any of whose models --families takes; the models live in
+Families (named models of plumbing/registry.py, any of which --models takes; the models live in
 spen.py, variants.py, writes.py and gpt.py; a state per head is read from the model: `headed`)
     linear, softmax_state   SPEN: the additive EMA state read by the paper's linear map or by
                             softmax over its S slots; S in --decays, at each of --widths   S C
@@ -87,8 +87,8 @@ QUICK = dict(quick=True, settings=("near",), windows=(), seeds=1, steps=400, cur
 class FrontierConfig:
     out_dir: str = cli.arg("out/frontier", "folder for frontier.json/md/png and runs/ (one JSON per finished run)",
                            group="I/O")
-    families: tuple = cli.arg(FAMILIES, "families to train: swa or any name of plumbing/registry.py (python "
-                              "ablate.py --help lists them)", group="grid")
+    models: tuple = cli.arg(FAMILIES, "models (families of points) to train: swa or any name of plumbing/registry.py "
+                            "(python ablate.py --help lists them)", group="grid", was=("families",))
     settings: tuple = cli.arg(tuple(SETTINGS), "tasks, any of " + " ".join(SETTINGS), group="grid")
     decays: tuple = cli.arg((3, 6, 12, 24), "S, numbers of decays of the additive families", group="grid",
                             bounds=(1, 1024))
@@ -114,10 +114,10 @@ class FrontierConfig:
 
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
-        for name in ("families", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
+        for name in ("models", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
             setattr(self, name, tuple(getattr(self, name)))
-        bad = [f for f in self.families if f not in families()]
-        cli.require(self.families and not bad, "--families must be names from {}, got {}", " ".join(families()), bad)
+        bad = [f for f in self.models if f not in names()]
+        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(names()), bad)
         bad = [s for s in self.settings if s not in SETTINGS]
         cli.require(self.settings and not bad, "--settings must be names from {}, got {}", " ".join(SETTINGS), bad)
         bad = [D for D in self.head_widths if self.width % D]
@@ -136,20 +136,20 @@ class FrontierConfig:
                         "--curriculum and --decay must be in [0, --steps], got {} and {}", b["curriculum"], b["decay"])
 
 
-def families():
-    """Every family the map can train: the registry's named models (read when asked: one registered
-    after this import is one too) and swa."""
+def names():
+    """Every model the map can train, each a family of points: the registry's named models (read when
+    asked: one registered after this import is one too) and swa."""
     return tuple(registry.MODELS) + ("swa",)
 
 
 def overrides(family):
-    """(kind, config overrides) of a family: its registry line (recall.model_overrides), or GPT for swa."""
+    """(kind, config overrides) of a family: its registry entry (recall.model_overrides), or GPT for swa."""
     return recall.model_overrides(family) if family != "swa" else ("gpt", {})
 
 
 def headed(family):
     """Does the family hold a state per head, so that a head width D is a knob? Read from the model:
-    its state at recall's test length changes with the number of heads (a registry line that fixes
+    its state at recall's test length changes with the number of heads (a registry entry that fixes
     n_head has no such knob)."""
     kind, over = overrides(family)
     if kind != "spen" or "n_head" in over:
@@ -172,9 +172,9 @@ def budget_of(cfg, setting):
 def points(cfg, setting):
     """[(family, knobs)] of the grid for one setting, knobs a dict of S, C, D, w as they apply."""
     if cfg.quick:
-        return [(f, k) for f, k in QUICK_POINTS if f in cfg.families]
+        return [(f, k) for f, k in QUICK_POINTS if f in cfg.models]
     T, out = SETTINGS[setting]["block_size"], []
-    for family in cfg.families:
+    for family in cfg.models:
         if family in ("linear", "softmax_state"):
             out += [(family, dict(S=S, C=C)) for C in cfg.widths for S in cfg.decays]
         elif family == "selective":

@@ -5,7 +5,7 @@ EMA traces destroy token identity, so no reader of the traces can recover it (th
 processing inequality). This script tests that claim where it can fail, on multi-query
 associative recall (Arora et al. 2023, "Zoology"): a sequence lists N key-value pairs, then
 asks for every key once; the model must answer each query with that key's value. Variants (the
-named models of plumbing/registry.py, any of which --variants takes, and one of recall's own), all
+named models of plumbing/registry.py, any of which --models takes, and one of recall's own), all
 with the same width, depth, optimizer, data and token budget:
     gpt                      gpt.GPT: causal softmax attention over all past token states
     linear                   SPEN, the paper's predictor: a linear map of the S traces h_{t-1}
@@ -70,7 +70,7 @@ Run (the measured times and numbers are in results/recall/recall.md and results/
                                            # recall.json, recall.md, recall.png and runs/
     python recall.py --seeds 2             # 2 seeds each: twice the default's time
     python recall.py --gap 40 --block_size 64    # far queries, behind 40 distractor values
-    python recall.py --variants gpt --query_span 0 --curriculum 0 --steps 3000
+    python recall.py --models gpt --query_span 0 --curriculum 0 --steps 3000
                                            # GPT without the curriculum, queries anywhere: the plateau
     python recall.py --quick               # both kinds of reader in minutes (the QUICK preset)
 The quick mode trades the full run's breadth for time (QUICK: 4 of the 7 variants, 800 steps
@@ -101,14 +101,15 @@ import torch
 from plumbing import checkpoint, cli, grid, recall_report, registry, tables
 import lm
 
-# The models are the registry's (plumbing/registry.py: name -> config overrides; width, depth and heads are
-# recall's), plus the one line of recall's own below; any registry name is a --variants choice.
-OWN = {"selective_softmax_state": dict(model="spen", predictor="softmax_attn", reads="state", context="selective")}
+# The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
+# are recall's), plus the one entry of recall's own below; any registry name is a --models choice.
+OWN = {"selective_softmax_state": registry.Model("state, selective", dict(model="spen", predictor="softmax_attn",
+                                                                         reads="state", context="selective"))}
 DEFAULT = ("gpt", "linear", "softmax_state", "softmax_history", "linear_attn_history", "selective",
            "selective_softmax_state")  # the committed table's variants (results/recall)
 RENAMED = {"selective_linear": "selective"}  # an old name -> the registry's: saved reports and flags still read
 # --quick: these settings under the flags typed (how the step count was chosen: results/recall/README.md)
-QUICK = dict(quick=True, variants=("gpt", "softmax_history", "linear", "softmax_state"), steps=800, curriculum=300,
+QUICK = dict(quick=True, models=("gpt", "softmax_history", "linear", "softmax_state"), steps=800, curriculum=300,
              decay=100, eval_every=200, test_seqs=128, seeds=1, out_dir="out/recall_quick")
 QUICK_TRADES = ("quick mode: 4 of the 7 variants, 800 steps instead of 1,500 (curriculum 300, decay 100), 128 test "
                 "sequences per N instead of 256, one seed; the verdict is read at the largest N. Every committed "
@@ -121,8 +122,8 @@ DIST_BINS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # distance bin d in [lo,
 class RecallConfig:
     out_dir: str = cli.arg("out/recall", "folder for recall.json, recall.md, recall.png and runs/ (one JSON per "
                            "finished run; a rerun with the same settings reuses them)", group="I/O")
-    variants: tuple = cli.arg(DEFAULT, "variants to run: any name of plumbing/registry.py (python ablate.py --help "
-                              "lists them) or " + " ".join(OWN), group="I/O")
+    models: tuple = cli.arg(DEFAULT, "models to run: any name of plumbing/registry.py (python ablate.py --help "
+                            "lists them) or " + " ".join(OWN), group="I/O", was=("variants",))
     pairs: tuple = cli.arg((2, 4, 8), "N, key-value pair counts trained (mixed) and tested", group="data",
                            bounds=(1, 4096))
     block_size: int = cli.arg(24, "T, tokens per sequence (needs T >= 3 max(N) + G)", group="data", bounds=(2, 2 ** 16))
@@ -162,9 +163,9 @@ class RecallConfig:
 
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
-        self.variants, self.pairs = tuple(RENAMED.get(v, v) for v in self.variants), tuple(self.pairs)
-        bad = [v for v in self.variants if v not in names()]
-        cli.require(self.variants and not bad, "--variants must be names from {}, got {}", " ".join(names()), bad)
+        self.models, self.pairs = tuple(RENAMED.get(v, v) for v in self.models), tuple(self.pairs)
+        bad = [v for v in self.models if v not in names()]
+        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(names()), bad)
         cli.require(self.pairs, "--pairs must name at least one pair count")
         cli.require(self.block_size >= 3 * max(self.pairs) + self.gap,
                     "--block_size must be >= 3 x the largest --pairs + --gap ({}), got {}",
@@ -189,9 +190,9 @@ def names():
 
 
 def model_overrides(name):
-    """(kind, config overrides) of a named model: its registry line (TrainConfig overrides) as the
+    """(kind, config overrides) of a named model: its registry entry's TrainConfig overrides as the
     model config's fields, a per-block "a,b" as a tuple (train.model_config's rule)."""
-    spec = dict(registry.MODELS.get(name) or OWN[name])
+    spec = dict((registry.MODELS.get(name) or OWN[name]).overrides)
     kind = spec.pop("model")
     return kind, {k: tuple(v.split(",")) if isinstance(v, str) and "," in v else v for k, v in spec.items()}
 
@@ -225,7 +226,8 @@ def read_report(path):
     res["variants"] = {RENAMED.get(v, v): r for v, r in res["variants"].items()}
     for r in res["variants"].values():  # a report from before the binding column: derived from its accuracies
         r.setdefault("binding", {N: binding(a, int(N)) for N, a in r["acc"].items()})
-    res["settings"]["variants"] = [RENAMED.get(v, v) for v in res["settings"]["variants"]]
+    res["settings"] = cli.current_names(RecallConfig, res["settings"])  # its --variants read as --models
+    res["settings"]["models"] = [RENAMED.get(v, v) for v in res["settings"]["models"]]
     return res
 
 
@@ -383,7 +385,7 @@ def train_and_test(cfg, model, seed):
                 seconds=time.time() - t0, test=evaluate(model, eval_set(cfg, cfg.test_seqs, TEST_SEED), cfg))
 
 
-PER_GRID = ("out_dir", "variants", "seeds", "workers")  # which runs and where: no run's numbers depend on them
+PER_GRID = ("out_dir", "models", "seeds", "workers")  # which runs and where: no run's numbers depend on them
 SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=[list], seconds=tables.NUMBER,
              exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(tables.NUMBER),
                                                              "acc_distance": tables.Each(tables.NUMBER)})
@@ -424,7 +426,7 @@ def summarize(cfg, results, seconds):
                chance=1.0 / cfg.n_values,
                run_seconds=round(sum(r["seconds"] for r in results), 1), reused=sum("reused" in r for r in results),
                threshold={str(N): threshold(N) for N in cfg.pairs}, variants={}, diverged=tables.diverged_runs(results))
-    for v in cfg.variants:
+    for v in cfg.models:
         rs = sorted((r for r in results if r["variant"] == v and r.get("diverged") is None), key=lambda r: r["seed"])
         if not rs:
             continue  # every seed diverged: listed under "diverged", never shown as a score
@@ -478,9 +480,9 @@ def main(cfg):
         print(QUICK_TRADES, flush=True)
     t0, out = time.time(), lambda name: os.path.join(cfg.out_dir, name)
     jobs = [grid.Job(f"{v}_s{seed}", run_key(cfg, v), (cfg, v, seed))
-            for seed in range(cfg.seeds) for v in cfg.variants]
+            for seed in range(cfg.seeds) for v in cfg.models]
     with grid.Grid(cfg.out_dir, jobs, cli.command_line("recall.py", cfg), vars(cfg), SAVED) as cache:
-        grid.refuse_emptier(out("recall.json"), lambda r: len(r["variants"]), len(cfg.variants), "variants")
+        grid.refuse_emptier(out("recall.json"), lambda r: len(r["variants"]), len(cfg.models), "variants")
         print(f"recall: {len(jobs)} runs, {len(cache.saved)} already saved, {len(jobs) - len(cache.saved)} to train "
               f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
         results = cache.run(run, cfg.workers, progress)

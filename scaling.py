@@ -74,7 +74,6 @@ from plumbing import (checkpoint, cli, corpus, evaluate, grid, ngram, records, r
                       scaling_report, tables)
 import train
 
-MODELS = registry.MODELS  # name -> TrainConfig overrides: the named models (plumbing/registry.py), any of them
 PRESETS = {
     "cpu": {},  # the field defaults: UTF-8 bytes of builtin, 4 blocks, widths 128 and 64
     # The paper's pair: 12 x 768, GPT-2 BPE, FineWeb-Edu, C4 validation, 524,288 tokens per step,
@@ -95,7 +94,8 @@ class ScalingConfig:
     out_dir: str = cli.arg("out/scaling", "folder for scaling.json/md/png; runs in OUT/runs", group="I/O")
     train: bool = cli.arg(True, "train the runs up to --max_tokens (--no-train: only write scaling.json/md/png from "
                           "the run folders as they are, e.g. after stopping)", group="I/O")
-    models: tuple = cli.arg(("gpt", "linear", "softmax_history"), "models, any of " + " ".join(MODELS), group="model")
+    models: tuple = cli.arg(("gpt", "linear", "softmax_history"), "models, any of " + " ".join(registry.MODELS),
+                            group="model")
     widths: tuple = cli.arg((128, 64), "C, widths (every model at every width)", group="model", bounds=(1, 2 ** 16))
     n_layer: int = cli.arg(4, "blocks, every run", group="model", bounds=(1, 1024))
     data: str = cli.arg("builtin", "training corpus: builtin | fineweb-edu | files:PATH | ...", group="data")
@@ -130,8 +130,9 @@ class ScalingConfig:
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.models, self.widths = tuple(self.models), tuple(self.widths)
-        bad = [m for m in self.models if m not in MODELS]
-        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(MODELS), bad)
+        bad = [m for m in self.models if m not in registry.MODELS]
+        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(registry.MODELS),
+                    bad)
         cli.require(self.widths, "--widths must name at least one width")
         cli.require(self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
                     self.first_tokens, self.max_tokens)
@@ -173,8 +174,8 @@ def run_config(cfg, name, width, max_iters, resume=False, branch=False):
     branch's ends at the last point, its lr falling linearly to 0 from the cooldown's start."""
     cool = dict(cooldown_iters=max_iters - cooldown_start(cfg)) if branch else {}
     return train.make_config(
-        "130m", **MODELS[name], data=cfg.data, eval_data=cfg.eval_data, tokenizer=cfg.tokenizer, n_layer=cfg.n_layer,
-        n_embd=width, block_size=cfg.block_size, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
+        "130m", **registry.MODELS[name].overrides, data=cfg.data, eval_data=cfg.eval_data, tokenizer=cfg.tokenizer,
+        n_layer=cfg.n_layer, n_embd=width, block_size=cfg.block_size, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
         max_iters=max_iters, lr=cfg.lr, min_lr=cfg.lr, warmup_iters=cfg.warmup_iters, dropout=0.0,
         eval_interval=max(eval_steps(cfg)), eval_iters=cfg.eval_iters, log_interval=10,
         seed=cfg.seed, device=cfg.device, compile=cfg.compile, out_dir=run_dir(cfg, name, width, branch), resume=resume,
@@ -283,7 +284,7 @@ def analyse(curves):
     out = {}
     for w in sorted({c["width"] for c in curves.values()}, reverse=True):
         g = curves.get(f"gpt_c{w}")
-        for m in MODELS:
+        for m in registry.MODELS:
             c = curves.get(f"{m}_c{w}")
             if m == "gpt" or not g or not c:
                 continue
@@ -393,7 +394,8 @@ def collect(cfg, yardsticks, train_tokens, seconds, recorded):
                         train_seconds=train_seconds(branch, after=start), machines=machines(scores))
     for c in curves.values():
         c["state_floats"] = state_floats(cfg, c["model"], c["width"])
-    order = lambda k: (-curves[k]["width"], curves[k]["model"] != "gpt", list(MODELS).index(curves[k]["model"]))
+    names = list(registry.MODELS)
+    order = lambda k: (-curves[k]["width"], curves[k]["model"] != "gpt", names.index(curves[k]["model"]))
     curves = {k: curves[k] for k in sorted(curves, key=order)}
     return dict(settings=dataclasses.asdict(cfg), tokens_per_step=per, train_split_tokens=train_tokens,
                 eval_steps=eval_steps(cfg), schedule="linear warmup, then constant lr (min_lr = lr)",

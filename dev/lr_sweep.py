@@ -4,7 +4,7 @@ The ablation (results/ablate_bytes/ablate.json) trains every variant at one shar
 (cosine to a tenth of it). This table asks whether that rate favours some models: seed 0 of each
 model at every rate found, everything else equal (the same data order, steps and cosine shape),
 from one ablate.py invocation per rate, e.g. 4e-3 and 8e-3:
-    python ablate.py --preset cpu_bytes --variants gpt linear ema_kv delta --seeds 1 --lr 4e-3 --min_lr 4e-4 \
+    python ablate.py --preset cpu_bytes --models gpt linear ema_kv delta --seeds 1 --lr 4e-3 --min_lr 4e-4 \
         --out_dir results/ablate_bytes/lr_4e-3
 and the ablation's own seed-0 runs for 2e-3. Any results/ablate_bytes/lr_*/ablate.json joins the
 table (one made with other settings than the ablation's is refused). Run:
@@ -23,7 +23,8 @@ from plumbing import cli  # first and cheap (no torch): a Ctrl-C from the first 
 cli.exit_on_ctrl_c(__name__, "dev/lr_sweep.py")  # until main_guard; the imports below take seconds
 from plumbing import checkpoint, tables
 
-FREE = ("out_dir", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json", "device")
+FREE = ("out_dir", "models", "variants", "seeds", "lr", "min_lr", "workers", "content", "content_only", "probe_json",
+        "device")  # settings a rate's ablate.json may differ in (variants: --models's name before)
 
 
 N = tables.NUMBER

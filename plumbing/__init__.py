@@ -9,7 +9,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     placement     where one training process sits: DDP rank and world, device, autocast (train.py's setup)
     provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
-    registry      the named models every experiment reads (name -> config overrides, family)
+    registry      the named models every experiment reads (name -> Model(family, config overrides))
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
     tables        results as files: markdown tables, figures, the results JSON, mean ± std
     records       what is read back from a run folder, checked for type and finiteness (one line if damaged)

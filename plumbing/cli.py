@@ -30,6 +30,11 @@ type's edge), so a field added without bounds fails it the day it lands.
 Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
 `command_line` writes a config back as the command that reproduces it.
 
+Renamed flags: a field keeps its former names, `cli.arg(..., was=("variants",))`, so the commands
+in notes and in committed results still run: the old flag is read as the field's, with one line on
+stderr (`ablate.py: --variants is now --models (read as --models)`), and is left out of --help;
+`current_names` reads a saved config (a results JSON's "settings") under today's names.
+
 Ctrl-C: `exit_on_ctrl_c(__name__, "x.py")`, called before a command's heavy imports, makes a Ctrl-C
 from the first second one line and exit 130; main_guard then takes it over (KeyboardInterrupt),
 and ignores it once the work is done (the interpreter's teardown). `sigint_held()` holds a Ctrl-C
@@ -70,12 +75,23 @@ THREADS = (1, 256)  # torch CPU threads (99,999 of them crash OpenMP: a segmenta
 WORKERS = (1, 64)  # processes of a grid, one run each
 
 
-def arg(default, help, choices=None, group="settings", bounds=None):
+def arg(default, help, choices=None, group="settings", bounds=None, was=()):
     """A config field with its help text, allowed values, parser group and, for a number or a
-    tuple of numbers, its valid range: bounds=(lo, hi), both included (check_fields)."""
+    tuple of numbers, its valid range: bounds=(lo, hi), both included (check_fields); `was`: the
+    flag's former names, still read (the module docstring)."""
     if isinstance(default, (list, dict, set)):
         raise TypeError("use a tuple default for several values")
-    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, group=group, bounds=bounds))
+    if was and isinstance(default, bool):
+        raise TypeError("a renamed flag takes values; a boolean's --no- form has no former name here")
+    return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, group=group, bounds=bounds,
+                                                            was=tuple(was)))
+
+
+def current_names(Config, settings):
+    """A saved config (a dict of field values, e.g. a results JSON's "settings") under Config's
+    field names of today: a value saved under a field's former name (`was`) is read as the field's."""
+    former = {old: f.name for f in dataclasses.fields(Config) for old in f.metadata.get("was", ())}
+    return {former.get(k, k): v for k, v in settings.items()}
 
 
 def number_type(f):
@@ -91,7 +107,7 @@ def number_type(f):
 def check_fields(cfg):
     """One ConfigError line unless every flag of cfg fits its field: a number of the field's type,
     finite and within its bounds (each entry of a tuple), None only where None is the default; and
-    no entry named twice in a list flag (`--variants linear linear` would count one run as two)."""
+    no entry named twice in a list flag (`--models linear linear` would count one run as two)."""
     for f in dataclasses.fields(cfg):
         v, kind, bounds = getattr(cfg, f.name), number_type(f), f.metadata.get("bounds")
         if "help" not in f.metadata or (v is None and f.default is None):
@@ -128,6 +144,15 @@ def _type_of(f):
     return t
 
 
+class Renamed(argparse.Action):
+    """A flag's former name (arg's `was`): its values go to the field's flag, and one line on stderr
+    says the new name."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: {option_string} is now --{self.dest} (read as --{self.dest})", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (no usage block): `prog: error: ... (see --help)`."""
 
@@ -153,11 +178,14 @@ def parser(Config, description, presets=None, epilog=None):
         text = f"{meta['help']} (default: {f.default!r})".replace("%", "%%")  # argparse formats help with %
         if t is bool:
             g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)
-        elif t is tuple or typing.get_origin(f.type) is tuple:
-            elem = number_type(f) or (type(f.default[0]) if f.default else str)
-            g.add_argument(f"--{f.name}", type=elem, nargs="+", help=text)
+            continue
+        if t is tuple or typing.get_origin(f.type) is tuple:
+            kind = dict(type=number_type(f) or (type(f.default[0]) if f.default else str), nargs="+")
         else:
-            g.add_argument(f"--{f.name}", type=t, choices=meta["choices"], help=text)
+            kind = dict(type=t, choices=meta["choices"])
+        g.add_argument(f"--{f.name}", help=text, **kind)
+        for old in meta.get("was", ()):  # read as this flag, with its line; not in --help
+            g.add_argument(f"--{old}", dest=f.name, action=Renamed, help=argparse.SUPPRESS, **kind)
     return p
 
 

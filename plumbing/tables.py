@@ -113,7 +113,7 @@ def load_record(path, cfg, part, what, same=(), shape=dict):
     wrong = shape_error(old, {"settings": dict, part: shape}, "the file")
     if wrong:
         raise cli.UserError(f"{path} is not {what} ({wrong}); move it away or use another --out_dir")
-    settings, body = old["settings"], old[part]
+    settings, body = cli.current_names(type(cfg), old["settings"]), old[part]  # a renamed field read as it is now
     now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
     differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now if k not in same and settings.get(k) != now[k]]
     cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,

@@ -13,8 +13,8 @@ import torch
 import ablate
 from plumbing import cli, repeats
 
-VARIANTS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
-TINY = dict(variants=VARIANTS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,
+MODELS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
+TINY = dict(models=MODELS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,
             eval_interval=2, hit_seqs=4, warmup_iters=1, workers=1, content=False)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +35,7 @@ def tiny_run(tmp_path_factory):
 def test_ablate_json_has_both_families_yardsticks_and_hit_split(tiny_run):
     out, _ = tiny_run
     res = json.load(open(os.path.join(out, "ablate.json")))
-    assert list(res["variants"]) == list(VARIANTS)
+    assert list(res["variants"]) == list(MODELS)
     families = {v["family"] for v in res["variants"].values()}
     assert {"state", "history"} <= families
     y = res["yardsticks"]
@@ -64,7 +64,7 @@ def test_ablate_json_has_both_families_yardsticks_and_hit_split(tiny_run):
 def test_rerun_in_worker_processes_reuses_finished_runs(tiny_run, capsys):
     out, first = tiny_run
     again = ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=out,
-                                  **dict(TINY, variants=("linear", "gpt"), seeds=1, workers=2)))
+                                  **dict(TINY, models=("linear", "gpt"), seeds=1, workers=2)))
     assert "elapsed" not in capsys.readouterr().out  # no run trained: both came from the grid's saved runs
     for name in ("linear", "gpt"):
         assert again["variants"][name]["val_loss"] == first["variants"][name]["val_loss"][:1]
@@ -116,7 +116,7 @@ def test_split_weights_hits_and_others():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(variants=("linear", "lstm")), "--variants must be names from"),
+    (dict(models=("linear", "lstm")), "--models must be names from"),
     (dict(seeds=0), "--seeds must be"),
     (dict(max_iters=0), "--max_iters must be"),  # train.py's own check
     (dict(block_size=1), "--block_size must be"),
@@ -142,7 +142,7 @@ def test_content_only_without_runs_is_one_line_and_writes_nothing(tmp_path):
 @pytest.mark.slow
 def test_an_interrupted_run_continues_from_its_checkpoint_even_after_a_resume(tmp_path, monkeypatch):
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path),
-                    **dict(TINY, variants=("linear",), seeds=1))
+                    **dict(TINY, models=("linear",), seeds=1))
     ablate.run_one((cfg, "linear", 0))
     run = ablate.run_dir(cfg, "linear", 0)
     os.remove(os.path.join(run, "result.json"))  # as if stopped before the end ...
@@ -182,7 +182,7 @@ def test_a_failed_run_stops_the_ablation_with_one_line_naming_it(tmp_path, monke
         yield
     monkeypatch.setattr(ablate.grid, "run_jobs", failing)
     with pytest.raises(ablate.RunInterrupted) as err:
-        ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
+        ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.models])
     assert isinstance(err.value, cli.UserError)  # main_guard: one line, no traceback
     assert "softmax_state seed 0" in str(err.value) and "reused" in str(err.value)
 
@@ -192,9 +192,9 @@ def test_each_running_run_prints_its_step_loss_and_eta_while_it_trains(tmp_path,
     """Two runs in two workers (the default pool), progress every 0.5 s instead of a minute: the parent
     reads each run's metrics.jsonl and prints `[running M:SS] NAME seed S | step s/N | loss L | ... | eta`."""
     monkeypatch.setattr(ablate.grid, "PROGRESS_S", 0.5)
-    over = dict(TINY, variants=("linear", "gpt"), seeds=1, workers=2, max_iters=40, eval_interval=40)
+    over = dict(TINY, models=("linear", "gpt"), seeds=1, workers=2, max_iters=40, eval_interval=40)
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **over)
-    ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.variants])
+    ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.models])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[running ")]
     steps = [ln for ln in lines if re.fullmatch(r"\[running \d+:\d\d\] (linear|gpt) seed 0 \| step \d+/40 \| loss "
                                                 r"\d+\.\d{4} \| \d+ ms/step \| eta \d+\.\d (min|h)", ln)]
@@ -212,11 +212,11 @@ def test_a_second_invocation_keeps_the_first_ones_rows_and_adds_the_write_reader
     first = json.load(open(os.path.join(out, "ablate.json")))
     with open(os.path.join(folder, "ablate.json"), "w") as f:
         json.dump(first, f)  # the record, without its run folders
-    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=folder, **dict(TINY, variants=("ema_kv", "delta")))
+    cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=folder, **dict(TINY, models=("ema_kv", "delta")))
     res = ablate.main(cfg)
     vs = res["variants"]
     assert list(vs) == ["linear", "softmax_state", "softmax_history", "ema_kv", "delta", "gpt"]
-    for name in VARIANTS:  # carried as they were, compared again against linear
+    for name in MODELS:  # carried as they were, compared again against linear
         assert vs[name]["val_loss"] == first["variants"][name]["val_loss"] and vs[name]["carried"]
     C, S, T, H = 32, 3, 80, 1  # n_head = max(1, C // 64)
     D = C // H

@@ -51,7 +51,7 @@ def test_quick_run_writes_json(tmp_path):
     chunk = run["chunk"]["rows"]  # every reader x pass, the loop and each L <= T timed
     assert {(r["reader"], r["mode"]) for r in chunk} == {(a, b) for a in ("ema_kv", "delta", "gated_delta")
                                                           for b in ("fwd", "fwd+bwd")}
-    readers = run["readers"]["models"]  # every map candidate timed beside delta, from its registry line
+    readers = run["readers"]["models"]  # every map candidate timed beside delta, from its registry entry
     assert readers["delta"]["ratio_to_delta"] == 1 and all(r["ms"] > 0 for r in readers.values())
     assert readers["hybrid_ema_kv"]["state_floats"] > readers["ema_kv"]["state_floats"]  # one growing cache of four
     # the cost figure: model FLOP/s against the matmul peak measured in the same run, a fraction in (0, 1)

@@ -43,6 +43,22 @@ def test_bad_values_are_one_line(argv, message, capsys):
     assert exc.value.code == 2 and message in err and err.count("\n") == 1
 
 
+@dataclass
+class Renamed:
+    models: tuple = cli.arg(("a",), "which models", was=("variants", "families"))
+
+
+def test_a_former_flag_name_is_read_as_the_new_one_with_one_line(capsys):
+    p = cli.parser(Renamed, "test")
+    p.prog = "x.py"
+    assert cli.parse(Renamed, p, ["--variants", "b", "c"]) == Renamed(models=("b", "c"))
+    assert capsys.readouterr().err == "x.py: --variants is now --models (read as --models)\n"
+    assert cli.parse(Renamed, p, ["--models", "b"]) == Renamed(models=("b",)) and capsys.readouterr().err == ""
+    assert "--variants" not in p.format_help() and "--families" not in p.format_help()  # the new name only
+    assert cli.command_line("x.py", cli.parse(Renamed, p, ["--families", "b"])) == "python x.py --models b"
+    assert cli.current_names(Renamed, {"families": ["b"], "seed": 1}) == {"models": ["b"], "seed": 1}  # a saved one
+
+
 def test_build_rejects_unknown_names_and_main_guard_prints_user_errors_as_one_line(capsys):
     with pytest.raises(cli.ConfigError, match="unknown setting"):
         cli.build(Config, PRESETS, None, learning_rate=1.0)

@@ -19,7 +19,7 @@ COMMANDS = {
     # long enough that no Ctrl-C comes after the end, even on an idle machine (the Ctrl-C stops them at once)
     "train": ["train.py", "--preset", "cpu_bytes", "--max_iters", "5000", "--eval_interval", "5000", "--eval_iters", "1",
               "--n_layer", "1", "--n_embd", "16", "--out_dir", "out"],
-    "grid": ["recall.py", "--variants", "linear", "gpt", "--steps", "5000", "--curriculum", "10", "--decay", "10",
+    "grid": ["recall.py", "--models", "linear", "gpt", "--steps", "5000", "--curriculum", "10", "--decay", "10",
              "--eval_every", "1000", "--test_seqs", "8", "--val_seqs", "8", "--workers", "2", "--out_dir", "out"],
 }
 

@@ -53,10 +53,10 @@ TRAIN = ["--preset", "cpu_bytes", "--max_iters", "5000", "--eval_interval", "500
          "--n_layer", "1", "--n_embd", "16", "--device", "cpu", "--out_dir", "OUT"]
 ENTRY_POINTS = {
     "train.py": dict(run=TRAIN, out="--out_dir", late=True),
-    "recall.py": dict(run=["--variants", "linear", "--steps", "5000", "--curriculum", "10", "--decay", "10",
+    "recall.py": dict(run=["--models", "linear", "--steps", "5000", "--curriculum", "10", "--decay", "10",
                            "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
     "frontier.py": dict(run=["--quick", "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
-    "ablate.py": dict(run=["--preset", "cpu_bytes", "--variants", "linear", "--max_iters", "5000", "--seeds", "1",
+    "ablate.py": dict(run=["--preset", "cpu_bytes", "--models", "linear", "--max_iters", "5000", "--seeds", "1",
                            "--workers", "1", "--out_dir", "OUT"], out="--out_dir", late=True),
     "scaling.py": dict(run=["--models", "linear", "--widths", "16", "--out_dir", "OUT"], out="--out_dir", late=True),
     "probe.py": dict(run=["--out_dir", "OUT"], out="--out_dir", late=True),

@@ -23,7 +23,7 @@ import recall
 import sample
 import scaling
 import train
-from plumbing import cli
+from plumbing import cli, registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,7 +35,7 @@ COMMANDS = {
     "scaling.py": [(scaling.ScalingConfig, lambda a: cli.parse(scaling.ScalingConfig, scaling.get_parser(), a,
                                                              scaling.PRESETS), [])],
     "ablate.py": [(ablate.AblateConfig, lambda a: cli.parse(ablate.AblateConfig, ablate.get_parser(), a,
-                                                          ablate.PRESETS), ["--variants", "linear"])],
+                                                          ablate.PRESETS), ["--models", "linear"])],
     "probe.py": [(probe.ProbeConfig, probe.parse, []),
                  (probe.FitConfig, lambda a: cli.parse(probe.FitConfig, probe.get_fit_parser(), a), [])],
     "sample.py": [(sample.SampleConfig, lambda a: cli.parse(sample.SampleConfig, sample.get_parser(), a), [])],
@@ -82,7 +82,7 @@ def test_numeric_flag_fuzzed(script, Config, parse, base, f, capsys):
 
 
 @pytest.mark.parametrize("argv, flag", [
-    (["ablate.py", "--variants", "linear", "linear"], "--variants"),
+    (["ablate.py", "--models", "linear", "linear"], "--models"),
     (["recall.py", "--lr", "inf"], "--lr"),
     (["recall.py", "--lr", "1e9"], "--lr"),
     (["recall.py", "--pairs", "8", "8"], "--pairs"),
@@ -101,6 +101,37 @@ def test_hand_found_cases_are_one_line(argv, flag, capsys):
         parse(argv[1:])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and flag in err
+
+
+def renamed_flags():
+    for script, configs in COMMANDS.items():
+        for Config, parse, base in configs:
+            for f in dataclasses.fields(Config):
+                for old in f.metadata.get("was", ()):
+                    yield pytest.param(parse, base, f, old, id=f"{script}:--{old}")
+
+
+@pytest.mark.parametrize("parse, base, f, old", list(renamed_flags()))
+def test_a_renamed_flag_is_read_as_its_new_name_with_one_line(parse, base, f, old, capsys):
+    """An old command (in notes, in a committed result) still runs: its old flag is read as the new
+    one, and one line says so; the new name says nothing."""
+    value = f.default[-1:] if isinstance(f.default, tuple) else f.default  # not what base gives
+    argv = [str(v) for v in (value if isinstance(value, tuple) else [value])]
+    new = parse(base + [f"--{f.name}", *argv])
+    assert getattr(new, f.name) == value and capsys.readouterr().err == ""
+    assert parse(base + [f"--{old}", *argv]) == new
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--{old} is now --{f.name}" in err, err
+
+
+def test_which_models_is_one_flag_everywhere():
+    """Every command whose flag names models of plumbing/registry.py spells it --models (the old
+    spellings, --variants and --families, are its former names)."""
+    naming = {script: f.name for script, configs in COMMANDS.items() for Config, _, _ in configs
+              for f in dataclasses.fields(Config)
+              if isinstance(f.default, tuple) and any(v in registry.MODELS for v in f.default)}
+    assert set(naming) == {"ablate.py", "recall.py", "frontier.py", "scaling.py"}, naming
+    assert set(naming.values()) == {"models"}, naming
 
 
 @pytest.mark.parametrize("argv", [["train.py", "--preset", "cpu", "--seed", "-1"],

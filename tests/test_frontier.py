@@ -47,7 +47,7 @@ def cli_run(argv, monkeypatch, capsys):
     (["--decays", "0", "3"], "--decays must be an integer in [1, "),
     (["--windows", "4", "100"], "--windows 100 is longer than every sequence"),
     (["--settings", "near", "--windows", "32"], "--windows 32 is longer than every sequence (T <= 24)"),
-    (["--families", "linear", "mamba"], "--families must be names from"),
+    (["--models", "linear", "mamba"], "--models must be names from"),
     (["--head_widths", "8", "24"], "--head_widths 24 do not divide --width 64"),
     (["--settings", "far"], "--settings must be names from"),
 ])

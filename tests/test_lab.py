@@ -429,7 +429,7 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("call, flag", [
-    (lambda: helpers.recall_config(variants=("gpt", "lstm")), "--variants"),
+    (lambda: helpers.recall_config(models=("gpt", "lstm")), "--models"),
     (lambda: helpers.recall_config(steps=0), "--steps"),
     (lambda: helpers.probe_config(n_train=0), "--n_train"),
     (lambda: write.train_bytes(max_iters=0), "--max_iters"),

@@ -37,11 +37,11 @@ def test_a_lock_folder_is_one_line(command, tmp_path):
                                     tokens=(np.arange(4000) % 256, np.arange(2000) % 256)),
         "scaling": lambda: scaling.main(cli.build(scaling.ScalingConfig, out_dir=out, models=("linear",),
                                                   widths=(16,))),
-        "recall": lambda: recall.main(recall.RecallConfig(out_dir=out, variants=("linear",), steps=5, curriculum=0,
+        "recall": lambda: recall.main(recall.RecallConfig(out_dir=out, models=("linear",), steps=5, curriculum=0,
                                                           decay=0)),
         "frontier": lambda: frontier.main(frontier.FrontierConfig(out_dir=out, quick=True)),
         "probe": lambda: probe.main(probe.ProbeConfig(out_dir=out, seeds=1, n_train=10, n_val=5, n_test=5)),
-        "ablate": lambda: ablate.main(ablate.AblateConfig(out_dir=out, variants=("linear",), content=False,
+        "ablate": lambda: ablate.main(ablate.AblateConfig(out_dir=out, models=("linear",), content=False,
                                                           tokenizer="bytes", max_iters=2, seeds=1, workers=1)),
     }[command]
     with pytest.raises(cli.UserError) as e:
@@ -90,7 +90,7 @@ def test_a_lock_linked_to_a_file_leaves_the_file_unchanged(command, tmp_path):
             train.main(train.make_config("cpu_bytes", n_layer=1, n_embd=16, max_iters=2, out_dir=str(out)),
                        tokens=(np.arange(4000) % 256, np.arange(2000) % 256))
         else:
-            recall.main(recall.RecallConfig(out_dir=str(out), variants=("linear",), steps=5, curriculum=0, decay=0))
+            recall.main(recall.RecallConfig(out_dir=str(out), models=("linear",), steps=5, curriculum=0, decay=0))
     assert "\n" not in str(e.value) and "link" in str(e.value), str(e.value)
     assert (tmp_path / "notes.txt").read_text() == "my notes: keep me"
     assert os.listdir(out) == [".lock"]

@@ -14,7 +14,7 @@ COMMANDS = {  # command -> (argv before the folder flag, the folder flag)
     "train": (["--preset", "cpu", "--device", "cpu", "--max_iters", "1"], "--out_dir"),
     "probe": (["--seeds", "1"], "--out_dir"),
     "probe fit": ([], "--out_dir"),
-    "recall": (["--variants", "linear", "--steps", "1", "--curriculum", "0", "--decay", "0"], "--out_dir"),
+    "recall": (["--models", "linear", "--steps", "1", "--curriculum", "0", "--decay", "0"], "--out_dir"),
     "ablate": (["--preset", "cpu_bytes"], "--out_dir"),
     "scaling": ([], "--out_dir"),
     "content": ([], "--out_dir"),

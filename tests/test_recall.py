@@ -128,7 +128,7 @@ def test_plateau_exit_is_the_first_evaluation_above_halfway_from_one_over_n_to_o
 
 def test_saved_runs_are_reused_only_under_the_same_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(recall_report, "plot", lambda res, path, dashed: None)  # the figure is another test's
-    cfg = recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "variants": ("linear",), "seeds": 1})
+    cfg = recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "models": ("linear",), "seeds": 1})
     first = recall.main(cfg)
     saved = tmp_path / "runs" / "linear_s0.json"
     assert json.loads(saved.read_text())["config"] == json.loads(json.dumps(recall.run_key(cfg, "linear")))
@@ -167,7 +167,7 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
 @pytest.mark.parametrize("argv, flag", [(["--pairs", "8", "--block_size", "20"], "--block_size"),
                                         (["--pairs", "4", "--gap", "10", "--block_size", "20"], "--block_size"),
                                         (["--gap", "-1"], "--gap"),
-                                        (["--variants", "nope"], "--variants"),
+                                        (["--models", "nope"], "--models"),
                                         (["--steps", "0"], "--steps"),
                                         (["--curriculum", "1501"], "--curriculum"),
                                         (["--query_span", "-1"], "--query_span"),
@@ -197,10 +197,10 @@ def test_tiny_history_reader_recalls_above_the_one_over_n_plateau(one_thread):
 def test_two_workers_give_the_numbers_of_one(tmp_path):
     """The default path trains runs in spawned worker processes; each run is a pure function of
     its (variant, seed, lr), so the parallel results equal the in-process ones."""
-    cfg = dict(TINY, variants=("linear", "softmax_history"), seeds=1)
+    cfg = dict(TINY, models=("linear", "softmax_history"), seeds=1)
     one = recall.main(recall.RecallConfig(out_dir=str(tmp_path / "one"), **cfg))
     two = recall.main(recall.RecallConfig(out_dir=str(tmp_path / "two"), **{**cfg, "workers": 2}))
-    for v in cfg["variants"]:
+    for v in cfg["models"]:
         assert one["variants"][v]["acc"] == two["variants"][v]["acc"]
 
 
@@ -210,11 +210,11 @@ def test_quick_mode_is_a_preset_under_the_typed_flags_and_the_full_run_stays_the
     assert all(getattr(quick, k) == v for k, v in recall.QUICK.items()) and quick.quick
     assert recall.parse(["--quick", "--steps", "900"]).steps == 900  # a typed flag wins over the preset
     assert recall.run_key(quick, "gpt") == recall.run_key(dataclasses.replace(quick, quick=False), "gpt")  # settings only
-    assert set(recall.QUICK["variants"]) == {"gpt", "softmax_history", "linear", "softmax_state"}
+    assert set(recall.QUICK["models"]) == {"gpt", "softmax_history", "linear", "softmax_state"}
 
 
 @pytest.mark.parametrize("argv, flag", [(["--quick", "--steps", "0"], "--steps"),
-                                        (["--quick", "--variants", "gpt", "lstm"], "--variants")])
+                                        (["--quick", "--models", "gpt", "lstm"], "--models")])
 def test_quick_mode_bad_input_is_one_line(capsys, argv, flag):
     with pytest.raises(SystemExit) as e:
         recall.parse(argv)
@@ -240,7 +240,7 @@ def test_the_quick_verdict_reads_recall_and_binding_at_the_largest_n():
 
 def test_quick_mode_says_what_it_trades_and_prints_its_verdict(tmp_path, capsys):
     cfg = cli.build(recall.RecallConfig, {"quick": recall.QUICK}, "quick", out_dir=str(tmp_path),
-                    **{k: v for k, v in TINY.items() if k not in ("seeds",)} | dict(variants=("gpt", "linear")))
+                    **{k: v for k, v in TINY.items() if k not in ("seeds",)} | dict(models=("gpt", "linear")))
     recall.main(cfg)
     out = capsys.readouterr().out
     assert out.startswith(recall.QUICK_TRADES) and "verdict at N = 4: accuracy gpt" in out
@@ -264,7 +264,7 @@ def test_state_kinds_come_from_the_models():
     assert kinds["gpt"] == kinds["softmax_history"] == "grows" and kinds["linear_attn_history"] == "bounded"
     assert {v for v, k in kinds.items() if k == "traces"} == {"linear", "softmax_state", "selective",
                                                                "selective_softmax_state"}
-    assert recall.RecallConfig(variants=("selective_linear",)).variants == ("selective",)  # the old flag still reads
+    assert recall.RecallConfig(models=("selective_linear",)).models == ("selective",)  # the old name still reads
     # a window's cache is bounded once T passes it; one growing block makes a hybrid grow (the map's column)
     assert recall.state_kind("softmax_window") == recall.state_kind("gated_delta") == "bounded"
     assert recall.state_kind("hybrid_ema_kv") == recall.state_kind("hybrid_gated_delta_1") == "grows"

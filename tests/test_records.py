@@ -137,7 +137,7 @@ def test_scaling_over_a_damaged_record_writes_no_table(scaling_run, name, line, 
 @pytest.fixture(scope="module")
 def ablate_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablate") / "out"
-    tiny = dict(variants=("linear",), max_iters=2, seeds=1, n_layer=1, n_embd=16, block_size=80, batch_size=2,
+    tiny = dict(models=("linear",), max_iters=2, seeds=1, n_layer=1, n_embd=16, block_size=80, batch_size=2,
                 eval_iters=1, eval_interval=1, hit_seqs=4, warmup_iters=1, workers=1, content=False)
     ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(out), **tiny))
     return out, tiny

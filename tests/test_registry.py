@@ -1,8 +1,8 @@
 """plumbing/registry.py, the one table of named models: every name builds through train.py's
-config, every name has a family line, every reader spen.READERS knows is named by some model, and
-adding a reader is one class, one spen.READERS line and one registry line: a toy reader then
-builds, trains a step, and is a valid choice of ablate.py, scaling.py and bench.py's readers
-section without touching them."""
+config, every name has a family line, every reader spen.READERS knows is named by some model, the
+defaults name registered models only, and adding a reader is one class, one spen.READERS line and
+one registry entry: a toy reader then builds, trains a step, and is a valid choice of ablate.py,
+scaling.py, recall.py and frontier.py without touching them."""
 import pytest
 import torch
 import torch.nn as nn
@@ -19,19 +19,24 @@ from variants import Reader
 
 @pytest.mark.parametrize("name", list(registry.MODELS))
 def test_every_name_builds_and_has_a_family(name):
-    assert registry.FAMILY[name]
-    model = train.build_model(train.make_config("cpu_bytes", **registry.MODELS[name], n_embd=32))
+    assert registry.MODELS[name].family
+    model = train.build_model(train.make_config("cpu_bytes", **registry.MODELS[name].overrides, n_embd=32))
     assert model.state_floats(256) > 0 and model.flops_per_token(256) > 0
 
 
 def test_every_reader_has_a_name():
     named = set()
-    for over in registry.MODELS.values():
+    for _, over in registry.MODELS.values():
         if over.get("model", "spen") == "spen":
             p, r = (over.get(k, d).split(",") for k, d in (("predictor", "linear"), ("reads", "state")))
             named |= set(zip(p, r))
     assert set(spen.READERS) <= named, set(spen.READERS) - named
-    assert set(registry.FAMILY) == set(registry.MODELS)
+
+
+def test_the_defaults_name_registered_models_once():
+    """ABLATION and MAP are literal lists, so a new model joins neither by itself; each names models of the table."""
+    for names in (registry.ABLATION, registry.MAP):
+        assert names and set(names) <= set(registry.MODELS) and len(set(names)) == len(names), names
 
 
 class Toy(Reader):
@@ -47,18 +52,17 @@ class Toy(Reader):
 
 def test_a_new_reader_is_one_class_and_two_lines(monkeypatch):
     monkeypatch.setitem(spen.READERS, ("toy", "state"), Toy)  # the class and its spen.READERS line
-    monkeypatch.setitem(registry.MODELS, "toy", dict(model="spen", predictor="toy", reads="state", context="ema"))
-    monkeypatch.setitem(registry.FAMILY, "toy", "state, a toy")  # the registry's two lines
-    model = train.build_model(train.make_config("cpu_bytes", **registry.MODELS["toy"], n_embd=32))
+    monkeypatch.setitem(registry.MODELS, "toy", registry.Model("state, a toy", dict(
+        model="spen", predictor="toy", reads="state", context="ema")))  # the registry's one entry
+    model = train.build_model(train.make_config("cpu_bytes", **registry.MODELS["toy"].overrides, n_embd=32))
     idx = torch.randint(256, (2, 17))
     _, loss = model(idx[:, :-1], idx[:, 1:])
     loss.backward()
     assert model.blocks[0].pred.w.weight.grad is not None and model.state_floats(16) == 3 * 32  # the traces only
-    assert "toy" in ablate.VARIANTS and "toy" in scaling.MODELS  # the commands read the one table
-    ablate.AblateConfig(variants=("toy",), tokenizer="bytes", content=False)
+    ablate.AblateConfig(models=("toy",), tokenizer="bytes", content=False)  # the commands read the one table
     scaling.ScalingConfig(models=("toy",), widths=(32,))
-    assert "toy" in recall.names() and "toy" in frontier.families()  # recall's and frontier's choices too
-    cfg = recall.RecallConfig(variants=("toy",))
+    assert "toy" in recall.names() and "toy" in frontier.names()  # recall's and frontier's choices too
+    cfg = recall.RecallConfig(models=("toy",))
     assert recall.state_kind("toy") == "traces" and recall.run_key(cfg, "toy")["variant"] == "toy"
-    grid = frontier.FrontierConfig(families=("toy",), settings=("near",), windows=())
+    grid = frontier.FrontierConfig(models=("toy",), settings=("near",), windows=())
     assert [j.name for j in frontier.jobs(grid)] == ["near/toy_s0", "near/toy_s1"]  # no heads: one point

@@ -1,9 +1,11 @@
 """Results files read back are checked for shape, not only JSON: a truncated file or a field of the
 wrong type is one line naming the file and the way out (scaling.json, ablate.json, a frontier run
-file); every committed results file passes the same checks; no wrong number is tabled (a diverged
-run is marked, in no mean); the report paths that crashed once (scaling.py with no copy, --no-train on a
-folder with no run, a Ctrl-C's checkpoint between two points, a checkpoint path that is a folder)."""
+file); every committed results file passes the same checks, and the command it holds still parses
+to its settings; no wrong number is tabled (a diverged run is marked, in no mean); the report paths
+that crashed once (scaling.py with no copy, --no-train on a folder with no run, a Ctrl-C's
+checkpoint between two points, a checkpoint path that is a folder)."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -43,6 +45,27 @@ def test_committed_results_pass_the_checks():
             assert tables.shape_error(json.load(open(path)), {"config": dict, **shape}) is None, path
 
 
+def test_committed_commands_still_run_as_written(capsys):
+    """The command a committed results JSON holds (some typed --variants, before it became --models)
+    still parses, to the config its saved settings rebuild (read under today's names: current_names)."""
+    from test_flags import COMMANDS
+    as_json = lambda cfg: json.loads(json.dumps(dataclasses.asdict(cfg)))
+    checked = []
+    for path in glob.glob(os.path.join(ROOT, "results", "**", "*.json"), recursive=True):
+        res = json.load(open(path))
+        argv = str(res.get("command", "")).split() if isinstance(res, dict) else []
+        if len(argv) < 2 or argv[1] not in COMMANDS:
+            continue
+        Config, parse, _ = COMMANDS[argv[1]][0]
+        saved = cli.current_names(Config, res["settings"])
+        saved = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()
+                 if k in Config.__dataclass_fields__}  # a field newer than the file: at its default there
+        assert as_json(parse(argv[2:])) == as_json(Config(**saved)), path
+        checked.append(argv[1])
+    assert {"recall.py", "frontier.py", "bench.py"} <= set(checked)
+    assert "--variants is now --models" in capsys.readouterr().err  # results/recall/two_seeds' command
+
+
 @pytest.mark.parametrize("text, word", [
     ('{"settings": {}, "curv', "JSONDecodeError"),
     ('{"settings": [], "curves": {}}', "settings"),
@@ -64,7 +87,7 @@ def test_a_bad_scaling_json_is_one_line(tmp_path, text, word):
 ])
 def test_a_bad_ablate_json_is_one_line(tmp_path, text, word):
     (tmp_path / "ablate.json").write_text(text)
-    cfg = ablate.AblateConfig(out_dir=str(tmp_path), variants=("linear",), content=False, tokenizer="bytes")
+    cfg = ablate.AblateConfig(out_dir=str(tmp_path), models=("linear",), content=False, tokenizer="bytes")
     with pytest.raises(cli.UserError) as e:
         ablate.earlier_rows(cfg)
     one_line(e, "ablate.json", word)
@@ -108,7 +131,7 @@ def test_a_diverged_run_is_marked_and_never_averaged(tmp_path, monkeypatch, caps
     build = recall.build_model
     monkeypatch.setattr(recall, "build_model", lambda cfg, kind, o: NaNAfter(build(cfg, kind, o))
                         if kind == "spen" else build(cfg, kind, o))
-    cfg = recall.RecallConfig(out_dir=str(tmp_path), variants=("linear", "gpt"), steps=12, curriculum=0, decay=0,
+    cfg = recall.RecallConfig(out_dir=str(tmp_path), models=("linear", "gpt"), steps=12, curriculum=0, decay=0,
                               eval_every=6, test_seqs=8, val_seqs=8, workers=1, n_embd=16)
     res = recall.main(cfg)
     assert res["diverged"] == {"linear seed 0": 3} and list(res["variants"]) == ["gpt"]
