@@ -255,8 +255,9 @@ def bench_readers(device, quick):
     steps = {}
     for name in MAP_MODELS:
         overrides = dict(registry.MODELS[name].overrides)
-        if quick and "," in overrides.get("predictor", ""):  # a per-block model, cut to the quick depth
-            overrides.update({k: ",".join(overrides[k].split(",")[-2:]) for k in ("predictor", "reads")})
+        blocks = variants.block_list(overrides.get("predictor", "linear"), overrides.get("reads", "state"))
+        if quick and len(blocks) > 1:  # a per-block model, cut to the quick depth: its last two blocks
+            overrides.update(predictor=",".join(map(variants.spec, blocks[-2:])), reads="state")
         cfg = train.make_config("cpu_bytes", **{**overrides, **shape, "device": device.type})
         model = train.build_model(cfg).to(device)
         idx = torch.randint(256, (B, cfg.block_size), device=device)

@@ -100,6 +100,7 @@ import torch
 
 from plumbing import checkpoint, cli, grid, recall_report, registry, tables
 import lm
+import variants
 
 # The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
 # are recall's), plus the one entry of recall's own below; any registry name is a --models choice.
@@ -191,10 +192,9 @@ def names():
 
 def model_overrides(name):
     """(kind, config overrides) of a named model: its registry entry's TrainConfig overrides as the
-    model config's fields, a per-block "a,b" as a tuple (train.model_config's rule)."""
+    model config's fields (a per-block predictor as it is: SPENConfig reads it, variants.blocks)."""
     spec = dict((registry.MODELS.get(name) or OWN[name]).overrides)
-    kind = spec.pop("model")
-    return kind, {k: tuple(v.split(",")) if isinstance(v, str) and "," in v else v for k, v in spec.items()}
+    return spec.pop("model"), spec
 
 
 def state_kind(name, T=2048):
@@ -207,8 +207,8 @@ def state_kind(name, T=2048):
     if name not in names():
         return None
     kind, overrides = model_overrides(name)
-    blocks = overrides.get("predictor")
-    cfg = dataclasses.replace(RecallConfig(), n_layer=len(blocks)) if isinstance(blocks, tuple) else RecallConfig()
+    blocks = variants.block_list(overrides.get("predictor", "linear"), overrides.get("reads", "state"))
+    cfg = dataclasses.replace(RecallConfig(), n_layer=len(blocks)) if len(blocks) > 1 else RecallConfig()
     with torch.device("meta"):  # shapes only
         model = build_model(cfg, kind, {**overrides, "block_size": 2 * T})
     floats = model.state_floats(T)

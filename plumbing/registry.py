@@ -65,14 +65,13 @@ MODELS = {  # name -> Model(family, overrides); everything else is shared by all
     "softmax_window": Model("history, last 32 positions", dict(model="spen", predictor="softmax_attn",
                                                                reads="history", context="ema", window=32)),
     "hybrid_ema_kv": Model("hybrid: 3 ema_kv + 1 softmax_history",
-                           dict(model="spen", predictor="ema_kv,ema_kv,ema_kv,softmax_attn",
-                                reads="state,state,state,history", context="ema")),
+                           dict(model="spen", predictor="3*ema_kv,softmax_attn(reads=history)", context="ema")),
     "hybrid_gated_delta": Model("hybrid: 3 GDN + 1 softmax_history",
-                                dict(model="spen", predictor="gated_delta,gated_delta,gated_delta,softmax_attn",
-                                     reads="state,state,state,history", context="ema", conv=4)),
+                                dict(model="spen", predictor="3*gated_delta(conv=4),softmax_attn(reads=history)",
+                                     context="ema")),
     "hybrid_gated_delta_1": Model("hybrid: GDN, softmax_history, 2 GDN",  # attention in block 1
-                                  dict(model="spen", predictor="gated_delta,softmax_attn,gated_delta,gated_delta",
-                                       reads="state,history,state,state", context="ema", conv=4)),
+                                  dict(model="spen", predictor="gated_delta(conv=4),softmax_attn(reads=history),"
+                                       "2*gated_delta(conv=4)", context="ema")),
     "gpt": Model("tokens (KV cache)", dict(model="gpt")),
 }
 # ablate.py's default: the readers and the ingredients, at its 2 blocks (named here: a new model joins no default)

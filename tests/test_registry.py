@@ -13,6 +13,7 @@ import recall
 import scaling
 import spen
 import train
+import variants
 from plumbing import registry
 from variants import Reader
 
@@ -28,8 +29,7 @@ def test_every_reader_has_a_name():
     named = set()
     for _, over in registry.MODELS.values():
         if over.get("model", "spen") == "spen":
-            p, r = (over.get(k, d).split(",") for k, d in (("predictor", "linear"), ("reads", "state")))
-            named |= set(zip(p, r))
+            named |= {b[:2] for b in variants.block_list(over.get("predictor", "linear"), over.get("reads", "state"))}
     assert set(spen.READERS) <= named, set(spen.READERS) - named
 
 
@@ -66,3 +66,41 @@ def test_a_new_reader_is_one_class_and_two_lines(monkeypatch):
     assert recall.state_kind("toy") == "traces" and recall.run_key(cfg, "toy")["variant"] == "toy"
     grid = frontier.FrontierConfig(models=("toy",), settings=("near",), windows=())
     assert [j.name for j in frontier.jobs(grid)] == ["near/toy_s0", "near/toy_s1"]  # no heads: one point
+
+
+COMMITTED_SPELLING = {  # the two aligned lists the committed map runs were trained with (their log.txt's config)
+    "hybrid_ema_kv": dict(predictor="ema_kv,ema_kv,ema_kv,softmax_attn", reads="state,state,state,history"),
+    "hybrid_gated_delta": dict(predictor="gated_delta,gated_delta,gated_delta,softmax_attn",
+                               reads="state,state,state,history", conv=4),
+    "hybrid_gated_delta_1": dict(predictor="gated_delta,softmax_attn,gated_delta,gated_delta",
+                                 reads="state,history,state,state", conv=4)}
+
+
+@pytest.mark.parametrize("name", list(COMMITTED_SPELLING))
+def test_a_hybrid_in_one_list_is_the_model_its_committed_runs_trained(name):
+    """The registry spells a hybrid as one list of blocks; it builds, draw for draw, the model of the
+    older spelling its committed runs were trained under, so they resume and compare."""
+    old, new = (train.build_model(train.make_config("cpu_bytes", **{"model": "spen", **o}, n_embd=32)).state_dict()
+                for o in (COMMITTED_SPELLING[name], registry.MODELS[name].overrides))
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+
+
+def test_every_committed_curve_has_the_size_its_registry_entry_builds():
+    """Each curve of a committed scaling record names a model whose registry entry, at the record's
+    width, depth and context, has the recorded parameters and state: a changed entry shows here."""
+    import glob
+    import json
+    import os
+    seen = 0
+    for path in glob.glob(os.path.join(os.path.dirname(__file__), "..", "results", "**", "scaling.json"), recursive=True):
+        with open(path) as f:
+            rec = json.load(f)
+        s = rec["settings"]
+        for c in rec["curves"].values():
+            cfg = train.make_config("cpu_bytes", **registry.MODELS[c["model"]].overrides, n_embd=c["width"],
+                                    n_layer=s["n_layer"], block_size=s["block_size"], tokenizer=s["tokenizer"])
+            with torch.device("meta"):
+                model = train.build_model(cfg, seeded=False)
+            assert (model.num_params(), model.state_floats(s["block_size"])) == (c["params"], c["state_floats"]), path
+            seen += 1
+    assert seen >= 20
