@@ -12,23 +12,31 @@ on each mistake, and passing on solutions.py and the right alternatives.
 Every call of the student's function runs under LIMIT_S (SIGALRM; main thread only): a hang is
 one line naming the call, as a crash is (`effective_window(1.0, 0.5) raised ValueError: ...`).
 
-Autograding (lab/grader.py: each exercise of a file in a process of its own, the verdict decided
+Autograding is lab/grader.py's (each exercise of a file in a process of its own, the verdict decided
 in the grader's; one line each, exit status 0 only when all pass):
 
-    python -m lab.checks                      # lab/exercises.py
-    python -m lab.checks FILE --json out.json # a student's copy of exercises.py, and a summary
+    python -m lab.grader                      # lab/exercises.py
+    python -m lab.grader FILE --json out.json # a student's copy of exercises.py, and a summary
+
+`python -m lab.checks ...`, the autograder's command in older notes, still runs: it hands over to
+`python -m lab.grader ...`, with one line on stderr saying so.
 
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
-from plumbing import cli
+import os
+import sys
 
-cli.exit_on_ctrl_c(__name__, "lab.checks")  # before torch's import: a Ctrl-C from the first second is one line
+if __name__ == "__main__":  # the old command: hand over before torch's import (the grader makes its own)
+    print("lab.checks: the autograder is now python -m lab.grader (run as such)", file=sys.stderr, flush=True)
+    # exec, not a child process: the one process becomes the new command's, so a Ctrl-C, the exit status and a
+    # timeout's kill reach the grader itself, exactly as with python -m lab.grader (and lab.grader's import of
+    # this module is the only one: no second copy of it as __main__)
+    os.execv(sys.executable, [sys.executable, "-m", "lab.grader", *sys.argv[1:]])
 
 import bz2  # noqa: E402
 import json  # noqa: E402
 import lzma  # noqa: E402
 import math  # noqa: E402
-import os  # noqa: E402
 import random  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
@@ -519,8 +527,3 @@ def check(name, fn):
     if os.environ.get("LAB_STRICT") == "1":
         raise AssertionError(f"{name}: {message}")
     return False
-
-
-if __name__ == "__main__":  # python -m lab.checks FILE: the autograder (lab/grader.py), a process per exercise
-    from lab import grader
-    grader.main()

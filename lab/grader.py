@@ -1,7 +1,10 @@
 """The autograder: every exercise of a student's exercises.py graded in a process of its own, the
 verdict decided here, in the grader's process, which never imports the student's file.
 
-    python -m lab.checks FILE [--json summary.json] [--limit 120] [--exercises binding delta_step]
+    python -m lab.grader                    # lab/exercises.py
+    python -m lab.grader FILE [--json summary.json] [--limit 120] [--exercises binding delta_step]
+
+(`python -m lab.checks ...`, the command in older notes, hands over to this one with a line saying so.)
 
 How a submission cannot change its grade. A child process (`python -m lab.grader --child NAME
 FILE RECORD`) imports the file and runs the check of one exercise on it, recording each call of
@@ -18,19 +21,29 @@ recall.mqar and lab.solutions) raise: a submission that calls them fails by name
 undo that on purpose inside its own process; the instructor's copy of lab/solutions.py is not in
 the handout (lab.handout), so there is nothing there to call.
 
-Exit status 0 only when every graded exercise passes; 2 for a bad argument; --json writes a
-summary ({"passed", "total", "exercises": {name: {"passed", "message", "seconds"}}, "answers"}).
+Exit status 0 only when every graded exercise passes; 2 for a bad argument; 130 for a Ctrl-C, which
+stops every exercise's process too (each has a session of its own); --json writes a summary
+({"passed", "total", "exercises": {name: {"passed", "message", "seconds"}}, "answers"}).
 """
-import argparse
-import concurrent.futures
-import hashlib
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
+from plumbing import cli
+
+cli.exit_on_ctrl_c(__name__, "lab.grader")  # before torch's import: a Ctrl-C from the first second is one line
+
+import argparse  # noqa: E402
+import concurrent.futures  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from lab import checks  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT_S = 120.0  # one exercise's child, torch's import included: far above a correct answer's time,
@@ -41,7 +54,6 @@ GUARDED = (("writes", "ema_kv_step"), ("writes", "ema_kv_ref"), ("writes", "delt
 
 def digest(x):
     """A stable fingerprint of a call's arguments (tensors by dtype, shape and bytes)."""
-    import torch
     h = hashlib.sha256()
 
     def feed(v):
@@ -65,7 +77,6 @@ def plain(x):
     """x as torch.load(weights_only=True) reads it back: tensors (detached copies), numbers (numpy's
     as Python's), strings, lists, tuples, dicts; anything else a string naming its type (on which
     the check then fails)."""
-    import torch
     if torch.is_tensor(x):
         return x.detach().cpu().clone()
     if x is None or isinstance(x, (bool, str)):
@@ -88,11 +99,9 @@ def child(name, path, record):
     """In the child: import the file, run the check of `name` on its function, write every call
     to `record` (torch.save), whatever happens (an exit at import, a crash)."""
     import importlib.util
-    import torch
     sys.modules["lab.solutions"] = sys.modules["lab.snapshot"] = None  # importing them raises ImportError
     import recall
     import writes
-    from lab import checks
     inside, used, calls, out = [False], [], [], dict(calls=[], answers={})
 
     def guard(module, attr):
@@ -148,8 +157,6 @@ class Tampered(BaseException):
 
 def replayer(calls):
     """A stand-in for the student's function that answers the check's calls from the record."""
-    import torch
-    from lab import checks
     pending = iter(calls)
 
     def fn(*args):
@@ -172,10 +179,21 @@ def replayer(calls):
     return fn
 
 
-def grade_one(name, path, limit):
-    """(passed, message, answers) of exercise `name` in the file at `path`, run in a child process."""
-    import torch
-    from lab import checks
+def finished(p, limit, stop):
+    """Whether process p ended within `limit` seconds (False past it, or as soon as `stop` is set)."""
+    end = time.monotonic() + limit
+    while not stop.is_set() and time.monotonic() < end:
+        try:
+            p.wait(timeout=min(0.2, max(0.0, end - time.monotonic())))
+            return True
+        except subprocess.TimeoutExpired:
+            pass
+    return p.poll() is not None
+
+
+def grade_one(name, path, limit, stop=None):
+    """(passed, message, answers) of exercise `name` in the file at `path`, run in a child process
+    (killed, with all it started, past `limit` or once the threading.Event `stop` is set)."""
     with tempfile.TemporaryDirectory() as tmp:
         record, log = os.path.join(tmp, "record.pt"), os.path.join(tmp, "stderr.txt")
         with open(log, "w") as err:
@@ -183,12 +201,9 @@ def grade_one(name, path, limit):
                                  cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                  start_new_session=True)  # its own group: a timeout stops what it started too
             try:
-                p.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                return False, f"did not finish within {limit:g} s (the file's import included): a loop at import, " \
-                              "or a call that never returns", {}
+                if not finished(p, limit, stop or threading.Event()):
+                    return False, f"did not finish within {limit:g} s (the file's import included): a loop at " \
+                                  "import, or a call that never returns", {}
             finally:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -219,18 +234,22 @@ def grade_one(name, path, limit):
 def grade(path, names=None, limit=LIMIT_S, jobs=None, summary=None):
     """Every exercise of the file at `path` (or `names`), one line each, the written answers'
     lengths, then the count; -> the number that did not pass."""
-    from lab import checks
     names = list(names or checks.CHECKS)
     jobs = jobs or min(2, os.cpu_count() or 1)
-    results, answers = {}, {}
+    results, answers, stop = {}, {}, threading.Event()
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         t0 = {n: time.time() for n in names}
-        futures = {n: pool.submit(grade_one, n, path, limit) for n in names}
-        for n in names:  # in the exercises' order, each as soon as it and those before it are done
-            passed, message, said = futures[n].result()
-            answers.update(said)
-            results[n] = dict(passed=bool(passed), message=message, seconds=round(time.time() - t0[n], 1))
-            print(f"[pass] {n}" if passed else f"[FAIL] {n}: {message}", flush=True)
+        futures = {n: pool.submit(grade_one, n, path, limit, stop) for n in names}
+        try:
+            for n in names:  # in the exercises' order, each as soon as it and those before it are done
+                passed, message, said = futures[n].result()
+                answers.update(said)
+                results[n] = dict(passed=bool(passed), message=message, seconds=round(time.time() - t0[n], 1))
+                print(f"[pass] {n}" if passed else f"[FAIL] {n}: {message}", flush=True)
+        except KeyboardInterrupt:  # only this process hears a Ctrl-C (each child has a session of its own):
+            stop.set()  # the running children are killed within 0.2 s, the exercises not started never start
+            pool.shutdown(cancel_futures=True)
+            raise
     for key, text in sorted(answers.items()):
         words = len(text.split())
         stub = text.startswith("Exercise 5c (written")
@@ -247,8 +266,7 @@ def grade(path, names=None, limit=LIMIT_S, jobs=None, summary=None):
 
 
 def get_parser():
-    from lab import checks
-    p = argparse.ArgumentParser(prog="python -m lab.checks", description="grade a student's exercises.py, each "
+    p = argparse.ArgumentParser(prog="python -m lab.grader", description="grade a student's exercises.py, each "
                                 "exercise in a process of its own")
     p.add_argument("file", nargs="?", default=os.path.join(ROOT, "lab", "exercises.py"), help="the exercises.py to grade")
     p.add_argument("--json", default=None, help="also write a machine-readable summary to this file")
@@ -258,7 +276,6 @@ def get_parser():
 
 
 def main(argv=None):
-    from plumbing import cli
     args = get_parser().parse_args(argv)
 
     def run():
@@ -267,7 +284,7 @@ def main(argv=None):
         cli.require(not args.json or os.path.isdir(os.path.dirname(os.path.abspath(args.json))),
                     "--json: the folder of {} does not exist", args.json)
         return grade(args.file, args.exercises, args.limit, summary=args.json)
-    sys.exit(1 if cli.main_guard(run, prog="lab.checks") else 0)
+    sys.exit(1 if cli.main_guard(run, prog="lab.grader") else 0)
 
 
 if __name__ == "__main__":
