@@ -294,9 +294,9 @@ def test_a_small_tensor_is_shown_in_full_in_a_crash(monkeypatch):
 
 @pytest.mark.slow
 def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each():
-    """python -m lab.checks FILE: one line per exercise, exit status 0 only when all pass."""
+    """python -m lab.grader FILE: one line per exercise, exit status 0 only when all pass."""
     import subprocess
-    run = lambda path: subprocess.run([sys.executable, "-m", "lab.checks", path], cwd=ROOT, capture_output=True,
+    run = lambda path: subprocess.run([sys.executable, "-m", "lab.grader", path], cwd=ROOT, capture_output=True,
                                       text=True, timeout=300)
     good, bad = run(os.path.join(LAB, "solutions.py")), run(os.path.join(LAB, "exercises.py"))
     assert good.returncode == 0 and bad.returncode == 1, good.stderr + bad.stderr

@@ -1,5 +1,6 @@
-"""The lab's grading and delivery: `python -m lab.checks FILE` grades each exercise in a process of
-its own and cannot be fooled by the file it grades (tests/test_lab.py holds the checks themselves);
+"""The lab's grading and delivery: `python -m lab.grader FILE` grades each exercise in a process of
+its own and cannot be fooled by the file it grades (tests/test_lab.py holds the checks themselves),
+and `python -m lab.checks FILE`, its command in older notes, is still it;
 `python -m lab.handout` writes a students' copy that holds and names none of what it withholds, and
 its --repo_url route clones a students' branch without history; finished background runs outlive
 the kernel; section 7 and the kit's discussion answer say only what results/map/map.json says."""
@@ -44,7 +45,7 @@ def test_the_autograder_cannot_be_fooled_and_grades_each_exercise_alone(kind, tm
     text, says = SUBMISSIONS[kind]
     (tmp_path / "exercises.py").write_text(text)
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "lab.checks", str(tmp_path / "exercises.py"), "--limit", "20",
+    r = subprocess.run([sys.executable, "-m", "lab.grader", str(tmp_path / "exercises.py"), "--limit", "20",
                         "--exercises", "binding", "delta_step", "--json", str(tmp_path / "grade.json")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and time.time() - t0 < 60, r.stdout + r.stderr
@@ -55,6 +56,18 @@ def test_the_autograder_cannot_be_fooled_and_grades_each_exercise_alone(kind, tm
     for line, name, said in zip(lines, ("binding", "delta_step"), says):
         assert line == f"[pass] {name}" if said is None else line.startswith(f"[FAIL] {name}: ") and said in line, line
         assert summary["exercises"][name]["passed"] is (said is None)
+
+
+@pytest.mark.slow
+def test_the_old_command_is_the_new_one_with_a_line_naming_it(tmp_path):
+    """python -m lab.checks (older notes) becomes python -m lab.grader: the same lines and exit status,
+    a grade and a bad argument alike, and one line more on stderr, first, naming the new command."""
+    for argv in ([os.path.join(LAB, "exercises.py"), "--exercises", "binding"], [str(tmp_path / "nowhere.py")]):
+        new, old = (subprocess.run([sys.executable, "-m", m, *argv], cwd=ROOT, capture_output=True, text=True,
+                                   timeout=120) for m in ("lab.grader", "lab.checks"))
+        assert new.returncode in (1, 2) and (old.returncode, old.stdout) == (new.returncode, new.stdout), old
+        first, *rest = old.stderr.splitlines()
+        assert "python -m lab.grader" in first and rest == new.stderr.splitlines(), old.stderr
 
 
 def _metrics(values):
