@@ -8,7 +8,7 @@ notebook cell under `@H.answer` (the cell's function then replaces this file's, 
 reloads: see the notebook's "How to work"). On Colab this file lives in the runtime and is lost
 when the runtime resets: download it (right-click it in the file browser) before you leave.
 
-Check everything at once, outside the notebook: `python -m lab.checks` (one line per exercise).
+Check everything at once, outside the notebook: `python -m lab.grader` (one line per exercise).
 """
 import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema)
 

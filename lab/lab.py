@@ -46,7 +46,7 @@
 # the file), then re-run the cell that calls `check(...)`: it prints `[pass]` or one line saying
 # what is still wrong. Or write it in a notebook cell under `@H.answer` (the name must be the
 # exercise's): the checks then use the cell's version, and the next cell's reload does not erase it.
-# `python -m lab.checks` checks every exercise of the file at once. Every cell runs even while an
+# `python -m lab.grader` checks every exercise of the file at once. Every cell runs even while an
 # exercise is unfinished.
 #
 # **Save your work.** On Colab the repository lives in the runtime: a reset (or a closed tab left
