@@ -133,21 +133,24 @@ def main(argv=None):
         check_route(ROOT, args.repo_url, args.branch)
     files = contents(ROOT, args.repo_url, args.branch)
     os.makedirs(args.out_dir, exist_ok=True)
-    archive = os.path.join(args.out_dir, f"{TOP}.zip")
-    try:
+    archive, nb = os.path.join(args.out_dir, f"{TOP}.zip"), os.path.join(args.out_dir, "lab.ipynb")
+    try:  # each file whole under its temp name, then renamed
         with zipfile.ZipFile(archive + ".tmp", "w", zipfile.ZIP_DEFLATED) as z:
             for path, data in files.items():
                 z.writestr(zipfile.ZipInfo.from_file(os.path.join(ROOT, path), f"{TOP}/{path}"), data,
                            zipfile.ZIP_DEFLATED)
-        os.replace(archive + ".tmp", archive)
-        with open(os.path.join(args.out_dir, "lab.ipynb"), "w") as f:
+        with open(nb + ".tmp", "w") as f:
             json.dump(notebook(args.repo_url, args.branch), f, indent=1)
-    except OSError as e:  # a full disk: one line, and no half-written zip left behind
-        if os.path.exists(archive + ".tmp"):
-            os.remove(archive + ".tmp")
+        os.replace(archive + ".tmp", archive)
+        os.replace(nb + ".tmp", nb)
+    except OSError as e:  # a full disk: one line
         raise cli.ConfigError(f"could not write the handout in {args.out_dir}: {e.strerror or e}") from None
+    finally:  # a full disk or a Ctrl-C midway: no half-written file left behind
+        for tmp in (archive + ".tmp", nb + ".tmp"):
+            if os.path.exists(tmp):
+                os.remove(tmp)
     print(f"wrote {archive} ({len(files)} files, {os.path.getsize(archive):,} bytes; held back: "
-          f"{', '.join(HELD_BACK)}) and {os.path.join(args.out_dir, 'lab.ipynb')}")
+          f"{', '.join(HELD_BACK)}) and {nb}")
     if args.repo_url:
         commit = students_branch(ROOT, args.branch, files, f"the lab's students' copy ({len(files)} files)")
         print(f"made branch {args.branch} ({commit[:12]}: the zip's files, no history); push it, and only it: "

@@ -89,8 +89,6 @@ GAPS = {  # (entry point, case) -> why it is not mended here; a static case mend
     ("lab.checks", "guards"): "the autograder's old command: before any heavy import it becomes python -m lab.grader "
                               "(os.execv, the same process), whose guards then hold",
     ("lab.checks", "help"): "its --help is lab.grader's, after an os.execv that would replace this test's process",
-    ("lab.handout", "ctrl_c_early"): f"a stop mid-zip leaves its .zip.tmp, the line says nothing was written ({OWNED}: "
-                                     "lab/)",
     ("lab.background", "guards"): f"started by the notebook with its kernel's token, not by a user ({OWNED}: lab/)",
     ("lab.background", "help"): f"its argument is a token, not flags ({OWNED}: lab/)",
     ("lab.background", "ctrl_c_early"): f"started by the notebook, not by a user ({OWNED}: lab/)",

@@ -199,6 +199,13 @@ def test_the_handout_checks_its_out_dir_and_leaves_no_half_zip(tmp_path, monkeyp
         handout.main(["--out_dir", str(tmp_path / "h")])
     assert "\n" not in str(e.value) and os.listdir(tmp_path / "h") == []
 
+    def ctrl_c(*args, **kwargs):  # mid-zip, where tests/test_entry_points.py's Ctrl-C lands on a fast machine
+        raise KeyboardInterrupt
+    monkeypatch.setattr(handout.zipfile.ZipFile, "writestr", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        handout.main(["--out_dir", str(tmp_path / "h")])
+    assert os.listdir(tmp_path / "h") == []
+
 
 def test_finished_background_runs_survive_a_kernel_restart(tmp_path, monkeypatch, capsys):
     """A restarted kernel re-running the setup cell and start_background reads the runs that finished from
