@@ -24,13 +24,16 @@ in the grader's; one line each, exit status 0 only when all pass):
 LAB_STRICT=1 makes a failed check raise (CI executes the notebook so, with the solutions).
 """
 import os
+import signal
 import sys
 
 if __name__ == "__main__":  # the old command: hand over before torch's import (the grader makes its own)
     print("lab.checks: the autograder is now python -m lab.grader (run as such)", file=sys.stderr, flush=True)
     # exec, not a child process: the one process becomes the new command's, so a Ctrl-C, the exit status and a
     # timeout's kill reach the grader itself, exactly as with python -m lab.grader (and lab.grader's import of
-    # this module is the only one: no second copy of it as __main__)
+    # this module is the only one: no second copy of it as __main__). A Ctrl-C while the new interpreter starts
+    # is held (the mask survives exec) until lab.grader's cli.exit_on_ctrl_c lifts it: then it is one line.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     os.execv(sys.executable, [sys.executable, "-m", "lab.grader", *sys.argv[1:]])
 
 import bz2  # noqa: E402

@@ -38,6 +38,23 @@ def session(sid):
     return pids
 
 
+def strays(folder):
+    """pids of the live processes whose command line names folder: a worker a command started in a
+    session of its own (dev.seeds' curves) is out of its session, not out of its folder."""
+    pids = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                line = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if folder in line and not zombie and int(name) != os.getpid():
+            pids.append(int(name))
+    return pids
+
+
 def start(what, tmp_path):
     return subprocess.Popen([sys.executable, os.path.join(ROOT, COMMANDS[what][0]), *COMMANDS[what][1:]],
                             cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,

@@ -28,7 +28,7 @@ import time
 import pytest
 
 from plumbing import cli
-from test_ctrl_c import session  # pids of a process session's live processes
+from test_ctrl_c import session, strays  # pids of a session's live processes; of those naming a folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ("import torch", "import numpy", "from plumbing import checkpoint", "import train")  # seconds to import
@@ -199,9 +199,9 @@ def ctrl_c(entry, at, folder):
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
     deadline = time.time() + 10
-    while session(p.pid) and time.time() < deadline:
+    while (session(p.pid) or strays(folder)) and time.time() < deadline:
         time.sleep(0.1)
-    left = session(p.pid)
+    left = sorted(set(session(p.pid)) | set(strays(folder)))  # its session's, and a worker of a session of its own
     for pid in left:  # this test's own leftovers: end them, by pid
         os.kill(pid, signal.SIGKILL)
     files = [os.path.relpath(os.path.join(d, n), folder) for d, _, ns in os.walk(folder) for n in ns]

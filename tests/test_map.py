@@ -6,6 +6,7 @@ import json
 import math
 import os
 import shutil
+import time
 
 import pytest
 from scipy import stats
@@ -129,6 +130,32 @@ def test_seeds_plan_and_finished_curves(tmp_path):
     del rec["curves"]["gpt_c128"]["cooldown"]
     (out / "gpt_s0" / "scaling.json").write_text(json.dumps(rec))
     assert not seeds.finished(str(out), "gpt", 0)
+
+
+def test_a_stop_while_a_curve_starts_does_not_lose_its_process(tmp_path, monkeypatch):
+    """A Ctrl-C that lands inside Popen (a loaded machine forks slowly) once left a curve's process,
+    in a session of its own, running after the driver had ended: the stop now waits until the
+    process is in the driver's list, and the driver stops it."""
+    import signal
+    import subprocess
+    import sys
+    from dev import seeds
+    started, real = [], subprocess.Popen
+
+    def popen(*a, **kw):  # start a stand-in curve, then take a Ctrl-C before Popen returns
+        started.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        return started[-1]
+
+    monkeypatch.setattr(seeds.subprocess, "Popen", popen)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            seeds.run([("gpt", 0)], str(tmp_path), workers=1)
+        assert started and started[0].poll() is not None, "the curve's process outlived the driver"
+    finally:
+        for p in started:
+            p.kill()
 
 
 def test_the_readmes_map_numbers_are_the_maps():
