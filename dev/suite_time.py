@@ -68,8 +68,9 @@ def run(marker, tests):
     last = (done.stdout.strip().splitlines() or [""])[-1]
     counts = {k.rstrip("s") if k.startswith(("error", "warning")) else k: int(n) for n, k in SUMMARY.findall(last)}
     if done.returncode != 0 or not counts.get("passed"):
-        raise cli.UserError(f"{shown} did not pass (exit {done.returncode}): {last or done.stderr.strip()[-300:]}; "
-                            "nothing recorded")
+        failed = [ln.split()[1] for ln in done.stdout.splitlines() if ln.startswith("FAILED ")]
+        raise cli.UserError(f"{shown} did not pass (exit {done.returncode}): {last or done.stderr.strip()[-300:]}"
+                            + (f"; first failures: {', '.join(failed[:5])}" if failed else "") + "; nothing recorded")
     print(f"  {last} | {seconds:.0f} s wall, load {load0:.1f} -> {load1:.1f}", flush=True)
     return dict(command=shown, counts=counts, summary=last, seconds=round(seconds), load_before=round(load0, 1),
                 load_after=round(load1, 1))
