@@ -1,5 +1,6 @@
 """Shared test setup: import the flat top-level modules from the repository root."""
 import os
+import signal
 import sys
 
 import pytest
@@ -13,6 +14,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a process-level test (a command run as a process, worker pools, the "
                                        "notebook, a kill or Ctrl-C, a long training); `-m \"not slow\"` skips it")
 
+
+# A shell's `cmd &` starts it with Ctrl-C ignored, and every process it starts inherits that (our commands keep
+# an ignored SIGINT ignored, as under nohup): the Ctrl-C tests then hang. The suite's own process takes a handler
+# back, so the commands it starts (an exec resets a handled signal) get Ctrl-C as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Small tensors run fastest on one thread: two threads spin against each other on a loaded 2-core machine.
 torch.set_num_threads(1)
