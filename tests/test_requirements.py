@@ -86,3 +86,28 @@ def test_the_readme_counts_the_lab_exercises():
     words = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen".split()
     with open(os.path.join(ROOT, "README.md")) as f:
         assert f"{words[n]} exercises" in f.read()
+
+
+def test_the_test_times_and_install_sizes_quoted_are_the_records():
+    """The README's Tests section and results/bench/README state the suite's times and the install's sizes
+    from the files the commands wrote (dev.suite_time, dev.install_size): a new measurement shows as a
+    drift here until the prose follows it."""
+    import json
+    with open(os.path.join(ROOT, "results", "bench", "suite.json")) as f:
+        suite = json.load(f)
+    with open(os.path.join(ROOT, "results", "bench", "install.json")) as f:
+        install = json.load(f)["files"]
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    first_block, readme = text.split("```", 2)[1], " ".join(text.split())  # prose: line breaks as spaces
+    with open(os.path.join(ROOT, "results", "bench", "README.md")) as f:
+        bench = " ".join(f.read().split())
+    for run in suite["runs"].values():
+        said = f"{run['counts']['passed']:,} passed"
+        assert said in readme and said in bench and f"in {run['seconds']} s" in readme + bench
+    a = suite["runs"]["all"]
+    assert f"{a['seconds']} s of wall on {suite['cores']} cores (load {a['load_before']} to {a['load_after']}" in readme
+    assert f"{a['seconds'] // 60} min on 2 cores" in first_block
+    for name, rec in install.items():
+        said = (f"{rec['mib']:,} MiB in {rec['distributions']} distributions", f"{rec['mib']:,} MiB in {rec['distributions']} (")
+        assert f"`{name}`" in bench and any(x in bench for x in said), name
