@@ -490,7 +490,7 @@ def run_curves(cfg, recorded):
         res = collect(cfg, yardsticks, train_tokens, time.time() - t0, recorded)
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         path = os.path.join(cfg.out_dir, "windows.json")  # a curve recorded without its folder keeps its entry
-        checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path)
+        checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path, indent=None)  # compact
         scaling_report.write_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
         scaling_report.plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res

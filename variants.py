@@ -141,7 +141,8 @@ def block_list(predictor, reads="state"):
         for item in filter(None, split(m[3] or "")):
             key, _, value = item.partition("=")
             key = key.strip()
-            require(key in READ_AS, f"predictor: a block's own options are {', '.join(READ_AS)}, got {item!r} in {text!r}")
+            require(key in READ_AS,
+                    f"predictor: a block's own options are {', '.join(READ_AS)}, got {item!r} in {text!r}")
             try:
                 own[key] = READ_AS[key](value.strip())
             except (ValueError, KeyError):
@@ -167,7 +168,8 @@ def blocks(cfg):
 def spec(block):
     """(predictor, reads, own options) -> its spec text, which block_list reads back as [block]."""
     predictor, reads, own = block
-    text = lambda v: " ".join(map(str, v)) if isinstance(v, tuple) else str(v).lower() if isinstance(v, bool) else str(v)
+    text = lambda v: (" ".join(map(str, v)) if isinstance(v, tuple) else str(v).lower() if isinstance(v, bool)
+                      else str(v))
     options = ", ".join(f"{k}={text(v)}" for k, v in {**({"reads": reads} if reads != "state" else {}), **own}.items())
     return f"{predictor}({options})" if options else predictor
 

@@ -7,8 +7,8 @@ Run (from the repository root)
     python -m dev.suite_time                          # -> out/suite/suite.json
     python -m dev.suite_time --out_dir results/bench  # the committed number (README's Tests section)
 Writes suite.json: per command its counts, seconds and load before and after; the cpu
-(runtime.machine_line), cores, Python, date and the commit. results/bench/README.md and the README quote it; tests/test_requirements.py
-checks that they do.
+(runtime.machine_line), cores, Python, date and the commit. results/bench/README.md and the README quote
+it; tests/test_requirements.py checks that they do.
 """
 
 import argparse

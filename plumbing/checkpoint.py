@@ -206,10 +206,11 @@ def atomic_save(obj, path):
     atomic_write(path, write)
 
 
-def atomic_json(obj, path):
+def atomic_json(obj, path, indent=2):
+    """json.dump through atomic_write; indent=None: one compact line (bulk data, e.g. scaling's windows.json)."""
     def write(tmp):
         with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2)
+            json.dump(obj, f, indent=indent, separators=None if indent else (",", ":"))
             durable(f)
     atomic_write(path, write)
 
