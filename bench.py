@@ -255,7 +255,7 @@ def bench_readers(device, quick):
     steps = {}
     for name in MAP_MODELS:
         overrides = dict(registry.MODELS[name].overrides)
-        blocks = variants.block_list(overrides.get("predictor", "linear"), overrides.get("reads", "state"))
+        blocks = registry.MODELS[name].blocks()
         if quick and len(blocks) > 1:  # a per-block model, cut to the quick depth: its last two blocks
             overrides.update(predictor=",".join(map(variants.spec, blocks[-2:])), reads="state")
         cfg = train.make_config("cpu_bytes", **{**overrides, **shape, "device": device.type})

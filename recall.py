@@ -100,7 +100,6 @@ import torch
 
 from plumbing import checkpoint, cli, grid, recall_report, registry, tables
 import lm
-import variants
 
 # The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
 # are recall's), plus the one entry of recall's own below; any registry name is a --models choice.
@@ -207,7 +206,7 @@ def state_kind(name, T=2048):
     if name not in names():
         return None
     kind, overrides = model_overrides(name)
-    blocks = variants.block_list(overrides.get("predictor", "linear"), overrides.get("reads", "state"))
+    blocks = (registry.MODELS.get(name) or OWN[name]).blocks()
     cfg = dataclasses.replace(RecallConfig(), n_layer=len(blocks)) if len(blocks) > 1 else RecallConfig()
     with torch.device("meta"):  # shapes only
         model = build_model(cfg, kind, {**overrides, "block_size": 2 * T})

@@ -227,12 +227,12 @@ class SPEN(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        check(cfg)
+        specs = check(cfg)  # (predictor, reads, own options) of each block, read once
         self.config = cfg
         Vp = lm.padded_vocab(cfg.vocab_size)  # choice 8, PAPER.md
         self.wte = nn.Embedding(Vp, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(block_config(cfg, b)) for b in blocks(cfg))
+        self.blocks = nn.ModuleList(Block(block_config(cfg, b)) for b in specs)
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, Vp, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings, one parameter (choice 6, PAPER.md)
@@ -327,7 +327,8 @@ class SPEN(nn.Module):
 
 def check(cfg):
     """A one-line ValueError naming the field for a config SPEN cannot build (SPEN() calls it): SPEN's own
-    fields; a reader declares its options (Reader.options: write_alphas, conv, ...) and checks them."""
+    fields; a reader declares its options (Reader.options: write_alphas, conv, ...) and checks them.
+    Returns the model's blocks as variants.blocks reads them."""
     for name in ("vocab_size", "block_size", "n_layer", "n_embd", "ffn_hidden", "ffn_topk", "n_head"):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
@@ -355,6 +356,7 @@ def check(cfg):
                 f"{name} applies to predictor {users} only; the model has none (got {name}={value!r})")
     for block in model:
         READERS[block[:2]].check(block_config(cfg, block))  # its options' values (and sizes), one line each
+    return model
 
 
 VARIANTS = [(p, r, c) for (p, r) in READERS for c in CONTEXTS]  # every predictor x reads x context

@@ -41,7 +41,6 @@ import json  # noqa: E402
 import lzma  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
-import signal  # noqa: E402
 import threading  # noqa: E402
 import zlib  # noqa: E402
 

@@ -15,6 +15,7 @@ Run: nothing to run; `python ablate.py --help` lists the names.
 import typing
 
 import ema
+import variants
 
 
 class Model(typing.NamedTuple):
@@ -22,6 +23,10 @@ class Model(typing.NamedTuple):
     overrides (a saved run is keyed on the resulting config: changing them retrains it)."""
     family: str
     overrides: dict
+
+    def blocks(self):
+        """Its blocks as its overrides list them (variants.block_list; GPT's: SPEN's default, unused)."""
+        return variants.block_list(self.overrides.get("predictor", "linear"), self.overrides.get("reads", "state"))
 
 
 SPAN = (2 ** -5, 2 ** -8, 2 ** -11)  # RetNet's decays 1 - gamma_h = 2^(-5-h) at h = 0, 3, 6: spans of 32 to 2,048

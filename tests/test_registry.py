@@ -13,7 +13,6 @@ import recall
 import scaling
 import spen
 import train
-import variants
 from plumbing import registry
 from variants import Reader
 
@@ -27,9 +26,9 @@ def test_every_name_builds_and_has_a_family(name):
 
 def test_every_reader_has_a_name():
     named = set()
-    for _, over in registry.MODELS.values():
-        if over.get("model", "spen") == "spen":
-            named |= {b[:2] for b in variants.block_list(over.get("predictor", "linear"), over.get("reads", "state"))}
+    for m in registry.MODELS.values():
+        if m.overrides.get("model", "spen") == "spen":
+            named |= {b[:2] for b in m.blocks()}
     assert set(spen.READERS) <= named, set(spen.READERS) - named
 
 
