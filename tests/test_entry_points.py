@@ -184,7 +184,8 @@ PARALLEL = 4  # processes at once: each spends most of its life importing torch,
 
 def ctrl_c(entry, at, folder):
     """Start entry in its own session in folder, Ctrl-C its group `at` s later -> dict(status, line, out,
-    err, left: pids still alive 10 s on, temps: temporary files in folder, files: everything in it)."""
+    err, left: pids still alive after the grace below, temps: temporary files in folder, files: everything
+    in it)."""
     argv = [a.replace("OUT", os.path.join(folder, "out")) for a in ENTRY_POINTS[entry]["run"]]
     head = [derived()[entry]] if entry.endswith(".py") else ["-m", entry]
     p = subprocess.Popen([sys.executable, *head, *argv], cwd=folder, env=dict(os.environ, PYTHONPATH=ROOT),

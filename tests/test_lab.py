@@ -361,7 +361,7 @@ def test_the_reference_run_executes_the_notebook_in_smoke_mode_from_an_empty_cac
     """LAB_SMOKE=1 python -m lab.reference: nbclient executes lab.ipynb as a student would (a fresh
     kernel started in lab/, LAB_OUT an empty folder: the data cache built, the background run started),
     with tiny sizes and the solutions: every check passes (strict: a failed one stops the run), both
-    verdicts print, and the executed copy keeps its figures. About 35 s on the 2-core VM at load 4-5."""
+    verdicts print, and the executed copy keeps its figures."""
     import subprocess
     out, ref = tmp_path / "out", tmp_path / "reference.ipynb"
     r = subprocess.run([sys.executable, "-m", "lab.reference", "--out", str(ref), "--lab_out", str(out),
