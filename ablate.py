@@ -137,9 +137,7 @@ class AblateConfig:
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.models = tuple(self.models)
-        bad = [v for v in self.models if v not in registry.MODELS]
-        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(registry.MODELS),
-                    bad)
+        cli.require_names("models", self.models, registry.MODELS)
         cli.require(not (self.content and self.tokenizer != "gpt2"), "--content probes BPE runs only; add "
                     "--no-content with --tokenizer {}", self.tokenizer)
         if not self.content_only:

@@ -116,10 +116,8 @@ class FrontierConfig:
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         for name in ("models", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
             setattr(self, name, tuple(getattr(self, name)))
-        bad = [f for f in self.models if f not in names()]
-        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(names()), bad)
-        bad = [s for s in self.settings if s not in SETTINGS]
-        cli.require(self.settings and not bad, "--settings must be names from {}, got {}", " ".join(SETTINGS), bad)
+        cli.require_names("models", self.models, names())
+        cli.require_names("settings", self.settings, SETTINGS)
         bad = [D for D in self.head_widths if self.width % D]
         cli.require(not bad, "--head_widths {} do not divide --width {}: a head width D needs width / D heads",
                     " ".join(map(str, bad)), self.width)

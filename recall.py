@@ -164,8 +164,7 @@ class RecallConfig:
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.models, self.pairs = tuple(RENAMED.get(v, v) for v in self.models), tuple(self.pairs)
-        bad = [v for v in self.models if v not in names()]
-        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(names()), bad)
+        cli.require_names("models", self.models, names())
         cli.require(self.pairs, "--pairs must name at least one pair count")
         cli.require(self.block_size >= 3 * max(self.pairs) + self.gap,
                     "--block_size must be >= 3 x the largest --pairs + --gap ({}), got {}",

@@ -130,9 +130,7 @@ class ScalingConfig:
     def __post_init__(self):
         cli.check_fields(self)  # each number's type and bounds (the field's), no list entry twice: one line
         self.models, self.widths = tuple(self.models), tuple(self.widths)
-        bad = [m for m in self.models if m not in registry.MODELS]
-        cli.require(self.models and not bad, "--models must be names from {}, got {}", " ".join(registry.MODELS),
-                    bad)
+        cli.require_names("models", self.models, registry.MODELS)
         cli.require(self.widths, "--widths must name at least one width")
         cli.require(self.first_tokens < self.max_tokens, "need 0 < --first_tokens < --max_tokens, got {} and {}",
                     self.first_tokens, self.max_tokens)

@@ -131,6 +131,13 @@ def require(ok, message, *values):
         raise ConfigError(message.format(*values))
 
 
+def require_names(name, given, allowed):
+    """--NAME, a list flag, must be non-empty and name only entries of allowed: one line listing both."""
+    bad = [g for g in given if g not in allowed]
+    require(given and not bad, "--{} must be names from {}, got {}", name, " ".join(allowed),
+            " ".join(bad) or "none")
+
+
 def check_device(name, value):
     """--NAME must spell a torch device this project runs on: auto | cpu | cuda | cuda:N | mps."""
     kind, _, index = value.partition(":")

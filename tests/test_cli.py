@@ -133,3 +133,11 @@ def test_sigint_held_delivers_a_ctrl_c_on_leaving_whichever_thread_took_it(taker
         stop.set()
         other.join()
     assert reached and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_require_names_lists_the_strays_and_refuses_none():
+    cli.require_names("models", ("gpt", "delta"), ("gpt", "delta", "linear"))  # all known: no error
+    with pytest.raises(cli.ConfigError, match=r"^--models must be names from gpt delta, got lstm rnn$"):
+        cli.require_names("models", ("gpt", "lstm", "rnn"), ("gpt", "delta"))
+    with pytest.raises(cli.ConfigError, match=r"got none$"):
+        cli.require_names("models", (), ("gpt", "delta"))
