@@ -428,7 +428,8 @@ def main(cfg):
         res = tables.save_json(summarize(cfg, results, time.time() - t0), out("frontier.json"), "frontier.py", cfg)
         write_md(res, out("frontier.md"))
         plot(res, out("frontier.png"))
-    print(open(out("frontier.md")).read())
+    with open(out("frontier.md")) as f:
+        print(f.read())
     return res
 
 

@@ -487,7 +487,8 @@ def main(cfg):
         res = tables.save_json(summarize(cfg, results, time.time() - t0), out("recall.json"), "recall.py", cfg)
         recall_report.write_md(res, out("recall.md"), VAL_SEED, TEST_SEED)
         recall_report.plot(res, out("recall.png"), dashed(res))
-    print(open(out("recall.md")).read())
+    with open(out("recall.md")) as f:
+        print(f.read())
     if cfg.quick:
         print(f"{verdict(res)[0]} | {res['seconds']:.0f} s wall", flush=True)
     return res

@@ -142,11 +142,13 @@ def main(argv=None):
           f"   then --steps 301 in the folder: exit {other.returncode}, {other.stderr.strip()}")
     assert running and second.returncode == 1 and other.returncode == 1 and p.returncode == 0
 
-    differ = [n for n in saved(ref) if {k: v for k, v in json.load(open(os.path.join(ref, "runs", "near", n))).items()
-                                        if k != "seconds"}
-              != {k: v for k, v in json.load(open(os.path.join(out, "runs", "near", n))).items() if k != "seconds"}]
+    def run_record(folder, n):  # a saved run's record, all but its seconds
+        with open(os.path.join(folder, "runs", "near", n)) as f:
+            return {k: v for k, v in json.load(f).items() if k != "seconds"}
+    differ = [n for n in saved(ref) if run_record(ref, n) != run_record(out, n)]
     temps = [n for d, _, ns in os.walk(out) for n in ns if ".tmp" in n]
-    points = sum(len(v) for v in json.load(open(os.path.join(out, "frontier.json")))["points"].values())
+    with open(os.path.join(out, "frontier.json")) as f:
+        points = sum(len(v) for v in json.load(f)["points"].values())
     print(f"5. {len(saved(out))} saved runs, differing from the uninterrupted ones (all but their seconds): "
           f"{differ}; frontier.json points: {points}; temp files left: {temps}")
     assert not differ and points == 6 and not temps

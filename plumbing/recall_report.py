@@ -11,6 +11,7 @@ Run: nothing to run; `python recall.py` writes these (tests/test_recall.py re-re
 report), and results/recall/recall.md is the committed one.
 """
 import os
+import pathlib
 
 from plumbing import tables
 
@@ -54,7 +55,7 @@ def write_md(res, path, val_seed, test_seed):
     lines += tables.md_table(["variant"] + [f"d>={d}" for d in bins],
                              ([v] + [r["acc_distance"].get(str(d), float("nan")) for d in bins] for v, r in vs.items()))
     lines += tables.diverged_lines(res)
-    old = open(path).read() if os.path.exists(path) else ""
+    old = pathlib.Path(path).read_text(encoding="utf-8") if os.path.exists(path) else ""
     notes = old[old.index(NOTES):] if NOTES in old else ""
     tables.save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)
 

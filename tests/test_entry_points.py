@@ -18,6 +18,7 @@ it is mended the test says to drop the entry."""
 import concurrent.futures
 import glob
 import os
+import pathlib
 import runpy
 import signal
 import subprocess
@@ -38,12 +39,12 @@ def derived():
     """{entry point: source file} from the tree: each top-level command file, and each module of dev/ and lab/."""
     found = {}
     for path in sorted(glob.glob(os.path.join(ROOT, "*.py"))):
-        text = open(path, encoding="utf-8").read()
+        text = pathlib.Path(path).read_text(encoding="utf-8")
         if 'if __name__ == "__main__"' in text and "from plumbing" in text:
             found[os.path.basename(path)] = path
     for folder in ("dev", "lab"):
         for path in sorted(glob.glob(os.path.join(ROOT, folder, "*.py"))):
-            if 'if __name__ == "__main__"' in open(path, encoding="utf-8").read():
+            if 'if __name__ == "__main__"' in pathlib.Path(path).read_text(encoding="utf-8"):
                 found[f"{folder}.{os.path.basename(path)[:-3]}"] = path
     return found
 
@@ -124,7 +125,7 @@ def test_every_entry_point_is_listed():
 @pytest.mark.parametrize("entry", cases("guards"))
 def test_the_guards_are_in_its_source(entry):
     """exit_on_ctrl_c(__name__, ...) before the first heavy import; main_guard around the work."""
-    text = open(derived()[entry], encoding="utf-8").read()
+    text = pathlib.Path(derived()[entry]).read_text(encoding="utf-8")
     guard = text.find("cli.exit_on_ctrl_c(__name__")
     heavy = min((i for i in (text.find("\n" + h) for h in HEAVY) if i >= 0), default=len(text))
     assert 0 <= guard < heavy, f"{entry}: call cli.exit_on_ctrl_c(__name__, ...) before its heavy imports"

@@ -8,6 +8,7 @@ the cases found by hand before the fuzz existed run once more as real commands a
 import dataclasses
 import glob
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -58,7 +59,7 @@ def numeric_fields():
 
 def test_every_command_is_fuzzed():
     scripts = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "*.py"))
-               if "cli.parser(" in open(p, encoding="utf-8").read()}
+               if "cli.parser(" in pathlib.Path(p).read_text(encoding="utf-8")}
     assert scripts == set(COMMANDS) | set(NOT_HERE)
 
 

@@ -7,6 +7,7 @@ helpers, the environment variables and the setup cell refuse bad input in one li
 import json
 import math
 import os
+import pathlib
 import runpy
 import sys
 import time
@@ -262,7 +263,7 @@ def test_the_checks_call_no_reference_implementation(monkeypatch):
         assert checks.verdict(name, getattr(solutions, name)) == (True, ""), name
         assert checks.verdict(name, getattr(exercises, name)) == (False, "not written yet (the stub raises "
                                                                          "NotImplementedError)"), name
-    source = open(checks.__file__).read()
+    source = pathlib.Path(checks.__file__).read_text(encoding="utf-8")
     assert "import recall" not in source and "import writes" not in source
 
 

@@ -46,7 +46,7 @@ def test_probe_small_run(tmp_path):
     assert pe["spcn"]["within"] < pe["untrained"]["within"]  # PGHU learned to predict
     assert saved["params"]["gru"] < saved["params"]["bigru"]
     assert saved["per_seed"][0]["transfer_gru"]["overall"] == saved["transfer"]["gru"]  # one seed
-    md = open(tmp_path / "results.md").read()
+    md = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert all(name in md for name in probe.WHO.values()) and "rc_verb" in md
     # the point of the experiment: context from traces beats instantaneous activity
     assert res["within"]["traces"] > res["within"]["instantaneous"] + 0.15

@@ -136,7 +136,7 @@ def test_a_diverged_run_is_marked_and_never_averaged(tmp_path, monkeypatch, caps
     res = recall.main(cfg)
     assert res["diverged"] == {"linear seed 0": 3} and list(res["variants"]) == ["gpt"]
     assert json.load(open(tmp_path / "runs" / "linear_s0.json"))["diverged"] == 3
-    md = open(tmp_path / "recall.md").read()
+    md = (tmp_path / "recall.md").read_text(encoding="utf-8")
     assert "Diverged" in md and "linear seed 0 at step 3" in md and "| linear" not in md
     assert "DIVERGED" in capsys.readouterr().out
 
@@ -160,7 +160,7 @@ def test_scaling_report_with_no_copy_and_no_point_between_points(tmp_path, monke
     res = scaling.main(cfg)
     copy = res["curves"]["linear_c16"]["copy"]
     assert [r["step"] for r in copy] == [4] and copy[0]["loss_copy"] is None
-    assert "linear_c16" in open(tmp_path / "scaling.md").read()
+    assert "linear_c16" in (tmp_path / "scaling.md").read_text(encoding="utf-8")
     assert 3 not in [r["step"] for r in scaling.read_copy(run)]
 
 

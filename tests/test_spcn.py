@@ -1,6 +1,7 @@
 """spcn.py: PGHU lowers the prediction error, no autograd anywhere, sparse codes, save/load,
 bad settings and bad checkpoint files refused with one line, and its training script
 (`python probe.py fit`: 0 epochs = untrained)."""
+import pathlib
 import re
 import runpy
 import sys
@@ -107,7 +108,7 @@ def test_cli_zero_epochs_saves_the_untrained_net_and_bad_flags_write_nothing(tmp
 
 def test_spcn_is_a_library_that_imports_no_command_line_machinery():
     import ast
-    tree = ast.parse(open(spcn.__file__).read())
+    tree = ast.parse(pathlib.Path(spcn.__file__).read_text(encoding="utf-8"))
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not names & {"cli", "probe", "argparse"}, names
