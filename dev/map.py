@@ -46,6 +46,8 @@ REFS = ("gpt", "softmax_history", "linear", "ema_kv", "delta")  # from the refer
 BUDGET = 18_000  # a quarter of GPT's cache per layer at T = 256 (2 T C = 65,536): the bound set for a bounded reader
 METRICS = {"all": "all bytes", "copies": "copies", "copies_far": "copies 128+ back", "other": "other bytes"}
 ALPHA = 0.01  # a verdict's level, one-sided (the modded-nanogpt speedrun's for a record)
+MIN_SEEDS = 3  # a test needs this many seeds a side: with 2, a side's variance rests on one difference, which
+#                Welch's degrees of freedom do not weigh (two close seeds make a confident, wrong test)
 BASES = (("delta_conv", "delta", "the convolution"), ("gated_delta", "delta_conv", "the gate (with its conv)"),
          ("hybrid_gated_delta", "gated_delta", "one attention block over gated delta blocks"))  # ingredient, base
 ONSET = 1.5  # nats per byte on copies: a level every curve crosses early (the byte unigram is ~3.2)
@@ -196,10 +198,10 @@ def resolvable(se, df, alpha=ALPHA, power=0.8):
 
 def comparisons(models):
     """Each model against GPT, each ingredient against its base (BASES), on every metric; only
-    pairs with at least two seeds on each side."""
+    pairs with MIN_SEEDS seeds or more on each side."""
     pairs = [(m, "gpt", "against GPT") for m in models if m != "gpt"] + list(BASES)
     return [dict(a=a, b=b, what=what, **welch(models[a], models[b], k)) for a, b, what in pairs for k in METRICS
-            if a in models and b in models and min(models[a]["n"], models[b]["n"]) >= 2]
+            if a in models and b in models and min(models[a]["n"], models[b]["n"]) >= MIN_SEEDS]
 
 
 def cooldown_effect(seeds):
@@ -262,7 +264,8 @@ def seed_lines(res):
                                  [[f"`{m}`", v["n"], f"{v['state_floats']:,}" + ("" if v["bounded"] else " (grows)"),
                                    *(pm(v["metrics"][k]) for k in METRICS)] for m, v in table.items()])
         lines.append("")
-    lines += [f"**The tests** ({n_tests} comparisons, each Welch's t-test, one-sided, at the cooldown point; a "
+    lines += [f"**The tests** ({n_tests} comparisons, each Welch's t-test, one-sided, at the cooldown point, of "
+              f"models with {MIN_SEEDS} seeds or more on each side; a "
               f"verdict only at p < {ALPHA}, else a tie; no correction for the number of comparisons: with "
               f"Bonferroni's the level would be {ALPHA / max(1, n_tests):.1e}). Difference = first − second, "
               "negative: the first is lower (better); resolvable: the smallest true gap this test detects with "

@@ -78,6 +78,14 @@ def test_statistics_match_the_formulas(tmp_path):
     assert tests[("delta", "gpt", "all")]["verdict"] == "tie"  # equal values on every seed: no difference
 
 
+def test_no_test_below_three_seeds_a_side(tmp_path):
+    """Two close seeds would make Welch's test confident (one side's variance from one difference): a model
+    with two seeds is in the tables, in no comparison."""
+    res, _ = M.analyse(str(repo(tmp_path, dict(COPIES, delta_conv=[0.60, 0.601]))))
+    assert res["models"]["delta_conv"]["n"] == 2
+    assert {c["a"] for c in res["comparisons"]} == {"delta"} and res["n_comparisons"] == len(M.METRICS)
+
+
 def test_onset_is_log_interpolated():
     pts = [dict(tokens=1e5, copies=2.5), dict(tokens=1e6, copies=0.5)]
     assert M.onset(pts, 1.5) == pytest.approx(10 ** 5.5)  # half way down, half way in log bytes
