@@ -146,7 +146,8 @@ def in_process(monkeypatch, tmp_path):
             with pytest.raises(SystemExit) as e:
                 if entry.endswith(".py"):
                     runpy.run_path(derived()[entry], run_name="__main__")
-                else:
+                else:  # as `python -m`: the module not yet imported (another test's import put back after)
+                    monkeypatch.delitem(sys.modules, entry, raising=False)
                     runpy.run_module(entry, run_name="__main__", alter_sys=True)
         finally:
             signal.signal(signal.SIGINT, handler)
