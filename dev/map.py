@@ -8,8 +8,8 @@ Two kinds of record, read apart:
   (10M bytes) and its cooldown branch's (the lr linearly to 0 over the last 20%). Per model: n,
   mean ± standard error and a 95% interval on all bytes, copies, copies 128+ bytes back and the
   other bytes; per comparison (each model against GPT, each ingredient against its base; MIN_SEEDS
-  seeds or more a side): the difference, Welch's t-test (scipy) and its one-sided p, and the verdict "below"/"above" only at
-  p < ALPHA, else "tie". Also what the cooldown does to the spread across seeds, and each seed's
+  seeds or more a side): the difference, Welch's t-test (scipy) and its one-sided p, and the verdict
+  "below"/"above" only at p < ALPHA, else "tie". Also what the cooldown does to the spread across seeds, and each seed's
   copy onset (the bytes at which its copy loss first falls below ONSET nats) against its final
   copy loss: is the seed spread a timing shift?
 - **The earlier curves** (results/scaling/scaling.json's references and results/map/<model>/,
