@@ -353,7 +353,7 @@ def analyse(root="."):
     seeds = collect_seeds(root, settings)
     models = models_table(seeds, "cooldown")
     tests = comparisons(models)
-    return dict(alpha=ALPHA, n_comparisons=len(tests), models=models, models_trunk=models_table(seeds, "trunk"),
+    return dict(alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests), models=models, models_trunk=models_table(seeds, "trunk"),
                 comparisons=tests, cooldown_effect=cooldown_effect(seeds), onset=onset_test(seeds), onset_level=ONSET,
                 seeds=seeds, rows=rows), settings
 

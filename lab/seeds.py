@@ -6,7 +6,7 @@ never from one curve, and none is typed into the notebook's or the kit's prose.
 
     python -m lab.seeds                 # the answer to the kit's discussion question 4, from the file
 
-map.json: {"alpha", "n_comparisons", "models": {NAME: {"n", "seeds", "cpu", "point", "metrics":
+map.json: {"alpha", "min_seeds", "n_comparisons", "models": {NAME: {"n", "seeds", "cpu", "point", "metrics":
 {METRIC: {"mean", "se", "ci95", "values"}}}}, "comparisons": [{"a", "b", "metric", "diff", "se",
 "t", "df", "p_below", "p_above", "verdict", "n_a", "n_b"}]}; losses in nats per byte; METRIC one of
 all, copies, copies_far (copies whose earlier occurrence is 128+ bytes back), other.
@@ -65,7 +65,8 @@ def summary(m, models=CORE, against="gpt"):
             for c in m["comparisons"] if (c["a"], c["b"], c["metric"]) == (n, against, k)]
     untested = [n for n in here if n != against and not any(c["a"] == n and c["b"] == against for c in m["comparisons"])]
     if untested:
-        said.append(f"no test yet for {', '.join(untested)} against {against} (fewer than two seeds a side): no verdict")
+        said.append(f"no test yet for {', '.join(untested)} against {against} (fewer than {m.get('min_seeds', 2)} "
+                    "seeds a side): no verdict")
     missing = [n for n in models if n not in m["models"]]
     if missing:
         said.append(f"not in the map: {', '.join(missing)}")
@@ -99,7 +100,8 @@ def discussion(path=MAP):
     rows, said = summary(m)
     if not rows:
         return said[0]
-    copies = "; ".join(s for s in said if " on copies" in s) or "No comparison on copies has two seeds a side yet"
+    copies = "; ".join(s for s in said if " on copies" in s) or \
+        f"No comparison on copies has {m.get('min_seeds', 2)} seeds a side yet"
     return ("Read the verdicts, not the curves. " + copies + ". A gap "
             "within the seeds' spread is a tie; which ingredient causes a gap is a question these runs do not "
             "test (the map compares models, not decays).")

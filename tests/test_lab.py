@@ -513,3 +513,15 @@ def test_an_answer_written_in_a_cell_survives_the_reload(monkeypatch, capsys):
     assert helpers.exercises().effective_window is exercises.effective_window  # the rest: the file's
     with pytest.raises(cli.UserError, match="not an exercise"):
         helpers.answer(lambda: None)
+
+
+def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
+    """A model with too few seeds for the map's test (map.json's min_seeds) gets one sentence, no verdict."""
+    from lab import seeds
+    stat = lambda v: dict(mean=v, se=0.01, ci95=[v - 0.03, v + 0.03], values=[v, v])
+    m = dict(alpha=0.01, min_seeds=3, n_comparisons=0, comparisons=[],
+             models={n: dict(n=k, seeds=list(range(k)), metrics={key: stat(0.7) for key, _ in seeds.METRICS})
+                     for n, k in (("gpt", 6), ("delta", 2))})
+    rows, said = seeds.summary(m, models=("gpt", "delta"))
+    assert [r[:2] for r in rows] == [["gpt", 6], ["delta", 2]]
+    assert said == ["no test yet for delta against gpt (fewer than 3 seeds a side): no verdict"]
