@@ -9,9 +9,9 @@ Two kinds of record, read apart:
   mean ± standard error and a 95% interval on all bytes, copies, copies 128+ bytes back and the
   other bytes; per comparison (each model against GPT, each ingredient against its base; MIN_SEEDS
   seeds or more a side): the difference, Welch's t-test (scipy) and its one-sided p, and the verdict
-  "below"/"above" only at p < ALPHA, else "tie". Also what the cooldown does to the spread across seeds, and each seed's
-  copy onset (the bytes at which its copy loss first falls below ONSET nats) against its final
-  copy loss: is the seed spread a timing shift?
+  "below"/"above" only at p < ALPHA, else "tie". Also what the cooldown does to the spread across
+  seeds, and each seed's copy onset (the bytes at which its copy loss first falls below ONSET nats)
+  against its final copy loss: is the seed spread a timing shift?
 - **The earlier curves** (results/scaling/scaling.json's references and results/map/<model>/,
   results/map/seed1/<model>/): one or two seeds each, on earlier CPUs, read on 128 fixed windows;
   tabled as they are, in no test.
@@ -353,9 +353,9 @@ def analyse(root="."):
     seeds = collect_seeds(root, settings)
     models = models_table(seeds, "cooldown")
     tests = comparisons(models)
-    return dict(alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests), models=models, models_trunk=models_table(seeds, "trunk"),
-                comparisons=tests, cooldown_effect=cooldown_effect(seeds), onset=onset_test(seeds), onset_level=ONSET,
-                seeds=seeds, rows=rows), settings
+    return dict(alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests), models=models,
+                models_trunk=models_table(seeds, "trunk"), comparisons=tests, cooldown_effect=cooldown_effect(seeds),
+                onset=onset_test(seeds), onset_level=ONSET, seeds=seeds, rows=rows), settings
 
 
 def main(out_dir):
