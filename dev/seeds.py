@@ -85,7 +85,7 @@ def run(jobs, out_dir, workers):
     """Run the jobs `workers` at a time, in order; a job that fails stops the rest (its last lines shown)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     todo, running, t0 = list(jobs), {}, time.time()
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops the curves as a Ctrl-C does
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops the curves as a Ctrl-C does
     try:
         loop(jobs, todo, running, out_dir, workers, env, t0)
     finally:  # Ctrl-C or a failure: each curve still running saves its checkpoint (SIGTERM) before we return
@@ -94,6 +94,7 @@ def run(jobs, out_dir, workers):
         for proc, log, _ in running.values():
             proc.wait()
             log.close()
+        signal.signal(signal.SIGTERM, before)
 
 
 @contextlib.contextmanager

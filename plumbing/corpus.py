@@ -229,12 +229,14 @@ def _encoded(docs, encode, num_proc=1):
 
 def _exit_with(parent):
     """Worker initializer: ignore Ctrl-C (the parent answers it for the group in one line and
-    terminates the pool; a worker would print a KeyboardInterrupt traceback each), and end this
-    encoding process when its parent is gone (killed -9, it could not terminate its pool), rather
-    than linger."""
+    terminates the pool; a worker would print a KeyboardInterrupt traceback each), die at once on
+    SIGTERM (the pool's terminate; a handler the parent had, inherited through the fork, could
+    leave the worker alive and the pool's join waiting for ever), and end this encoding process
+    when its parent is gone (killed -9, it could not terminate its pool), rather than linger."""
     import signal
     import threading
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     def watch():
         while os.getppid() == parent:

@@ -32,3 +32,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def process_signals_restored():
+    """A command run in this process (runpy, as `python X.py`) takes the process's Ctrl-C for its own, as
+    a script may; the next test gets the handlers back as they were (a forked worker pool inherits them:
+    a SIGTERM handler left behind once hung CI for 90 minutes). A library function must not leave one:
+    its own test asserts that (dev.seeds.run, tests/test_map.py)."""
+    from plumbing import cli
+    before, script = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}, cli._script
+    yield
+    for s, handler in before.items():
+        signal.signal(s, handler)
+    cli._script = script

@@ -157,10 +157,12 @@ def test_a_stop_while_a_curve_starts_does_not_lose_its_process(tmp_path, monkeyp
         return started[-1]
 
     monkeypatch.setattr(seeds.subprocess, "Popen", popen)
+    before = signal.getsignal(signal.SIGTERM)
     try:
         with pytest.raises(KeyboardInterrupt):
             seeds.run([("gpt", 0)], str(tmp_path), workers=1)
         assert started and started[0].poll() is not None, "the curve's process outlived the driver"
+        assert signal.getsignal(signal.SIGTERM) is before, "run left its SIGTERM handler (CI's hang, tests/conftest.py)"
     finally:
         for p in started:
             p.kill()

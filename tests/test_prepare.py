@@ -194,6 +194,19 @@ def test_encoding_processes_give_the_same_cache(tmp_path, monkeypatch):
         assert _bins(one) == _bins(two) and _splits(one) == _splits(two)
 
 
+def test_an_encoding_process_dies_on_sigterm_whatever_handler_the_parent_has():
+    """The pool's terminate is a SIGTERM. A Python handler in the parent (dev.seeds once left
+    KeyboardInterrupt's installed in the suite's process) passed through the fork, and a worker that
+    caught it mid-task stayed alive: the pool's join, and CI, waited for ever."""
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with multiprocessing.get_context("fork").Pool(1, corpus._exit_with, (os.getpid(),)) as pool:
+            assert pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL
+            assert pool.apply(signal.getsignal, (signal.SIGINT,)) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.slow
 def test_one_build_at_a_time_and_a_bounded_wait(tmp_path, monkeypatch, capsys):
     """A lock held past WAIT_S: the second caller gives up in one line; once the holder ends, it builds."""
