@@ -34,8 +34,9 @@ def load(path=MAP):
 
 
 def seeded(m):
-    """Whether map.json `m` carries the per-model statistics (an older file has only its curves' rows)."""
-    return isinstance(m.get("models"), dict) and isinstance(m.get("comparisons"), list)
+    """Whether map.json `m` carries the per-model statistics and the test's rules (an older file has only
+    its curves' rows)."""
+    return isinstance(m.get("models"), dict) and isinstance(m.get("comparisons"), list) and "min_seeds" in m
 
 
 def verdict_sentence(c, alpha):
@@ -65,7 +66,7 @@ def summary(m, models=CORE, against="gpt"):
             for c in m["comparisons"] if (c["a"], c["b"], c["metric"]) == (n, against, k)]
     untested = [n for n in here if n != against and not any(c["a"] == n and c["b"] == against for c in m["comparisons"])]
     if untested:
-        said.append(f"no test yet for {', '.join(untested)} against {against} (fewer than {m.get('min_seeds', 2)} "
+        said.append(f"no test yet for {', '.join(untested)} against {against} (fewer than {m['min_seeds']} "
                     "seeds a side): no verdict")
     missing = [n for n in models if n not in m["models"]]
     if missing:
@@ -101,7 +102,7 @@ def discussion(path=MAP):
     if not rows:
         return said[0]
     copies = "; ".join(s for s in said if " on copies" in s) or \
-        f"No comparison on copies has {m.get('min_seeds', 2)} seeds a side yet"
+        f"No comparison on copies has {m['min_seeds']} seeds a side yet"
     return ("Read the verdicts, not the curves. " + copies + ". A gap "
             "within the seeds' spread is a tie; which ingredient causes a gap is a question these runs do not "
             "test (the map compares models, not decays).")

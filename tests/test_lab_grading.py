@@ -77,7 +77,7 @@ def _metrics(values):
     return dict(mean=mean, se=se, ci95=[mean - 2 * se, mean + 2 * se], values=values)
 
 
-MAP = dict(alpha=0.01, n_comparisons=2, models={  # a hand-made seeded map: delta and gpt, no hybrid_ema_kv
+MAP = dict(alpha=0.01, min_seeds=3, n_comparisons=2, models={  # a hand-made seeded map: delta and gpt, no hybrid_ema_kv
     "gpt": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
         all=_metrics([1.39, 1.40, 1.38]), copies=_metrics([0.815, 0.80, 0.83]))),
     "delta": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
