@@ -525,3 +525,18 @@ def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
     rows, said = seeds.summary(m, models=("gpt", "delta"))
     assert [r[:2] for r in rows] == [["gpt", 6], ["delta", 2]]
     assert said == ["no test yet for delta against gpt (fewer than 3 seeds a side): no verdict"]
+
+
+def test_the_reference_runs_seed_numbers_are_the_committed_maps():
+    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses and exercise 8's
+    verdict as the notebook prints them from results/map/map.json: a seed added to the map without them
+    updated fails here."""
+    from lab import seeds
+    m = seeds.load(seeds.MAP)
+    a, b = seeds.values(m, "delta"), seeds.values(m, "gpt")
+    diff, se, said = solutions.seed_verdict(a, b, paired=False)
+    for doc in ("README.md", "INSTRUCTOR.md"):
+        text = " ".join(pathlib.Path(LAB, doc).read_text().split())  # line breaks as spaces
+        for stated in (f"delta {[round(x, 3) for x in a]}", f"gpt {[round(x, 3) for x in b]}",
+                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}"):
+            assert stated in text, (doc, stated)
