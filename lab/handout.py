@@ -32,7 +32,7 @@ from plumbing import checkpoint  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOP = "ema-is-not-all-you-need"  # the folder name the setup cell unpacks to
 HELD_BACK = ("lab/solutions.py", "lab/snapshot.py", "lab/reference.py", "lab/INSTRUCTOR.md", "lab/reference.ipynb",
-             "tests/test_lab.py", "tests/test_lab_grading.py")
+             "tests/test_lab.py", "tests/test_lab_notebook.py", "tests/test_lab_grading.py")
 EMAIL = "lab.handout@localhost"  # the author of a students' branch: the one kind of branch --branch may replace
 INSTRUCTOR_ONLY = re.compile(r"<!-- instructor -->.*?<!-- /instructor -->\n?", re.S)  # cut from every .md
 

@@ -5,7 +5,7 @@ with every output, its figures included (PNG); prints the wall time, the CPU tim
 everything it started, and each slow cell's time.
 
     LAB_THREADS=1 python -m lab.reference                       # -> lab/reference.ipynb, full size
-    LAB_SMOKE=1 python -m lab.reference --out /tmp/ref.ipynb --lab_out /tmp/lab   # smoke sizes (CI: tests/test_lab.py)
+    LAB_SMOKE=1 python -m lab.reference --out /tmp/ref.ipynb --lab_out /tmp/lab   # smoke sizes (CI: tests/test_lab_notebook.py)
 
 lab/INSTRUCTOR.md says what to expect in it, and how close a student's run should come.
 """

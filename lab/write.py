@@ -4,7 +4,7 @@ curves of results/scaling. The notebook calls them as `W.` (lab/lab.py); every s
 folder and the smoke switch are read from lab/helpers.py (H.SIZES, H.OUT, H.SMOKE) when a
 function runs, so one setting of the environment governs the whole lab.
 
-Run: nothing to run; tests/test_lab.py runs it through the notebook and on its own.
+Run: nothing to run; tests/test_lab_notebook.py runs it through the notebook and on its own.
 """
 import json
 import os

@@ -15,7 +15,7 @@ import zipfile
 import nbformat
 import pytest
 
-from lab import handout, helpers, seeds
+from lab import handout, helpers, seeds, solutions
 from plumbing import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -238,3 +238,29 @@ def test_finished_background_runs_survive_a_kernel_restart(tmp_path, monkeypatch
                                                                              "steps": 5}})
     helpers.start_background()  # other sizes: no file is theirs
     assert started[-1] == list(helpers.JOBS) and helpers.finished("recall") is None
+
+
+def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
+    """A model with too few seeds for the map's test (map.json's min_seeds) gets one sentence, no verdict."""
+    stat = lambda v: dict(mean=v, se=0.01, ci95=[v - 0.03, v + 0.03], values=[v, v])
+    m = dict(alpha=0.01, min_seeds=3, n_comparisons=0, comparisons=[],
+             models={n: dict(n=k, seeds=list(range(k)), metrics={key: stat(0.7) for key, _ in seeds.METRICS})
+                     for n, k in (("gpt", 6), ("delta", 2))})
+    rows, said = seeds.summary(m, models=("gpt", "delta"))
+    assert [r[:2] for r in rows] == [["gpt", 6], ["delta", 2]]
+    assert said == ["no test yet for delta against gpt (fewer than 3 seeds a side): no verdict"]
+
+
+def test_the_reference_runs_seed_numbers_are_the_committed_maps():
+    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses and exercise 8's
+    verdict as the notebook prints them from results/map/map.json: a seed added to the map without them
+    updated fails here."""
+    m = seeds.load(seeds.MAP)
+    a, b = seeds.values(m, "delta"), seeds.values(m, "gpt")
+    diff, se, said = solutions.seed_verdict(a, b, paired=False)
+    for doc in ("README.md", "INSTRUCTOR.md"):
+        with open(os.path.join(LAB, doc)) as f:
+            text = " ".join(f.read().split())  # line breaks as spaces
+        for stated in (f"delta {[round(x, 3) for x in a]}", f"gpt {[round(x, 3) for x in b]}",
+                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}"):
+            assert stated in text, (doc, stated)
