@@ -192,11 +192,11 @@ def test_each_running_run_prints_its_step_loss_and_eta_while_it_trains(tmp_path,
     """Two runs in two workers (the default pool), progress every 0.5 s instead of a minute: the parent
     reads each run's metrics.jsonl and prints `[running M:SS] NAME seed S | step s/N | loss L | ... | eta`."""
     monkeypatch.setattr(ablate.grid, "PROGRESS_S", 0.5)
-    over = dict(TINY, models=("linear", "gpt"), seeds=1, workers=2, max_iters=40, eval_interval=40)
+    over = dict(TINY, models=("linear", "gpt"), seeds=1, workers=2, max_iters=20, eval_interval=20)
     cfg = cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(tmp_path), **over)
     ablate.run_all(cfg, [(cfg, name, 0) for name in cfg.models])
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[running ")]
-    steps = [ln for ln in lines if re.fullmatch(r"\[running \d+:\d\d\] (linear|gpt) seed 0 \| step \d+/40 \| loss "
+    steps = [ln for ln in lines if re.fullmatch(r"\[running \d+:\d\d\] (linear|gpt) seed 0 \| step \d+/20 \| loss "
                                                 r"\d+\.\d{4} \| \d+ ms/step \| eta \d+\.\d (min|h)", ln)]
     assert steps, lines  # at least one reading mid-run, with its ETA
 

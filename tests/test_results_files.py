@@ -165,9 +165,11 @@ def test_scaling_report_with_no_copy_and_no_point_between_points(tmp_path, monke
 
 
 @pytest.mark.slow
-def test_scaling_removes_the_temp_files_a_kill_left(tmp_path, capsys):
+def test_scaling_removes_the_temp_files_a_kill_left(tmp_path, capsys, monkeypatch):
+    """On entry, under its lock, before any curve trains (the curves are stubbed out here)."""
     cfg = cli.build(scaling.ScalingConfig, out_dir=str(tmp_path), **SCALING)
     (tmp_path / "scaling.png.tmp12345").write_bytes(b"half a figure")
+    monkeypatch.setattr(scaling, "run_curves", lambda cfg, recorded: {})
     scaling.main(cfg)
     assert not (tmp_path / "scaling.png.tmp12345").exists() and "removed 1 temporary file" in capsys.readouterr().out
 
