@@ -164,7 +164,6 @@ def test_scaling_report_with_no_copy_and_no_point_between_points(tmp_path, monke
     assert 3 not in [r["step"] for r in scaling.read_copy(run)]
 
 
-@pytest.mark.slow
 def test_scaling_removes_the_temp_files_a_kill_left(tmp_path, capsys, monkeypatch):
     """On entry, under its lock, before any curve trains (the curves are stubbed out here)."""
     cfg = cli.build(scaling.ScalingConfig, out_dir=str(tmp_path), **SCALING)
