@@ -121,53 +121,6 @@ def test_main_writes_the_tested_tables(tmp_path, monkeypatch):
     assert os.path.getsize(tmp_path / "out" / "map.png") > 10_000
 
 
-def test_seeds_plan_and_finished_curves(tmp_path):
-    """dev.seeds: a plan names each (model, seed) once in its order; a finished record is not trained
-    again on a fresh clone (its run folder gone), a curve without its cooldown is."""
-    from dev import seeds
-    assert seeds.parse_plan("gpt:0-2,delta:4") == [("gpt", 0), ("gpt", 1), ("gpt", 2), ("delta", 4)]
-    assert seeds.parse_plan(seeds.PLAN)[:3] == [("gpt", 0), ("delta", 0), ("hybrid_ema_kv", 0)]
-    for bad in ("lstm:0", "gpt:a", "gpt:0,gpt:0", ""):
-        with pytest.raises(cli.UserError) as e:
-            seeds.parse_plan(bad)
-        assert "\n" not in str(e.value) and "--plan" in str(e.value)
-    root = repo(tmp_path, {"gpt": [0.8]})
-    out = root / M.SEEDS
-    assert seeds.finished(str(out), "gpt", 0) and not seeds.finished(str(out), "gpt", 1)
-    rec = json.loads((out / "gpt_s0" / "scaling.json").read_text())
-    del rec["curves"]["gpt_c128"]["cooldown"]
-    (out / "gpt_s0" / "scaling.json").write_text(json.dumps(rec))
-    assert not seeds.finished(str(out), "gpt", 0)
-
-
-def test_a_stop_while_a_curve_starts_does_not_lose_its_process(tmp_path, monkeypatch):
-    """A Ctrl-C that lands inside Popen (a loaded machine forks slowly) once left a curve's process,
-    in a session of its own, running after the driver had ended: the stop now waits until the
-    process is in the driver's list, and the driver stops it."""
-    import signal
-    import subprocess
-    import sys
-    from dev import seeds
-    started, real = [], subprocess.Popen
-
-    def popen(*a, **kw):  # start a stand-in curve, then take a Ctrl-C before Popen returns
-        started.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.2)
-        return started[-1]
-
-    monkeypatch.setattr(seeds.subprocess, "Popen", popen)
-    before = signal.getsignal(signal.SIGTERM)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            seeds.run([("gpt", 0)], str(tmp_path), workers=1)
-        assert started and started[0].poll() is not None, "the curve's process outlived the driver"
-        assert signal.getsignal(signal.SIGTERM) is before, "run left its SIGTERM handler (CI's hang, tests/conftest.py)"
-    finally:
-        for p in started:
-            p.kill()
-
-
 def test_the_readmes_map_numbers_are_the_maps():
     """Every 'mean ± SE' the README's and results/map's prose state is a model's (or a difference's) in the
     committed map.json: a stated number that drifts from its source fails here."""
