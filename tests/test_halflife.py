@@ -1,0 +1,40 @@
+"""dev/halflife.py: a gated head's half-life read from its parameters (init) and from its gates on
+text (trained) agree when the gate ignores its input; a model without a gate has no heads to read;
+a folder of no seeds is one line."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import spen
+from dev import halflife
+from plumbing import cli
+
+
+def tiny(predictor="gated_delta_ret"):
+    torch.manual_seed(0)
+    return spen.SPEN(spen.SPENConfig(vocab_size=256, block_size=64, n_layer=2, n_embd=32, n_head=4, conv=4,
+                                     predictor=predictor)).eval()
+
+
+def test_the_gates_on_text_are_the_init_rate_when_the_gate_ignores_its_input(monkeypatch):
+    model = tiny()
+    for p in halflife.heads(model):
+        torch.nn.init.zeros_(p.decay.weight)  # W_a = 0: g_t = -A softplus(dt_bias) at every token
+    monkeypatch.setattr(halflife, "WINDOWS", 2)
+    tokens = np.random.default_rng(0).integers(0, 256, 200).astype(np.uint16)
+    init, trained = halflife.init_lives(model), halflife.trained_lives(model, tokens, 64)
+    assert len(init) == len(trained) == 8 and init == pytest.approx(trained, rel=1e-5)
+    A, dt = halflife.heads(model)[0].A_log.exp()[0], torch.nn.functional.softplus(halflife.heads(model)[0].dt_bias[0])
+    assert init[0] == pytest.approx(math.log(2) / (A * dt).item())
+
+
+def test_only_gated_readers_have_half_lives():
+    assert halflife.heads(tiny("delta")) == [] and len(halflife.heads(tiny("gated_delta"))) == 2
+
+
+def test_a_folder_without_seeds_is_one_line(tmp_path):
+    with pytest.raises(cli.UserError) as e:
+        halflife.main(["--seeds", str(tmp_path), "--out_dir", str(tmp_path / "out")])
+    assert "\n" not in str(e.value) and "dev.seeds" in str(e.value)
