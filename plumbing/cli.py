@@ -140,9 +140,16 @@ def require_names(name, given, allowed):
 
 def check_device(name, value):
     """--NAME must spell a torch device this project runs on: auto | cpu | cuda | cuda:N | mps."""
-    kind, _, index = value.partition(":")
-    require(kind in ("auto", "cpu", "cuda", "mps") and (not index or (kind == "cuda" and index.isdigit())),
+    kind, colon, index = value.partition(":")
+    require(kind in ("auto", "cpu", "cuda", "mps") and (not colon or (kind == "cuda" and whole(index) is not None)),
             "--{} must be auto, cpu, cuda, cuda:N or mps, got {!r}", name, value)
+
+
+def whole(text):
+    """int(text) when text is a whole number in ASCII digits (what a flag or an environment variable means by a
+    count), else None. str.isdigit() alone is no such test: it is true of '²', which int() refuses (a
+    traceback), and of '٣', which int() reads as 3."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _type_of(f):
