@@ -92,9 +92,9 @@ def test_the_readme_counts_the_lab_exercises():
 
 
 def test_the_test_times_and_install_sizes_quoted_are_the_records():
-    """The README's Tests section and results/bench/README state the suite's times and the install's sizes
-    from the files the commands wrote (dev.suite_time, dev.install_size): a new measurement shows as a
-    drift here until the prose follows it."""
+    """The README's Tests section and results/bench/README state the suite's times (idle, and with N busy
+    processes beside it: every suite*.json) and the install's sizes from the files the commands wrote
+    (dev.suite_time, dev.install_size): a new measurement shows as a drift here until the prose follows it."""
     import json
     with open(os.path.join(ROOT, "results", "bench", "suite.json")) as f:
         suite = json.load(f)
@@ -105,9 +105,12 @@ def test_the_test_times_and_install_sizes_quoted_are_the_records():
     first_block, readme = text.split("```", 2)[1], " ".join(text.split())  # prose: line breaks as spaces
     with open(os.path.join(ROOT, "results", "bench", "README.md")) as f:
         bench = " ".join(f.read().split())
-    for run in suite["runs"].values():
-        said = f"{run['counts']['passed']:,} passed"
-        assert said in readme and said in bench and f"in {run['seconds']} s" in readme + bench
+    for record in sorted(glob.glob(os.path.join(ROOT, "results", "bench", "suite*.json"))):  # idle, and busy N
+        with open(record) as f:
+            runs = json.load(f)["runs"]
+        for run in runs.values():
+            said = f"{run['counts']['passed']:,} passed"
+            assert said in readme and said in bench and f"in {run['seconds']} s" in readme + bench, record
     a = suite["runs"]["all"]
     assert f"{a['seconds']} s of wall on {suite['cores']} cores (load {a['load_before']} to {a['load_after']}" in readme
     assert f"{a['seconds'] // 60} min on 2 cores" in first_block
