@@ -25,7 +25,8 @@ first line of each config's __post_init__, refuses a value of the wrong type, a 
 float or one outside the bounds in one line naming the flag, before anything is built, trained
 or written; it also refuses a list flag that names an entry twice. tests/test_flags.py fuzzes
 every numeric field of every command from these declarations (0, -1, nan, inf, huge, the
-type's edge), so a field added without bounds fails it the day it lands.
+type's edge), so a field added without bounds fails it the day it lands. A count read from text
+(an environment variable, a part of a flag's value) goes through `whole`: ASCII digits or None.
 
 Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
 `command_line` writes a config back as the command that reproduces it.
