@@ -1,6 +1,7 @@
 """frontier.py: the one state-bytes count against hand-counted cases, one-line errors for a bad
 grid before anything trains, and a tiny grid that writes its table, figure and runs, reuses every
-finished run when called again, and retrains only what a killed grid had not saved."""
+finished run when called again, and retrains only what a killed grid had not saved; the committed report
+re-renders row for row on any CPU (its capacity table prints no digit the CPU's BLAS decides)."""
 import dataclasses
 import json
 import os
