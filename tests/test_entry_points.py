@@ -3,8 +3,9 @@ the tree: each top-level file with `if __name__ == "__main__"` (the commands, an
 model files spen.py and grammar.py) and every dev/ and lab/ module run as `python -m`. Each must be in
 ENTRY_POINTS below (how to run it long, and the flag naming where it writes), so a new one fails
 here until it is, and each passes the generic cases:
-    - its source calls cli.exit_on_ctrl_c before its heavy imports, and cli.main_guard;
-    - `--help`: exit 0 and a usage;
+    - its source calls cli.exit_on_ctrl_c before its heavy imports, and cli.main_guard (a model file's
+      demo, which imports no plumbing: signal.signal before its imports);
+    - `--help`: exit 0 and a usage (a demo takes no flags);
     - `--out_dir` (or its output flag) that is a file or a folder it may not write in: one line,
       a non-zero exit, nothing written;
     - Ctrl-C (SIGINT to its process group, as a terminal sends it) the moment it can take one
@@ -53,7 +54,8 @@ def derived():
 
 # entry point -> run: argv of a run that lasts (OUT: a fresh folder for it), out: the flag naming where it
 # writes (None: it writes nothing of its own), late: it still runs at 2 s (a Ctrl-C then is one at work),
-# notice: lines it writes to stderr first, whatever follows (an old command's pointer to the new one)
+# notice: lines it writes to stderr first, whatever follows (an old command's pointer to the new one), demo:
+# a model file's demo (no flags, no plumbing)
 TRAIN = ["--preset", "cpu_bytes", "--max_iters", "5000", "--eval_interval", "5000", "--eval_iters", "1",
          "--n_layer", "1", "--n_embd", "16", "--device", "cpu", "--out_dir", "OUT"]
 ENTRY_POINTS = {
@@ -86,11 +88,11 @@ ENTRY_POINTS = {
     "dev.install_size": dict(run=["--out_dir", "OUT"], out="--out_dir", late=False),
     "dev.suite_time": dict(run=["--tests", "tests/test_lm.py", "--out_dir", "OUT"], out="--out_dir", late=True),
     "dev.seeds": dict(run=["--plan", "linear:0", "--out_dir", "OUT"], out="--out_dir", late=True),
-    "spen.py": dict(run=[], out=None, late=False),  # a model file's demo: sizes on the meta device, printed
-    "grammar.py": dict(run=[], out=None, late=False),
+    # a model file's demo: it imports no plumbing (tests/test_imports.py) and takes no flags; its guard is the
+    # standard library's signal.signal above its imports
+    "spen.py": dict(run=[], out=None, late=False, demo=True),  # the readers' sizes on the meta device, printed
+    "grammar.py": dict(run=[], out=None, late=False, demo=True),
 }
-DEMO = "a model file's demo: it imports no plumbing (tests/test_imports.py) and takes no flags; its guard is the " \
-       "standard library's signal.signal above its imports, which the Ctrl-C cases test"
 OWNED = "another engineer edits it this round"
 GAPS = {  # (entry point, case) -> why it is not mended here; a static case mended flips its strict xfail
     ("lab.checks", "guards"): "the autograder's old command: before any heavy import it becomes python -m lab.grader "
@@ -101,12 +103,11 @@ GAPS = {  # (entry point, case) -> why it is not mended here; a static case mend
     ("lab.background", "ctrl_c_early"): f"started by the notebook, not by a user ({OWNED}: lab/)",
     ("lab.background", "ctrl_c_first"): f"started by the notebook, not by a user ({OWNED}: lab/)",
     ("lab.seeds", "ctrl_c_early"): "it prints a paragraph from a JSON file and ends within 0.3 s: nothing to interrupt",
-    **{(demo, case): DEMO for demo in ("spen.py", "grammar.py") for case in ("guards", "help")},
 }
 
 
 UNSAFE = {("lab.background", "help"), ("lab.seeds", "ctrl_c_early"),  # gaps that would start real work,
-          ("lab.checks", "help"), ("spen.py", "help"), ("grammar.py", "help")}  # or exec over this test's process: not run
+          ("lab.checks", "help")}  # or exec over this test's process: not run
 
 
 def cases(case, where=lambda e: True):
@@ -132,12 +133,13 @@ def test_every_entry_point_is_listed():
 
 @pytest.mark.parametrize("entry", cases("guards"))
 def test_the_guards_are_in_its_source(entry):
-    """exit_on_ctrl_c(__name__, ...) before the first heavy import; main_guard around the work."""
+    """exit_on_ctrl_c(__name__, ...) before the first heavy import; main_guard around the work. A model file's
+    demo (DEMO) installs its SIGINT handler with the standard library, before its imports."""
     text = pathlib.Path(derived()[entry]).read_text(encoding="utf-8")
-    guard = text.find("cli.exit_on_ctrl_c(__name__")
+    guard = text.find("signal.signal(signal.SIGINT" if ENTRY_POINTS[entry].get("demo") else "cli.exit_on_ctrl_c(__name__")
     heavy = min((i for i in (text.find("\n" + h) for h in HEAVY) if i >= 0), default=len(text))
     assert 0 <= guard < heavy, f"{entry}: call cli.exit_on_ctrl_c(__name__, ...) before its heavy imports"
-    assert "cli.main_guard(" in text, f"{entry}: run its work through cli.main_guard"
+    assert ENTRY_POINTS[entry].get("demo") or "cli.main_guard(" in text, f"{entry}: run its work through cli.main_guard"
 
 
 @pytest.fixture
@@ -166,7 +168,7 @@ def in_process(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", cases("help"))
+@pytest.mark.parametrize("entry", cases("help", lambda e: not e.get("demo")))  # a demo takes no flags
 def test_help(entry, in_process, capsys):
     code, out, err = in_process(entry, ["--help"], capsys)
     assert code in (0, None) and out.startswith("usage:"), (code, out[:200], err[-300:])
