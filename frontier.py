@@ -346,22 +346,36 @@ def write_md(res, path):
               f"{knee['state_bytes']:,} ({knee['acc'][N]:.3f})" if knee else "-"]
              for family, best, knee in family_summary(pts, N)))
         lines.append("")
-    sets = list(res["points"])
-    lines += ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",
-              "One channel's state of S decays (ema.spread_decays) after T inputs is V x with V the S x T trace "
-              "map: its condition number (float64; above ~1e16 only a lower bound), its numerical rank (singular "
-              "values above the dtype's unit roundoff times the largest), and the linear memory capacity, in past "
-              "inputs recoverable (sum of R^2) with every step rounded in that dtype; exact arithmetic gives "
-              "min(S, T) for both.", ""]
-    lines += tables.md_table(
-        ["S"] + [
-            col for s in sets for col in (f"{s} (T = {res['tasks'][s]['block_size']}): cond V", "rank fp32",
-                                          "rank bf16", "capacity fp32", "capacity bf16")],
-        ([S] + [cell for s in sets for cell in (f"{row[s]['cond']:.1e}", row[s]["rank_fp32"], row[s]["rank_bf16"],
-                                               f"{row[s]['fp32']:.2f}", f"{row[s]['bf16']:.2f}")]
-         for S, row in res["capacity"].items()))
+    lines += capacity_lines(res["capacity"], {s: res["tasks"][s]["block_size"] for s in res["points"]})
     lines += tables.diverged_lines(res)
     tables.save_text("\n".join(lines) + "\n", path)
+
+
+COND_SHOWN = 1e13  # cond V is printed below this, and above it only as this lower bound (cond_text)
+
+
+def cond_text(cond):
+    """cond V as float64 resolves it. A computed singular value is off by up to u sigma_1 (u = 2^-53, the
+    LAPACK Users' Guide's error bound), so a computed cond is off by up to a relative u cond: below 1e13
+    that is under 0.1%, and the two digits printed are the matrix's, on any CPU; above, the smallest
+    singular value is rounding noise whose digits the CPU's BLAS kernel decides, and only the bound is true."""
+    return f"{cond:.1e}" if cond < COND_SHOWN else f"> {COND_SHOWN:.0e}"
+
+
+def capacity_lines(capacity, T):
+    """The report's section on the argument's steps 1 and 2 (capacity_table's rows; T: {setting: its T})."""
+    lines = ["## What S fixed decays can hold (ema.trace_map, ema.memory_capacity)", "",
+             "One channel's state of S decays (ema.spread_decays) after T inputs is V x with V the S x T trace "
+             f"map: its condition number (float64: to within 0.1% below {COND_SHOWN:.0e}, above it only a lower "
+             "bound), its numerical rank (singular values above the dtype's unit roundoff times the largest), and "
+             "the linear memory capacity, in past inputs recoverable (sum of R^2) with every step rounded in that "
+             "dtype; exact arithmetic gives min(S, T) for both.", ""]
+    return lines + tables.md_table(
+        ["S"] + [col for s in T for col in (f"{s} (T = {T[s]}): cond V", "rank fp32", "rank bf16", "capacity fp32",
+                                            "capacity bf16")],
+        ([S] + [cell for s in T for cell in (cond_text(row[s]["cond"]), row[s]["rank_fp32"], row[s]["rank_bf16"],
+                                             f"{row[s]['fp32']:.2f}", f"{row[s]['bf16']:.2f}")]
+         for S, row in capacity.items()))
 
 
 MARKERS = "os^DvP*X*p<>h"  # a family's marker by its place (rank); colours from matplotlib's cycle

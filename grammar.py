@@ -72,6 +72,10 @@ Public API
 Run `python grammar.py` to print a few aligned A/B sentences and the corpus statistics.
 """
 
+if __name__ == "__main__":  # the demo at the end: a Ctrl-C from the first second is one line and exit 130, as in every
+    import os, signal       # command (cli.exit_on_ctrl_c, SIGINT unblocked if held; a model file imports no plumbing)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(os.write(2, b"grammar.py: interrupted (Ctrl-C)\n") and 130))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 import random
 
 import torch

@@ -35,6 +35,10 @@ The paper gives no code; where it is silent we chose, each choice written out on
 parameters, state and FLOPs, from the reader itself, on the meta device); tests: tests/test_spen.py, tests/test_readers.py.
 """
 
+if __name__ == "__main__":  # the demo at the end: a Ctrl-C from the first second is one line and exit 130, as in every
+    import os, signal       # command (cli.exit_on_ctrl_c, SIGINT unblocked if held; a model file imports no plumbing)
+    signal.signal(signal.SIGINT, lambda *_: os._exit(os.write(2, b"spen.py: interrupted (Ctrl-C)\n") and 130))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 import math
 from dataclasses import dataclass
 

@@ -8,8 +8,9 @@ was installed by its own commands (torch first, then the file), e.g. a fresh vir
 Run (from the repository root)
     python -m dev.install_size                                          # -> out/install/install.json
     python -m dev.install_size --out_dir results/bench                  # the committed numbers (README)
-Writes install.json: per file (requirements.txt, requirements-dev.txt) the MiB, the distribution
-count and the largest distributions, with the Python, the platform and the date.
+Writes install.json: per file (requirements.txt, requirements-dev.txt) the MiB of the files installed,
+the MiB they take on disk (what `du -sh .venv` counts, with pip's own files beside them), the
+distribution count and the largest distributions, with the Python, the platform and the date.
 """
 
 import argparse
@@ -28,16 +29,28 @@ from plumbing import checkpoint
 FILES = ("requirements.txt", "requirements-dev.txt")
 
 
-def requirement_names(path):
-    """The distributions a requirements file names (following -r), lower-case, '-' for '_'."""
+def requirement_names(path, within=()):
+    """The distributions a requirements file names (following -r), lower-case, '-' for '_'. A file that
+    cannot be read, is not UTF-8 or includes itself (within: the files that -r led here) is one line."""
+    path = os.path.realpath(path)
+    chain = " -> ".join(os.path.basename(p) for p in within + (path,))
+    if path in within:
+        raise cli.UserError(f"{chain}: the -r includes go round in a circle; remove the -r line that closes it")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise cli.UserError(f"cannot read {path} ({chain}): {e.strerror}; fix the -r line or the file") from None
+    except UnicodeDecodeError as e:
+        raise cli.UserError(f"{path} is not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}): save it as "
+                            "UTF-8") from None
     names = []
-    with open(path) as f:
-        for line in f:
-            line = line.split("#")[0].strip()
-            if line.startswith("-r"):
-                names += requirement_names(os.path.join(os.path.dirname(path), line[2:].strip()))
-            elif line:
-                names.append(norm(re.split(r"[<>=!~ \[;]", line, maxsplit=1)[0]))
+    for line in lines:
+        line = line.split("#")[0].strip()
+        if line.startswith("-r"):
+            names += requirement_names(os.path.join(os.path.dirname(path), line[2:].strip()), within + (path,))
+        elif line:
+            names.append(norm(re.split(r"[<>=!~ \[;]", line, maxsplit=1)[0]))
     return names
 
 
@@ -76,12 +89,10 @@ def evaluate(marker):
 
 
 def size_mib(dist):
-    total = 0
-    for f in dist.files or []:
-        path = dist.locate_file(f)
-        if os.path.isfile(path):
-            total += os.path.getsize(path)
-    return total / 2 ** 20
+    """(MiB of its files, MiB they take on disk): the second is what `du` counts, every file rounded up to
+    whole blocks of the file system."""
+    files = [os.stat(p) for p in map(dist.locate_file, dist.files or []) if os.path.isfile(p)]
+    return sum(st.st_size for st in files) / 2 ** 20, sum(st.st_blocks * 512 for st in files) / 2 ** 20
 
 
 def main(argv=None):
@@ -94,12 +105,12 @@ def main(argv=None):
                platform=platform.platform(), date=datetime.date.today().isoformat(), files={})
     for name in FILES:
         dists = closure(requirement_names(os.path.join(root, name)))
-        sizes = sorted(((size_mib(d), n) for n, d in dists.items()), reverse=True)
-        out["files"][name] = dict(mib=round(sum(s for s, _ in sizes)), distributions=len(sizes),
-                                  largest={n: round(s) for s, n in sizes[:6]},
-                                  torch=md.version("torch"))
-        print(f"{name}: {out['files'][name]['mib']:,} MiB in {len(sizes)} distributions; largest "
-              + ", ".join(f"{n} {round(s)}" for s, n in sizes[:6]))
+        sizes = sorted(((*size_mib(d), n) for n, d in dists.items()), reverse=True)
+        rec = out["files"][name] = dict(mib=round(sum(s for s, _, _ in sizes)), distributions=len(sizes),
+                                        disk_mib=round(sum(d for _, d, _ in sizes)),
+                                        largest={n: round(s) for s, _, n in sizes[:6]}, torch=md.version("torch"))
+        print(f"{name}: {rec['mib']:,} MiB in {len(sizes)} distributions ({rec['disk_mib']:,} MiB on disk); largest "
+              + ", ".join(f"{n} {round(s)}" for s, _, n in sizes[:6]))
     checkpoint.make_out_dir(a.out_dir)
     checkpoint.atomic_json(out, os.path.join(a.out_dir, "install.json"))
 

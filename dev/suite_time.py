@@ -1,17 +1,19 @@
 """What the test suite costs: runs the README's two test commands (the whole suite, and the student's
 loop without the `slow` tests) once each, in a process of its own, and records each summary line
 (passed, xfailed, failed), its wall time, and the machine it ran on with the load beside it (the
-1-minute load average before and after: a loaded machine is slower).
+1-minute load average before and after: a loaded machine is slower). With --busy N, N processes that
+keep a core busy each (a Python loop) run beside the suite, as a machine shared with other work has:
+the suite's verdict must not depend on them.
 
 Run (from the repository root)
     python -m dev.suite_time                          # -> out/suite/suite.json
     python -m dev.suite_time --out_dir results/bench  # the committed number (README's Tests section)
-Writes suite.json: per command its counts, seconds and load before and after; the cpu
-(runtime.machine_line), cores, Python, date and the commit. results/bench/README.md and the README quote
-it; tests/test_requirements.py checks that they do.
+    python -m dev.suite_time --busy 3 --runs all --out_dir results/bench   # the whole suite on a loaded machine
+Writes suite.json (suite_busy3.json with --busy 3): per command its counts, seconds and load before and
+after; the busy processes, the cpu (runtime.machine_line), cores, Python, date and the commit.
+results/bench/README.md and the README quote it; tests/test_requirements.py checks that they do.
 """
 
-import argparse
 import datetime
 import os
 import platform
@@ -42,19 +44,36 @@ def commit():
         return None
 
 
+RUNS = {"all": [], "not_slow": ["-m", "not slow"]}  # the README's two test commands: pytest's marker options
+BUSY = "while True: pass"  # one busy process: a core's worth of work, as another job's
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = cli.OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--out_dir", default="out/suite", help="folder for suite.json")
     p.add_argument("--tests", default="tests", help="what pytest runs (the README's command: tests)")
+    p.add_argument("--busy", type=int, default=0, metavar="N", help="processes that keep a core busy each, beside "
+                   "the suite (0 to 64; default 0)")
+    p.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS), help="which test commands to time")
     a = p.parse_args(argv)
+    cli.require(0 <= a.busy <= 64, "--busy must be an integer in [0, 64], got {}", a.busy)
     checkpoint.check_out_dir(a.out_dir)
-    out = dict(runs={}, cpu=runtime.machine_line(), cores=os.cpu_count(), python=platform.python_version(),
-               date=datetime.date.today().isoformat(), commit=commit())
-    for name, marker in (("all", []), ("not_slow", ["-m", "not slow"])):
-        out["runs"][name] = run(marker, a.tests)
+    path = os.path.join(a.out_dir, f"suite_busy{a.busy}.json" if a.busy else "suite.json")
+    out = dict(runs={}, busy=dict(processes=a.busy, each=f"python -c {BUSY!r}"), cpu=runtime.machine_line(),
+               cores=os.cpu_count(), python=platform.python_version(), date=datetime.date.today().isoformat(),
+               commit=commit())
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY, "dev.suite_time", str(os.getpid())],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(a.busy)]
+    try:
+        for name in dict.fromkeys(a.runs):
+            out["runs"][name] = run(RUNS[name], a.tests)
+    finally:  # the busy processes end with the command: done, an error or a Ctrl-C
+        for b in busy:
+            b.kill()
+            b.wait()
     checkpoint.make_out_dir(a.out_dir)
-    checkpoint.atomic_json(out, os.path.join(a.out_dir, "suite.json"))
-    print(f"wrote {os.path.join(a.out_dir, 'suite.json')}")
+    checkpoint.atomic_json(out, path)
+    print(f"wrote {path}")
 
 
 def run(marker, tests):

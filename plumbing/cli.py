@@ -25,7 +25,8 @@ first line of each config's __post_init__, refuses a value of the wrong type, a 
 float or one outside the bounds in one line naming the flag, before anything is built, trained
 or written; it also refuses a list flag that names an entry twice. tests/test_flags.py fuzzes
 every numeric field of every command from these declarations (0, -1, nan, inf, huge, the
-type's edge), so a field added without bounds fails it the day it lands.
+type's edge), so a field added without bounds fails it the day it lands. A count read from text
+(an environment variable, a part of a flag's value) goes through `whole`: ASCII digits or None.
 
 Booleans are `--flag` / `--no-flag`; tuples take several values (`--alphas 0.5 0.1 0.02`);
 `command_line` writes a config back as the command that reproduces it.
@@ -140,9 +141,16 @@ def require_names(name, given, allowed):
 
 def check_device(name, value):
     """--NAME must spell a torch device this project runs on: auto | cpu | cuda | cuda:N | mps."""
-    kind, _, index = value.partition(":")
-    require(kind in ("auto", "cpu", "cuda", "mps") and (not index or (kind == "cuda" and index.isdigit())),
+    kind, colon, index = value.partition(":")
+    require(kind in ("auto", "cpu", "cuda", "mps") and (not colon or (kind == "cuda" and whole(index) is not None)),
             "--{} must be auto, cpu, cuda, cuda:N or mps, got {!r}", name, value)
+
+
+def whole(text):
+    """int(text) when text is a whole number in ASCII digits (what a flag or an environment variable means by a
+    count), else None. str.isdigit() alone is no such test: it is true of '²', which int() refuses (a
+    traceback), and of '٣', which int() reads as 3."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _type_of(f):

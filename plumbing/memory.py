@@ -44,8 +44,8 @@ def need(model, batch_size, block_size, training=True):
 
 def capacity(device):
     """(bytes, what they are) of the memory a run on `device` can use: a CUDA GPU's memory, else the
-    machine's physical memory (os.sysconf) or this process's cgroup limit, whichever is smaller.
-    (None, '') where neither can be read."""
+    smallest of the machine's physical memory (os.sysconf), this process's cgroup limit and what its
+    address-space limit (`ulimit -v`) leaves. (None, '') where none can be read."""
     if str(device).startswith("cuda"):
         import torch
         props = torch.cuda.get_device_properties(torch.device(device))
@@ -56,12 +56,33 @@ def capacity(device):
         return None, ""
     try:
         with open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2: a container's limit ("max": none)
-            limit = f.read().strip()
-        if limit.isdigit() and int(limit) < total:
-            total, what = int(limit), "this container's memory limit"
+            limit = cli.whole(f.read().strip())  # None: "max", no limit
+        if limit is not None and limit < total:
+            total, what = limit, "this container's memory limit"
     except OSError:
         pass
+    left = address_space_left()
+    if left is not None and left < total:
+        total, what = left, "address space this process's limit leaves (ulimit -v)"
     return total, what
+
+
+def address_space_left():
+    """Bytes this process may still map under its address-space limit (RLIMIT_AS, `ulimit -v`: every
+    mapping counts, the interpreter's and torch's own too), or None without a limit."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm") as f:  # its first field: the pages mapped now
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc (macOS): the limit alone
+        mapped = 0
+    return max(0, limit - mapped)
 
 
 def gib(n):

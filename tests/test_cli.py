@@ -141,3 +141,12 @@ def test_require_names_lists_the_strays_and_refuses_none():
         cli.require_names("models", ("gpt", "lstm", "rnn"), ("gpt", "delta"))
     with pytest.raises(cli.ConfigError, match=r"got none$"):
         cli.require_names("models", (), ("gpt", "delta"))
+
+
+def test_a_whole_number_is_ascii_digits_only():
+    """str.isdigit() then int() was the pattern: '²' passed the test and int() raised (a traceback), '٣' read as 3."""
+    assert [cli.whole(t) for t in ("0", "12", "007", "²", "٣", "", "-1", "1.0", " 1")] == [0, 12, 7] + [None] * 6
+    cli.check_device("device", "cuda:1")
+    for bad in ("cuda:²", "cuda:٣", "cuda:", "cpu:0"):
+        with pytest.raises(cli.ConfigError, match="--device must be"):
+            cli.check_device("device", bad)

@@ -2,7 +2,16 @@
 seconds, with no worker left: train.py and a grid command (recall.py, two workers) at 0.5 s and
 2.5 s, and the grid once more while its workers start (they import torch with SIGINT ignored: the
 parent stops them itself instead of waiting for them). Real processes, each in its own session;
-a terminal's Ctrl-C is a SIGINT to the whole foreground group, so that is what they get."""
+a terminal's Ctrl-C is a SIGINT to the whole foreground group, so that is what they get.
+
+A Ctrl-C is sent once the command can take it, never earlier: Python catches SIGINT itself from a few
+ms after exec (its KeyboardInterrupt, with a traceback from wherever it lands), and until the command's
+first line has run (`cli.exit_on_ctrl_c`) no code of the project exists to answer it; on a loaded machine
+0.3 s can still be inside the interpreter's own start-up. Since /proc's SigCgt shows the interpreter's
+handler as well as the project's, each command starts with SIGINT blocked (as lab.checks passes it on
+through its os.execv) and exit_on_ctrl_c unblocks it once its handler is in place: `ready` reads that
+from /proc/PID/status. How early that is, in the command's own CPU time (which load does not stretch),
+is tests/test_entry_points.py's `ctrl_c_first` case."""
 
 import os
 import signal
@@ -55,10 +64,49 @@ def strays(folder):
     return pids
 
 
+SIGINT_BIT = 1 << (signal.SIGINT - 1)  # its bit in /proc/PID/status's signal masks
+
+
+def start_held(argv, cwd, **kw):
+    """Popen([python, *argv]) in a session of its own (a terminal's foreground group), SIGINT blocked from its
+    exec until its own handler unblocks it (module docstring); the output to pipes unless kw says otherwise."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread's mask, which the child inherits
+    try:
+        return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=dict(os.environ, PYTHONPATH=ROOT), text=True,
+                                start_new_session=True, **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kw})
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def ready(pid):
+    """Does pid take a Ctrl-C with its own handler now: SIGINT caught (SigCgt) and no longer blocked (SigBlk)?"""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = {k: int(v, 16) for k, v in (line.split(":", 1) for line in f) if k in ("SigCgt", "SigBlk")}
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(masks["SigCgt"] & SIGINT_BIT) and not masks["SigBlk"] & SIGINT_BIT
+
+
+def until_ready(p, at, t0, limit=120):
+    """Wait until p is ready and at least `at` s have passed since t0 (its start) -> seconds from t0 to ready,
+    or None when p ended first or was not ready within limit s (its handler never came: no Ctrl-C it can take)."""
+    while not ready(p.pid):
+        if ended(p) or time.time() > t0 + limit:
+            return None
+        time.sleep(0.005)
+    took = time.time() - t0
+    time.sleep(max(0.0, t0 + at - time.time()))
+    return took
+
+
+def ended(p):
+    """Has p exited? (Its status left for whoever reaps it: its rusage, tests/test_entry_points.py's reap.)"""
+    return os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
 def start(what, tmp_path):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, COMMANDS[what][0]), *COMMANDS[what][1:]],
-                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return start_held([os.path.join(ROOT, COMMANDS[what][0]), *COMMANDS[what][1:]], tmp_path)
 
 
 def ctrl_c(p):
@@ -81,8 +129,8 @@ def ctrl_c(p):
 @pytest.mark.parametrize("what", ["train", "grid"])
 @pytest.mark.parametrize("after", [0.5, 2.5])
 def test_ctrl_c_is_one_line_and_130(what, after, tmp_path):
-    p = start(what, tmp_path)
-    time.sleep(after)
+    t0, p = time.time(), start(what, tmp_path)
+    assert until_ready(p, after, t0) is not None, f"{what} never took SIGINT (not caught, or still blocked)"
     err, took = ctrl_c(p)
     assert p.returncode == 130 and err.count("\n") == 1 and "Traceback" not in err and "interrupted" in err, err
     assert took < 15, took

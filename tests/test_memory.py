@@ -53,3 +53,16 @@ def test_a_size_that_cannot_fit_as_a_command(what, tmp_path):
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "GiB" in r.stderr, r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_an_address_space_limit_is_the_capacity(tmp_path):
+    """Under `ulimit -v` (RLIMIT_AS) a size the machine could hold but the limit cannot is one line and exit 2,
+    not the allocator's traceback from inside the model's constructor."""
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2 ** 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--preset", "cpu_bytes", "--n_embd", "4096",
+                        "--out_dir", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT), preexec_fn=limited)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "ulimit -v" in r.stderr, r.stderr[-500:]
+    assert os.listdir(tmp_path) == []

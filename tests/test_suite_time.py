@@ -1,0 +1,44 @@
+"""dev.suite_time: the suite timed with N busy processes beside it (a machine shared with other work):
+they run while the tests do and end with the command, when the suite passes (its record written, the
+number of busy processes in it) and when it fails (one line, nothing recorded)."""
+
+import json
+import os
+
+import pytest
+
+from dev import suite_time
+from plumbing import cli
+
+
+def busy():
+    """pids of the live busy processes this test's suite_time started (their command line names its pid)."""
+    mark = f"{suite_time.BUSY}\0dev.suite_time\0{os.getpid()}\0"
+    pids = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline") as f:
+                pids += [int(name)] if mark in f.read() else []
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process states from /proc")
+def test_busy_processes_run_beside_the_suite_and_end_with_it(tmp_path, monkeypatch):
+    tiny = tmp_path / "test_tiny.py"
+    tiny.write_text("def test_one():\n    assert True\n")
+    seen, real = [], suite_time.run
+    monkeypatch.setattr(suite_time, "run", lambda *a: seen.append(busy()) or real(*a))
+    argv = ["--busy", "2", "--runs", "all", "--tests", str(tiny), "--out_dir"]
+    suite_time.main(argv + [str(tmp_path / "out")])
+    rec = json.loads((tmp_path / "out" / "suite_busy2.json").read_text())
+    assert rec["busy"]["processes"] == 2 and list(rec["runs"]) == ["all"] and rec["runs"]["all"]["counts"] == {"passed": 1}
+    assert len(seen[0]) == 2 and not busy()  # two beside the suite while it ran; none after
+    tiny.write_text("def test_one():\n    assert False\n")
+    with pytest.raises(cli.UserError, match="did not pass"):
+        suite_time.main(argv + [str(tmp_path / "failed")])
+    assert not busy() and not (tmp_path / "failed").exists()
+    with pytest.raises(cli.ConfigError, match="--busy must be"):
+        suite_time.main(["--busy", "-1", "--out_dir", str(tmp_path / "bad")])
