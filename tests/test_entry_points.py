@@ -88,6 +88,7 @@ ENTRY_POINTS = {
     "dev.install_size": dict(run=["--out_dir", "OUT"], out="--out_dir", late=False),
     "dev.suite_time": dict(run=["--tests", "tests/test_lm.py", "--out_dir", "OUT"], out="--out_dir", late=True),
     "dev.seeds": dict(run=["--plan", "linear:0", "--out_dir", "OUT"], out="--out_dir", late=True),
+    "dev.halflife": dict(run=["--seeds", "OUT/none", "--out_dir", "OUT"], out="--out_dir", late=False),  # no seeds: ends
     # a model file's demo: it imports no plumbing (tests/test_imports.py) and takes no flags; its guard is the
     # standard library's signal.signal above its imports
     "spen.py": dict(run=[], out=None, late=False, demo=True),  # the readers' sizes on the meta device, printed
