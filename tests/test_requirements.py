@@ -117,6 +117,7 @@ def test_the_test_times_and_install_sizes_quoted_are_the_records():
     for name, rec in install.items():
         said = (f"{rec['mib']:,} MiB in {rec['distributions']} distributions", f"{rec['mib']:,} MiB in {rec['distributions']} (")
         assert f"`{name}`" in bench and any(x in bench for x in said), name
+        assert f"{rec['disk_mib']:,} MiB on disk" in bench, name  # what `du` counts: what a user measures
 
 
 @pytest.mark.parametrize("case", ["missing", "cycle", "latin-1"])
