@@ -51,7 +51,7 @@ cli.exit_on_ctrl_c(__name__, "dev.map")
 
 from dev import seeds
 from plumbing import checkpoint, tables
-from plumbing.records import NULL, NUMBER, Each
+from plumbing.records import NULL, NUMBER, Each, Opt
 
 REFERENCE = "results/scaling/scaling.json"
 SEEDS = "results/map/seeds"
@@ -80,7 +80,8 @@ PLANNED = {"P": [(h, a, b, "copies") for h, a, b in HYPOTHESES],  # family -> (l
                                                      "delta_k128_v64", "delta_wide", "delta_product")]}
 SCORE = {"step": int, "tokens": NUMBER, **{m: NUMBER for m in METRICS}}  # a whole-split score, every metric
 SEED = {"model": str, "width": int, "params": (int, NULL), "state_floats": int, "train_seconds": NUMBER,
-        "machines": [str], "points": [{"step": int, "tokens": NUMBER, "val_loss": NUMBER}], "scores": [SCORE]}
+        "machines": [str], "points": [{"step": int, "tokens": NUMBER, "val_loss": NUMBER}], "scores": [SCORE],
+        "cooldown": Opt({"scores": [SCORE], "machines": [str]})}  # a seed's curve (no cooldown yet: unfinished)
 EARLIER = {"model": str, "width": int, "points": [{"step": int, "tokens": int, "val_loss": NUMBER}],
            "copy": [{"step": int, "loss_copy": (NUMBER, NULL), "loss_other": (NUMBER, NULL),
                      "by_distance": [{"lo": int, "loss": (NUMBER, NULL)}]}]}
@@ -88,20 +89,22 @@ WINDOWS = {"n": [int], "loss": [NUMBER], "copy_n": [int], "copy_loss": [NUMBER],
            "bin_loss": [[NUMBER]]}  # windows.json's cooldown entry (plumbing/repeats.py window_scores)
 
 
-def load(path, curve=EARLIER):
-    """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one, or a
-    loss in it is negative."""
+def load(path, curve=EARLIER, settings=dict):
+    """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one (its
+    settings and curves not of these shapes), or a loss in it is negative."""
     try:
         with open(path) as f:
             res = json.load(f)
     except (OSError, ValueError) as e:
         raise cli.UserError(f"{path} is not a scaling.py record ({type(e).__name__}); rerun its scaling.py") from None
-    wrong = tables.shape_error(res, {"settings": dict, "curves": Each(curve)}, path)
+    wrong = tables.shape_error(res, {"settings": settings, "curves": Each(curve)}, path)
     if wrong:
         raise cli.UserError(f"{path} is not a scaling.py record ({wrong}); rerun its scaling.py")
     for key, c in res["curves"].items():
-        for where in (w for w in ("points", "scores", "copy") if w in curve):
-            for i, p in enumerate(c[where]):
+        parts = [(w, c[w]) for w in ("points", "scores", "copy") if w in curve]
+        parts += [("cooldown.scores", c["cooldown"]["scores"])] if "cooldown" in curve and "cooldown" in c else []
+        for where, part in parts:
+            for i, p in enumerate(part):
                 for k, v in p.items():
                     cli.require(not (k.startswith(("val_loss", "loss")) or k in METRICS) or v is None or v >= 0,
                                 "{}: curves.{}.{}[{}].{} is {}, a negative loss: a damaged record; rerun its "
@@ -164,7 +167,7 @@ def collect_seeds(root, ref_settings, folder=SEEDS):
         if not os.path.exists(path):
             unfinished.append(f"{d}: no scaling.json yet: not a seed, not in n")
             continue
-        settings, curves = load(path, SEED)
+        settings, curves = load(path, SEED, {"lr": NUMBER, "seed": int, "max_tokens": NUMBER})
         same_settings(path, settings, ref_settings, SAME, REFERENCE)
         first = first or (path, settings)
         same_settings(path, settings, first[1], CURVE, first[0])
@@ -174,18 +177,11 @@ def collect_seeds(root, ref_settings, folder=SEEDS):
             arm = arm_of(c["model"], settings["lr"])
             cli.require(os.path.basename(d) == seeds.folder(arm, settings["seed"]), "{} holds {} seed {}, whose "
                         "folder is {}: move it there", path, arm, settings["seed"], seeds.folder(arm, settings["seed"]))
-            if not seeds.done(c, settings):
+            if not c["points"] or not seeds.done(c, settings):
                 last = c["points"][-1]["tokens"] if c["points"] else 0
                 unfinished.append(f"{d}: unfinished ({last / 1e6:.1f}M of {settings['max_tokens'] / 1e6:.0f}M bytes"
                                   f"{'' if (c.get('cooldown') or {}).get('scores') else ', no cooldown'}): not in n")
                 continue
-            wrong = tables.shape_error(c["cooldown"], {"scores": [SCORE], "machines": [str]}, f"{path}: {key}.cooldown")
-            cli.require(not wrong, "{}: a damaged record; rerun its scaling.py", wrong)
-            for part, s in (("scores", c["scores"]), ("cooldown.scores", c["cooldown"]["scores"])):
-                for i, p in enumerate(s):
-                    bad = [m for m in METRICS if p[m] < 0]
-                    cli.require(not bad, "{}: {}.{}[{}].{} is negative: a damaged record; rerun its scaling.py",
-                                path, key, part, i, ", ".join(bad))
             cli.require(c["train_seconds"] >= 0 and c["state_floats"] > 0, "{}: {}.train_seconds or state_floats is "
                         "negative: a damaged record; rerun its scaling.py", path, key)
             seed, same = (arm, settings["seed"]), json.dumps([arm, c["points"], c["scores"], c["cooldown"]["scores"]])
@@ -399,6 +395,8 @@ def bootstrap(windows, docs, metric, B=BOOTSTRAP, seed=0):
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(D, np.full(D, 1 / D), size=B)  # (B, D) each document's draws
     picks = rng.integers(0, S, size=(B, S))  # (B, S) each seed's draws
+    kept = (den @ counts.T > 0).all(0)  # resamples where every seed has targets (all but a few tiny hand-made ones)
+    counts, picks, B = counts[kept], picks[kept], int(kept.sum())
     per = (num @ counts.T) / (den @ counts.T)  # (S, B) each seed's loss on each document resample
     full = num.sum(1) / den.sum(1)  # (S,)
     se = dict(seeds=float(full[picks].mean(1).std(ddof=1)), documents=float(per.mean(0).std(ddof=1)),

@@ -280,7 +280,9 @@ def test_screen_families_on_partial_data(tmp_path, monkeypatch, capsys):
     (lambda c: c.pop("scores"), ("scores",)),
     (lambda c: c.pop("train_seconds"), ("train_seconds",)),
     (lambda c: c.pop("state_floats"), ("state_floats",)),
-    (lambda c: c["cooldown"].pop("machines"), ("machines",))])
+    (lambda c: c["cooldown"].pop("machines"), ("machines",)),
+    (lambda c: c.update(cooldown=[0.8]), ("cooldown",)),
+    (lambda c: c.update(train_seconds=-5.0), ("train_seconds",))])
 def test_a_damaged_seed_record_is_one_line(tmp_path, damage, words):
     root = repo(tmp_path, {"gpt": [0.8, 0.9, 0.85]})
     path = root / M.SEEDS / "gpt_s1" / "scaling.json"
@@ -321,11 +323,18 @@ def test_one_curve_per_seed_and_the_same_settings(tmp_path, capsys):
     with pytest.raises(cli.UserError) as e:
         M.analyse(str(root))
     one_line(e, "gpt_s3")
+    path.write_text(json.dumps(dict(rec, settings={k: v for k, v in rec["settings"].items() if k != "lr"})))
+    with pytest.raises(cli.UserError) as e:
+        M.analyse(str(root))
+    one_line(e, "gpt_s0", "lr")
     damaged = dict(rec, curves={"gpt_c128": dict(rec["curves"]["gpt_c128"], cooldown=dict(scores=[], machines=[]))})
     path.write_text(json.dumps(damaged))  # reads as unfinished: said, not silently out of n
     res, _ = M.analyse(str(root))
     assert res["models"]["gpt"]["n"] == 1 and len(res["unfinished"]) == 1
     assert "gpt_s0" in capsys.readouterr().err
+    path.write_text(json.dumps(dict(rec, curves={"gpt_c128": dict(rec["curves"]["gpt_c128"], points=[])})))
+    res, _ = M.analyse(str(root))  # nothing trained yet: said too
+    assert res["models"]["gpt"]["n"] == 1 and len(res["unfinished"]) == 1 and "gpt_s0" in capsys.readouterr().err
 
 
 def test_the_earlier_curves_are_read_with_care(tmp_path):
