@@ -650,4 +650,4 @@ if __name__ == "__main__":
                    "screen (results/map/screen, PLAN.md's families)")
     p.add_argument("--out_dir", default=None, help="folder for map.md, map.json, map.png (default out/map, "
                    "out/map_screen)")
-    cli.main_guard(lambda: main(p.parse_args().out_dir, p.parse_args().campaign), prog="dev/map.py")
+    cli.main_guard(lambda: main(**vars(p.parse_args())), prog="dev/map.py")
