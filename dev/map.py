@@ -16,8 +16,9 @@ seeds-by-documents bootstrap of the standard error of the mean (how much is the 
 validation documents: windows.json's per-window sums, each window given to the document holding
 its first target). Per comparison (first - second, MIN_SEEDS seeds or more a side): the difference,
 Welch's two-sided p (scipy), the exact permutation p over seed labels (two-sided, |difference of
-means|; every relabelling, or PERMUTATIONS random ones where there are more) and its floor (the
-smallest p it can give: 2 / C(n_a + n_b, n_a), or 1 / C with unequal sides), Holm's correction over the family, the 99% Welch interval; the verdict
+means|; every relabelling, or map_stats.PERMUTATIONS random ones where there are more) and its floor
+(the smallest p it can give: 2 / C(n_a + n_b, n_a), or 1 / C with unequal sides), Holm's correction
+over the family, the 99% Welch interval (dev/map_stats.py computes them); the verdict
 "below"/"above" only where the Holm-adjusted Welch p and the permutation p are both under ALPHA,
 "tie" where not and the floor is at most ALPHA, else "no verdict" (too few seeds for the
 permutation test to reach ALPHA). Also what the cooldown does to the spread across seeds, and each
@@ -39,7 +40,6 @@ The curves: `python -m dev.seeds --out_dir results/map/seeds`; the earlier ones
 
 import argparse
 import glob
-import itertools
 import json
 import math
 import os
@@ -50,6 +50,7 @@ from plumbing import cli  # first and cheap: a Ctrl-C from the first second is o
 cli.exit_on_ctrl_c(__name__, "dev.map")
 
 from dev import seeds
+from dev import map_stats
 from plumbing import checkpoint, tables
 from plumbing.records import NULL, NUMBER, Each, Opt
 
@@ -65,8 +66,6 @@ BUDGET = 18_000  # a quarter of GPT's cache per layer at T = 256 (2 T C = 65,536
 METRICS = {"all": "all bytes", "copies": "copies", "copies_far": "copies 128+ back", "other": "other bytes"}
 ALPHA = 0.01  # a verdict's level, two-sided (results/map/PLAN.md)
 MIN_SEEDS = 3  # a test needs this many seeds a side: with 2, a side's variance rests on one difference
-PERMUTATIONS = 200_000  # relabellings: all of them up to this many, else this many at random (seed 0)
-BOOTSTRAP = 2000  # seeds-by-documents resamples (seed 0)
 BASES = (("delta_conv", "delta", "the convolution"), ("gated_delta", "delta_conv", "the gate (with its conv)"),
          ("hybrid_gated_delta", "gated_delta", "one attention block over gated delta blocks"))  # ingredient, base
 ONSET = 1.5  # nats per byte on copies: a level every curve crosses early (the byte unigram is ~3.2)
@@ -222,15 +221,6 @@ def bounded(name):
 # ---- the statistics ------------------------------------------------------------------------
 
 
-def summary(values):
-    """n, mean, standard error, a 95% t interval (scipy) of a list of per-seed values."""
-    from scipy import stats
-    n, mean = len(values), sum(values) / len(values)
-    se = (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5 if n > 1 else None
-    ci = list(stats.t.interval(0.95, n - 1, loc=mean, scale=se)) if se else None
-    return dict(n=n, mean=mean, se=se, ci95=ci, values=values)
-
-
 def models_table(seeds, point):
     """{row: dict(arm, cpu, n, seeds, point, metrics={metric: summary})} at `point` ('cooldown' |
     'trunk'), a row per (arm, CPU): named by the arm alone when the campaign ran on one CPU."""
@@ -241,72 +231,8 @@ def models_table(seeds, point):
         out[arm if len(cpus) == 1 else f"{arm} on {cpu}"] = dict(
             arm=arm, cpu=cpu, n=len(rs), seeds=[r["seed"] for r in rs], state_floats=rs[0]["state_floats"],
             bounded=rs[0]["bounded"], params=rs[0]["params"], point=point,
-            metrics={k: summary([r[point][k] for r in rs]) for k in METRICS})
+            metrics={k: map_stats.summary([r[point][k] for r in rs]) for k in METRICS})
     return out
-
-
-def permutation(x, y, limit=PERMUTATIONS, seed=0):
-    """The two-sided permutation p of |mean(x) - mean(y)| over the relabellings of the pooled seeds:
-    every one (itertools.combinations) when there are at most `limit`, else `limit` at random (the
-    observed labelling counted in: (hits + 1) / (limit + 1)); -> (p, exact)."""
-    import numpy as np
-    pool, n = np.array(list(x) + list(y), dtype=float), len(x)
-    total = math.comb(len(pool), n)
-    if total <= limit:
-        idx = np.array(list(itertools.combinations(range(len(pool)), n)))  # (C, n_a) the first side's seeds
-    else:
-        idx = np.argsort(np.random.default_rng(seed).random((limit, len(pool))), axis=1)[:, :n]  # (limit, n_a)
-    first = pool[idx].sum(1)
-    stat = np.abs(first / n - (pool.sum() - first) / len(y))
-    hits = int((stat >= abs(np.mean(x) - np.mean(y)) - 1e-12).sum())  # 1e-12: the same split summed in another order
-    return (hits / total, True) if total <= limit else ((hits + 1) / (limit + 1), False)
-
-
-def floor(n_a, n_b):
-    """The smallest p the two-sided permutation test can give: 2 / C(n_a + n_b, n_a) with equal sides (the
-    observed labelling and its swap give the same |difference|), 1 / C(n_a + n_b, n_a) with unequal ones."""
-    return (2 if n_a == n_b else 1) / math.comb(n_a + n_b, n_a)
-
-
-def holm(ps):
-    """Holm's step-down adjusted p of a family's p values (None: a comparison not run, counted as
-    p = 1, so the family keeps its planned size): the j-th smallest p times (m - j + 1), made
-    non-decreasing, capped at 1."""
-    order = sorted(range(len(ps)), key=lambda i: 1.0 if ps[i] is None else ps[i])
-    out, top = [None] * len(ps), 0.0
-    for j, i in enumerate(order):
-        if ps[i] is not None:
-            top = out[i] = max(top, min(1.0, (len(ps) - j) * ps[i]))
-    return out
-
-
-def welch(x, y, alpha=ALPHA):
-    """x against y (per-seed values): the difference of means (x - y), its standard error, Welch's t,
-    degrees of freedom, two-sided p and both one-sided p (scipy.stats.ttest_ind, equal_var=False),
-    the 1 - alpha Welch interval of the difference, and the permutation p with its floor."""
-    from scipy import stats
-    va, vb = stats.tvar(x) / len(x), stats.tvar(y) / len(y)
-    diff, se = sum(x) / len(x) - sum(y) / len(y), math.sqrt(va + vb)
-    p_perm, exact = permutation(x, y)
-    out = dict(diff=diff, se=se, n_a=len(x), n_b=len(y), p_perm=p_perm, perm_exact=exact,
-               perm_floor=floor(len(x), len(y)))
-    if se == 0:  # every seed equal on both sides: no spread to test against (hand-made tables only)
-        return dict(out, t=None, df=None, p_welch=None, p_below=None, p_above=None, ci99=[diff, diff])
-    res = stats.ttest_ind(x, y, equal_var=False)
-    half = stats.t.ppf(1 - alpha / 2, res.df) * se
-    return dict(out, t=float(res.statistic), df=float(res.df), p_welch=float(res.pvalue),
-                p_below=float(stats.t.cdf(res.statistic, res.df)), p_above=float(stats.t.sf(res.statistic, res.df)),
-                ci99=[float(diff - half), float(diff + half)])
-
-
-def verdict(c, alpha=ALPHA):
-    """'below'/'above' where the Holm-adjusted Welch p and the permutation p are both under alpha;
-    'no verdict' where the permutation test cannot get there (its floor above alpha); else 'tie'."""
-    if c["perm_floor"] > alpha:
-        return "no verdict"
-    if c["p_holm"] is not None and c["p_holm"] < alpha and c["p_perm"] < alpha:
-        return "below" if c["diff"] < 0 else "above"
-    return "tie"
 
 
 def planned(campaign, models):
@@ -333,13 +259,13 @@ def comparisons(models, families, alpha=ALPHA):
         on = {v["arm"]: v for v in models.values() if v["cpu"] == cpu}
         for family, plan in families.items():
             tests = [dict(family=family, what=label, a=a, b=b, metric=k, cpu=cpu,
-                          **welch(on[a]["metrics"][k]["values"], on[b]["metrics"][k]["values"], alpha))
+                          **map_stats.welch(on[a]["metrics"][k]["values"], on[b]["metrics"][k]["values"], alpha))
                      if a in on and b in on and min(on[a]["n"], on[b]["n"]) >= MIN_SEEDS else None
                      for label, a, b, k in plan]
-            for c, p in zip(tests, holm([c and c["p_welch"] for c in tests])):
+            for c, p in zip(tests, map_stats.holm([c and c["p_welch"] for c in tests])):
                 if c:
                     c.update(p_holm=p, family_size=len(plan))
-                    out.append(dict(c, verdict=verdict(c, alpha)))
+                    out.append(dict(c, verdict=map_stats.verdict(c, alpha)))
     return out
 
 
@@ -352,57 +278,10 @@ def stage2(seeds, alpha=ALPHA):
             x, y = ([r["cooldown"][k] for r in seeds if r["arm"] == arm and r["cpu"] == cpu and r["seed"] < 3]
                     for arm in (a, b))
             if len(x) == len(y) == 3:
-                c = welch(x, y, alpha)
+                c = map_stats.welch(x, y, alpha)
                 out.append(dict(what=label, a=a, b=b, cpu=cpu, diff=c["diff"], ci99=c["ci99"],
                                 extend=c["ci99"][0] > 0 or c["ci99"][1] < 0))
     return out
-
-
-def documents(tokens, sep, T):
-    """Each evaluation window's document (batches.eval_windows over the split `tokens`, windows of T
-    targets): the one holding its first target; documents numbered from 0, each followed by `sep`."""
-    import numpy as np
-    from plumbing import batches
-    tokens = np.asarray(tokens)
-    doc = np.concatenate([[0], np.cumsum(tokens == sep)[:-1]])  # each position's document: separators before it
-    starts, _ = batches.eval_windows(len(tokens), T)
-    return doc[starts + 1]
-
-
-def ratios(w, metric):
-    """windows.json's per-window sums -> (loss, targets) per window for one metric (score_totals' split)."""
-    import numpy as np
-    if metric == "all":
-        return np.array(w["loss"]), np.array(w["n"])
-    if metric == "copies":
-        return np.array(w["copy_loss"]), np.array(w["copy_n"])
-    if metric == "copies_far":
-        return np.array(w["bin_loss"][-1]), np.array(w["bin_n"][-1])
-    return np.array(w["loss"]) - np.array(w["copy_loss"]), np.array(w["n"]) - np.array(w["copy_n"])
-
-
-def bootstrap(windows, docs, metric, B=BOOTSTRAP, seed=0):
-    """The standard error of a model's mean over seeds (each seed's loss: its summed window losses over
-    its targets), by resampling the seeds only, the documents only (the same resample for every seed:
-    they are scored on the same split), and both; and the seeds' share of the variance,
-    var_seeds / (var_seeds + var_documents). windows: per seed its windows.json sums; docs: each
-    window's document."""
-    import numpy as np
-    _, doc = np.unique(docs, return_inverse=True)  # the documents that hold a window, 0..D-1
-    D, S = doc.max() + 1, len(windows)
-    num = np.array([np.bincount(doc, ratios(w, metric)[0], D) for w in windows])  # (S, D) summed losses
-    den = np.array([np.bincount(doc, ratios(w, metric)[1], D) for w in windows])  # (S, D) targets
-    rng = np.random.default_rng(seed)
-    counts = rng.multinomial(D, np.full(D, 1 / D), size=B)  # (B, D) each document's draws
-    picks = rng.integers(0, S, size=(B, S))  # (B, S) each seed's draws
-    kept = (den @ counts.T > 0).all(0)  # resamples where every seed has targets (all but a few tiny hand-made ones)
-    counts, picks, B = counts[kept], picks[kept], int(kept.sum())
-    per = (num @ counts.T) / (den @ counts.T)  # (S, B) each seed's loss on each document resample
-    full = num.sum(1) / den.sum(1)  # (S,)
-    se = dict(seeds=float(full[picks].mean(1).std(ddof=1)), documents=float(per.mean(0).std(ddof=1)),
-              both=float(per[picks, np.arange(B)[:, None]].mean(1).std(ddof=1)))
-    return dict(se=se, seed_share=se["seeds"] ** 2 / (se["seeds"] ** 2 + se["documents"] ** 2), n_seeds=S,
-                n_documents=int(D), replicates=B)
 
 
 def noise(seeds, models, settings, read_split=None):
@@ -427,10 +306,10 @@ def noise(seeds, models, settings, read_split=None):
             windows.append(w[r["key"]]["cooldown"])
         if docs is None:
             split = (read_split or corpus.load_split)(settings["data"], "val", tokenizer=settings["tokenizer"])
-            docs = documents(split, corpus.separator(settings["tokenizer"]), settings["block_size"])
+            docs = map_stats.documents(split, corpus.separator(settings["tokenizer"]), settings["block_size"])
         cli.require(all(len(w["n"]) == len(docs) for w in windows), "{}: windows.json holds another number of "
                     "windows than the validation split's {}: another split; rerun its scaling.py", paths[0], len(docs))
-        out[name] = {k: bootstrap(windows, docs, k) for k in METRICS}
+        out[name] = {k: map_stats.bootstrap(windows, docs, k) for k in METRICS}
     return out
 
 
@@ -503,7 +382,8 @@ def seed_lines(res):
         lines.append("")
     if res["noise"]:
         lines += [f"**Seeds or documents?** The standard error of each mean (cooldown point) by a bootstrap "
-                  f"({BOOTSTRAP} resamples) of the seeds only, of the validation documents only (each window given to "
+                  f"({map_stats.BOOTSTRAP} resamples) of the seeds only, of the validation documents only (each "
+                  "window given to "
                   "the document holding its first target; one resample for every seed), and of both; the seeds' "
                   "share: var_seeds / (var_seeds + var_documents):", ""]
         lines += tables.md_table(["arm", "metric", "seeds", "documents", "SE: seeds", "SE: documents", "SE: both",

@@ -1,4 +1,4 @@
-"""dev/map.py's statistics on hand-made seeds: each arm's mean, standard error and interval; Welch's
+"""dev/map.py and dev/map_stats.py on hand-made seeds: each arm's mean, standard error and interval; Welch's
 two-sided test, the permutation test and its floor, Holm's correction, the 99% interval and the
 verdict against scipy and brute force; the seeds-by-documents bootstrap; arms at their own rate,
 two CPUs kept apart, the screening's families and stage 2; every damaged record refused in one line
@@ -18,6 +18,7 @@ from scipy import stats
 from dev import map as M
 from dev import seeds
 from plumbing import cli
+from dev import map_stats as S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COPIES = {"gpt": [0.80, 0.85, 0.90, 0.82, 0.86], "delta": [1.10, 1.00, 1.05, 1.12, 1.08],
@@ -101,11 +102,11 @@ def test_two_sided_where_the_one_sided_reading_differs():
     """A one-sided p between 0.005 and 0.01: the old reading (the side picked by the data, each side at
     0.01) called it 'below'; two-sided it is 0.014, a tie."""
     x, y = [0.80, 0.85, 0.90, 0.82, 0.86], [0.924, 0.864, 0.964, 0.914, 0.934]
-    c = M.welch(x, y)
+    c = S.welch(x, y, 0.01)
     assert 0.005 < c["p_below"] < 0.01
     assert c["p_welch"] == pytest.approx(stats.ttest_ind(x, y, equal_var=False).pvalue) == pytest.approx(2 * c["p_below"])
-    c = dict(c, p_holm=M.holm([c["p_welch"]])[0])
-    assert M.verdict(c) == "tie" and c["ci99"][0] < 0 < c["ci99"][1]
+    c = dict(c, p_holm=S.holm([c["p_welch"]])[0])
+    assert S.verdict(c, 0.01) == "tie" and c["ci99"][0] < 0 < c["ci99"][1]
 
 
 def brute_permutation(x, y):
@@ -125,7 +126,7 @@ def brute_permutation(x, y):
                                  ([0.1, 0.2, 0.3, 0.4, 0.5], [0.6, 0.7, 0.8, 0.9, 1.0]),
                                  ([0.5, 0.7, 0.2, 0.9], [0.4, 0.6, 0.3, 0.8, 0.1, 0.55])])
 def test_permutation_p_is_every_relabelling(x, y):
-    p, exact = M.permutation(x, y)
+    p, exact = S.permutation(x, y)
     assert exact and p == pytest.approx(brute_permutation(x, y))
 
 
@@ -133,8 +134,8 @@ def test_permutation_samples_past_its_limit():
     """Past `limit` relabellings, `limit` random ones: close to the exact p (10 vs 10: 184,756 in all)."""
     rng = np.random.default_rng(1)
     x, y = list(rng.normal(0, 1, 10)), list(rng.normal(0.8, 1, 10))
-    p, exact = M.permutation(x, y)
-    sampled, approx = M.permutation(x, y, limit=20_000)
+    p, exact = S.permutation(x, y)
+    sampled, approx = S.permutation(x, y, limit=20_000)
     assert exact and not approx and 0.01 < p < 0.5 and abs(sampled - p) < 0.01
 
 
@@ -144,9 +145,9 @@ def test_permutation_floor():
     no verdict however far apart the means."""
     for n, m, floor, said in ((3, 3, 0.1, "no verdict"), (5, 5, 2 / 252, "above"), (3, 6, 1 / 84, "no verdict")):
         x, y = [1.0 + i / 100 for i in range(n)], [0.5 + i / 100 for i in range(m)]
-        c = M.welch(x, y)
+        c = S.welch(x, y, 0.01)
         assert c["p_perm"] == pytest.approx(floor) and c["perm_floor"] == pytest.approx(floor)
-        assert M.verdict(dict(c, p_holm=c["p_welch"])) == said
+        assert S.verdict(dict(c, p_holm=c["p_welch"]), 0.01) == said
 
 
 def test_holm_is_the_step_down_definition():
@@ -155,8 +156,8 @@ def test_holm_is_the_step_down_definition():
         ps = list(rng.uniform(0, 0.05, rng.integers(1, 8)))
         m, order = len(ps), sorted(range(len(ps)), key=lambda i: ps[i])
         want = {i: min(1, max((m - j) * ps[order[j]] for j in range(order.index(i) + 1))) for i in range(m)}
-        assert M.holm(ps) == pytest.approx([want[i] for i in range(m)])
-    assert M.holm([0.004, None, 0.002]) == pytest.approx([0.008, None, 0.006])  # a test not run keeps m = 3
+        assert S.holm(ps) == pytest.approx([want[i] for i in range(m)])
+    assert S.holm([0.004, None, 0.002]) == pytest.approx([0.008, None, 0.006])  # a test not run keeps m = 3
 
 
 def test_verdict_needs_both_holm_and_the_permutation(tmp_path):
@@ -186,7 +187,7 @@ def test_onset_is_log_interpolated():
 def test_documents_hold_each_windows_first_target():
     tokens = [5] * 300 + [0] + [6] * 100 + [0] + [7] * 400 + [0]  # three documents, each followed by 0
     # windows start at 0, 256, 512, 768 (T = 256): first targets 1, 257, 513, 769
-    assert list(M.documents(tokens, 0, 256)) == [0, 0, 2, 2]
+    assert list(S.documents(tokens, 0, 256)) == [0, 0, 2, 2]
 
 
 def windows(losses, ns):
@@ -197,12 +198,12 @@ def test_bootstrap_splits_seeds_from_documents():
     docs = np.array([0, 0, 1, 2, 2, 3])
     # seeds that differ by a constant, on documents of equal loss per target: all the noise is the seeds'
     ws = [windows([v * 10] * 6, [10] * 6) for v in (1.0, 1.2, 0.9)]
-    b = M.bootstrap(ws, docs, "copies")
+    b = S.bootstrap(ws, docs, "copies")
     assert b["se"]["documents"] == pytest.approx(0, abs=1e-12) and b["seed_share"] == pytest.approx(1)
     assert b["se"]["seeds"] == pytest.approx(b["se"]["both"]) and b["n_documents"] == 4 and b["n_seeds"] == 3
     # every seed the same: all the noise is the documents'; a document's windows move together
     w = windows([5.0, 7.0, 30.0, 2.0, 1.0, 12.0], [10, 10, 10, 10, 10, 10])
-    b = M.bootstrap([w, w, w], docs, "copies", B=20_000)
+    b = S.bootstrap([w, w, w], docs, "copies", B=20_000)
     assert b["se"]["seeds"] == pytest.approx(0, abs=1e-12) and b["seed_share"] == pytest.approx(0, abs=1e-12)
     loss, n = np.bincount(docs, w["loss"]), np.bincount(docs, w["n"])  # the ratio estimator's SE over documents
     r = loss.sum() / n.sum()
