@@ -180,6 +180,10 @@ class RecallConfig:
                     self.warmup, self.decay)
         cli.require(self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
                     self.curriculum)
+        for name in self.models:  # a hybrid names its own blocks: --n_layer must be its depth
+            depth = len((registry.MODELS.get(name) or OWN[name]).blocks())
+            cli.require(depth in (1, self.n_layer), "--models {} has {} blocks: run it with --n_layer {} (got {})",
+                        name, depth, depth, self.n_layer)
 
 
 def names():

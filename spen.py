@@ -335,7 +335,7 @@ def check(cfg):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
     require(cfg.ffn_topk <= cfg.ffn_hidden, f"ffn_topk ({cfg.ffn_topk}) must be <= ffn_hidden ({cfg.ffn_hidden})")
-    require(is_decays(cfg.alphas), f"alphas must be a non-empty tuple of decays in (0, 1], got {cfg.alphas!r}")
+    require(is_decays(cfg.alphas), f"alphas must be a non-empty tuple of distinct decays in (0, 1], got {cfg.alphas!r}")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
     for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)

@@ -256,9 +256,11 @@ def start_path(cfg):
 def merge_checkpoint_settings(typed):
     """--resume / --init_from on the command line: the checkpoint's settings under the flags
     typed; a typed model-shape flag that contradicts the checkpoint is refused."""
-    base = make_config(typed.get("preset") or "130m", **{k: v for k, v in typed.items() if k != "preset"})
+    preset, settings = typed.get("preset") or "130m", {k: v for k, v in typed.items() if k != "preset"}
+    # the model flags typed are checked once merged with the checkpoint's (a --predictor list is the folder's depth)
+    base = make_config(preset, **{k: v for k, v in settings.items() if k not in MODEL_FIELDS})
     if not (base.resume or (base.init_from not in ("scratch", "gpt2"))):
-        return base
+        return make_config(preset, **settings)
     path = start_path(base)
     saved = checkpoint.load(path, keep=True)["train"]  # kept: the run reads its weights from this read
     clash = [f"--{k} {typed[k]} (checkpoint: {saved.get(k)})" for k in MODEL_FIELDS
@@ -266,13 +268,14 @@ def merge_checkpoint_settings(typed):
     cli.require(not clash, "{} differs from the checkpoint {}; drop the flag, or start a new run in another "
                 "--out_dir", ", ".join(clash), path)
     if not base.resume and not base.eval_only:  # fine-tuning from a checkpoint: only its model
-        return replace(base, **{k: saved[k] for k in MODEL_FIELDS if k in saved and k not in typed})
+        return replace(base, **{k: saved[k] for k in MODEL_FIELDS if k in saved and k not in settings},
+                       **{k: v for k, v in settings.items() if k in MODEL_FIELDS})
     keep = {"out_dir", "init_from", "resume", "eval_only"}
     if base.resume and not os.path.exists(os.path.join(base.out_dir, "run.json")):
         keep |= set(MODEL_FIELDS)  # no record of the folder's model: the flags name it (load_model checks)
     merged = {k: v for k, v in saved.items() if k in {f.name for f in fields(TrainConfig)} and k not in keep}
-    merged.update({k: v for k, v in typed.items() if k != "preset"})
-    merged.update({k: getattr(base, k) for k in keep})
+    merged.update(settings)
+    merged.update({k: getattr(base, k) for k in keep if k not in settings})
     return TrainConfig(**merged)
 
 

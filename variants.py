@@ -103,8 +103,10 @@ def require(ok, message):
 
 
 def is_decays(a):
-    """A non-empty tuple of decays in (0, 1] (SPENConfig.alphas, write_alphas)."""
-    return isinstance(a, tuple) and len(a) > 0 and all(type(x) in (int, float) and 0 < x <= 1 for x in a)
+    """A non-empty tuple of distinct decays in (0, 1] (SPENConfig.alphas, write_alphas): a decay twice is the
+    same state twice, refused as a flag naming an entry twice is, whether the flag or a block spec gives it."""
+    return (isinstance(a, tuple) and len(a) == len(set(a)) > 0
+            and all(type(x) in (int, float) and 0 < x <= 1 for x in a))
 
 
 SPEC = re.compile(r"(?:(\d+)\*)?(\w+)(?:\((.*)\))?")  # [N*]PREDICTOR[(option=value, ...)]
@@ -122,32 +124,39 @@ def split(text):
     return [p.strip() for p in parts]
 
 
-def block_list(predictor, reads="state"):
+def block_list(predictor, reads="state", n_layer=None):
     """The blocks a spec lists -> [(predictor, reads, own options), ...]: one entry (every block alike)
     or one per block. `predictor` is one spec or a comma list; a spec is [N*]PREDICTOR[(option=value, ...)]:
     N blocks alike, with their own reads (state | history) or reader options (write_alphas as
     space-separated decays, read_norm true|false, conv, window), which the model-wide fields give otherwise:
         "linear"                                          the paper's model
         "3*gated_delta(conv=4),softmax_attn(reads=history)"   three write blocks, one attention block on top
-    The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike."""
+    The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike.
+    n_layer: the model's depth, which a spec's counts are held to before they are expanded."""
     names = list(predictor) if isinstance(predictor, tuple) else split(predictor)
     reads = list(reads) if isinstance(reads, tuple) else split(reads)
-    out = []
+    specs = []
     for text in names:
         m = SPEC.fullmatch(text)
         require(m, f"predictor: {text!r} is not a block spec [N*]PREDICTOR[(option=value, ...)], e.g. "
                    f"3*delta(conv=4),softmax_attn(reads=history)")
+        require(int(m[1] or 1) > 0, f"predictor: {text!r} names no block; a count N in N*PREDICTOR is at least 1")
         own = {}
         for item in filter(None, split(m[3] or "")):
             key, _, value = item.partition("=")
             key = key.strip()
             require(key in READ_AS,
                     f"predictor: a block's own options are {', '.join(READ_AS)}, got {item!r} in {text!r}")
+            require(key not in own, f"predictor: {key} is given twice in {text!r}; give it once")
             try:
                 own[key] = READ_AS[key](value.strip())
             except (ValueError, KeyError):
                 require(False, f"predictor: {item!r} in {text!r} is not a {key} value")
-        out += [(m[2], own)] * int(m[1] or 1)
+        specs.append((m[2], own, int(m[1] or 1)))
+    count = sum(n for *_, n in specs)
+    require(n_layer is None or count in (1, n_layer), f"predictor names {count} blocks; the model has n_layer = "
+                                                      f"{n_layer}: one spec for all, or one per block")
+    out = [(p, own) for p, own, n in specs for _ in range(n)]  # counted above: a huge N is refused, not expanded
     if len(reads) > 1 and len(reads) != len(out):  # the older spelling: one name per block in both lists
         require(len(out) == 1, f"reads names {len(reads)} blocks, predictor {len(out)}: one per block in both, or one "
                                f"reads for all")
@@ -158,7 +167,7 @@ def block_list(predictor, reads="state"):
 
 def blocks(cfg):
     """The one reading of a model's blocks: block_list(cfg.predictor, cfg.reads), n_layer of them."""
-    out = block_list(cfg.predictor, cfg.reads)
+    out = block_list(cfg.predictor, cfg.reads, cfg.n_layer)
     out = out * cfg.n_layer if len(out) == 1 else out
     require(len(out) == cfg.n_layer, f"predictor names {len(out)} blocks; the model has n_layer = {cfg.n_layer}: "
                                      f"one spec for all, or one per block")

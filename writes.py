@@ -354,7 +354,7 @@ class _WriteReader(Reader):
         require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
         require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
         require(cfg.write_alphas is None or is_decays(cfg.write_alphas),
-                f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {cfg.write_alphas!r}")
+                f"write_alphas must be None or a non-empty tuple of distinct decays in (0, 1], got {cfg.write_alphas!r}")
         for name in ("key_dim", "value_dim"):
             value = getattr(cfg, name)
             require(type(value) is int and 0 <= value <= 4096, f"{name} must be an int width in 0..4096 (0: C / "

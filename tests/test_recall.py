@@ -171,7 +171,8 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
                                         (["--steps", "0"], "--steps"),
                                         (["--curriculum", "1501"], "--curriculum"),
                                         (["--query_span", "-1"], "--query_span"),
-                                        (["--steps", "10", "--warmup", "5", "--decay", "6"], "--decay")])
+                                        (["--steps", "10", "--warmup", "5", "--decay", "6"], "--decay"),
+                                        (["--models", "hybrid_ema_kv", "--n_layer", "2"], "--n_layer")])
 def test_bad_settings_fail_with_one_line_and_write_nothing(tmp_path, capsys, argv, flag):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:

@@ -485,7 +485,12 @@ def test_flops_and_mfu():
     (dict(predictor="delta conv"), "is not a block spec"),
     (dict(predictor=("delta", "nope")), "predictor must be one of"),
     (dict(predictor=("delta", "linear"), reads=("state", "history")), "needs a predictor that reads the history"),
-    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none")])
+    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none"),
+    (dict(predictor="softmax_attn(reads=history, reads=state),linear"), "reads is given twice"),
+    (dict(predictor="0*delta,2*linear"), "names no block"),
+    (dict(predictor=f"{10 ** 12}*delta"), f"predictor names {10 ** 12} blocks"),  # counted, not expanded
+    (dict(predictor="ema_kv(write_alphas=0.5 0.5)"), "distinct decays"),  # as --write_alphas 0.5 0.5 is refused
+    (dict(predictor="ema_kv", write_alphas=(0.5, 0.5)), "distinct decays")])
 def test_per_block_readers_are_checked(kw, match):
     """A per-block tuple of the wrong length, an unknown reader in it, or a block that cannot read
     what it is told: one line, before anything is built."""

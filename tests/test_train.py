@@ -476,3 +476,13 @@ def test_cooldown_scales_the_last_steps_linearly_to_zero():
     assert [lr(s) for s in range(80, 100)] == pytest.approx([2e-3 * (100 - s) / 20 for s in range(80, 100)])
     assert lr(99) == pytest.approx(2e-3 / 20) and all(lr(s) > lr(s + 1) for s in range(80, 99))
     assert train.cosine_lr(50, 2e-3, 2e-3, 5, 100) == lr(50)  # no cooldown: the same schedule
+
+
+def test_resume_with_the_folders_own_block_list_goes_on(tmp_path):
+    """--resume --predictor <the folder's own list> is checked against the folder's depth, not the preset's:
+    a 2-block hybrid saved by a run resumes with its spec typed again (the preset says 12 blocks)."""
+    spec = "delta,softmax_attn(reads=history)"
+    run(tmp_path, "--n_layer", 2, "--predictor", spec, "--max_iters", 1, "--eval_interval", 1)
+    cfg = train.parse_args(["--out_dir", str(tmp_path), "--resume", "--predictor", spec, "--max_iters", "2"])
+    assert (cfg.n_layer, cfg.predictor) == (2, spec)
+    assert train.main(cfg)["step"] == 2
