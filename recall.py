@@ -98,7 +98,7 @@ cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below
 
 import torch
 
-from plumbing import checkpoint, cli, grid, recall_report, registry, tables
+from plumbing import checkpoint, cli, grid, recall_report, records, registry, tables
 import lm
 
 # The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
@@ -389,8 +389,8 @@ def train_and_test(cfg, model, seed):
 
 PER_GRID = ("out_dir", "models", "seeds", "workers")  # which runs and where: no run's numbers depend on them
 SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=[list], seconds=tables.NUMBER,
-             exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(tables.NUMBER),
-                                                             "acc_distance": tables.Each(tables.NUMBER)})
+             exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(records.FRACTION),
+                                                             "acc_distance": tables.Each(records.FRACTION)})
 # what summarize reads, and its shape (grid.Grid checks it)
 
 

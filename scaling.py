@@ -348,10 +348,11 @@ class Relay:
         pass
 
 
-N = tables.NUMBER
+N, STEP, LOSS = tables.NUMBER, records.STEP, records.LOSS
 CURVE = dict(model=str, width=int, params=(int, type(None)), train_seconds=N,
-             points=[dict(step=int, tokens=N, val_loss=N)],
-             copy=[dict(step=int, tokens=N, loss_copy=(N, type(None)), loss_other=(N, type(None)), by_distance=list)])
+             points=[dict(step=STEP, tokens=records.Range(N, 0), val_loss=LOSS)],
+             copy=[dict(step=STEP, tokens=records.Range(N, 0), loss_copy=records.MAYBE_LOSS,
+                        loss_other=records.MAYBE_LOSS, by_distance=list)])
 # what the tables and the figure read from a recorded curve (tables.load_record checks it)
 SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points", "cooldown")
 # settings that do not change a curve's trunk (the budget, the points read along it, where a branch leaves it)

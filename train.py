@@ -289,8 +289,9 @@ class Progress:
 
 
 def save_checkpoint(folder, name, cfg, model, optimizer, prog):
-    folder.save(name, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "kind": cfg.model,
-                       "config": asdict(model.config), "train": asdict(cfg), **asdict(prog),
+    weights = model.state_dict()
+    folder.save(name, {"model": weights, "digest": checkpoint.digest(weights), "optimizer": optimizer.state_dict(),
+                       "kind": cfg.model, "config": asdict(model.config), "train": asdict(cfg), **asdict(prog),
                        "rng": checkpoint.rng_state()})
 
 
@@ -376,8 +377,13 @@ def optimizer_and_progress(cfg, place, model, ckpt):
     optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), place.device_type)
     if ckpt is None:
         return optimizer, Progress()
-    optimizer.load_state_dict(ckpt["optimizer"])
-    checkpoint.set_rng_state(ckpt["rng"])
+    try:  # a checkpoint damaged by hand (no optimizer, another model's) is one line
+        optimizer.load_state_dict(ckpt["optimizer"])
+        checkpoint.set_rng_state(ckpt["rng"])
+    except (KeyError, ValueError, TypeError, RuntimeError) as e:
+        raise checkpoint.CheckpointError(f"{start_path(cfg)} cannot be resumed: its optimizer or random state is "
+                                         f"missing or damaged ({checkpoint._one_line(e)}); fine-tune from it with "
+                                         f"--init_from in a new --out_dir") from None
     return optimizer, Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"], ckpt.get("pending"))
 
 
