@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # What a student reads first: the models and the grammar. They import each other and torch only.
-LESSON = {"ema", "spen", "variants", "writes", "gpt", "lm", "grammar", "spcn"}
+LESSON = {"ema", "spen", "variants", "rules", "writes", "gpt", "lm", "grammar", "spcn"}
 # The plumbing package: imported by commands, imports no command.
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
             "plumbing.memory", "plumbing.records", "plumbing.ngram", "plumbing.repeats", "plumbing.runtime",
