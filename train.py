@@ -64,12 +64,14 @@ from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, eval
                                wait_for_caches)
 import gpt
 import spen
+import variants
 from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
-MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
-                "conv", "window", "dropout", "tokenizer")
-SPEN_ONLY = ("predictor", "reads", "context", "trace_method", "write_alphas", "read_norm", "conv", "window")
+def reader_flag(name):
+    """The flag of a reader option: its default, doc and bounds are its one declaration's (variants.ReaderOptions)."""
+    f = variants.ReaderOptions.__dataclass_fields__[name]
+    return cli.arg(f.default, "SPEN " + f.metadata["doc"], group="model", bounds=f.metadata["bounds"])
 
 
 @dataclass
@@ -95,7 +97,7 @@ class TrainConfig:
                          choices=tuple(checkpoint.MODELS), group="model")
     predictor: str = cli.arg("linear", "SPEN: each block's reader of the traces, one of " + " ".join(PREDICTORS) +
                              "; or a comma list of n_layer specs [N*]PREDICTOR[(option=value, ...)] with a block's own "
-                             "reads, conv, window, write_alphas, read_norm: '3*delta(conv=4),softmax_attn(reads=history)'",
+                             + ", ".join(variants.READ_AS) + ": '3*delta(conv=4),softmax_attn(reads=history)'",
                              group="model")
     reads: str = cli.arg("state", "SPEN: readers see the trace state h_{t-1} (O(1)) or the whole trace history: "
                          + " | ".join(READS) + " (every block but one whose spec says its own)", group="model")
@@ -107,14 +109,10 @@ class TrainConfig:
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model", bounds=(1, 2 ** 16))
     n_head: int = cli.arg(None, "H, heads of GPT and of SPEN's attention/write readers; None: C // 64", group="model",
                           bounds=(1, 2 ** 16))
-    write_alphas: tuple[float, ...] = cli.arg(None, "SPEN write decays: ema_kv's a_s, a D x D state each (None: the "
-                                              "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model",
-                                              bounds=(0, 1))
-    read_norm: bool = cli.arg(False, "SPEN write readers: RMSNorm of each head's read, gain 1 at init", group="model")
-    conv: int = cli.arg(0, "SPEN write readers: kernel of a short causal convolution on q, k, v (4 in the field); "
-                        "0: none", group="model", bounds=(0, 1024))
-    window: int = cli.arg(0, "SPEN softmax over the history: attend to the last w positions only (bounded); 0: all",
-                          group="model", bounds=(0, 2 ** 20))
+    write_alphas: tuple[float, ...] = reader_flag("write_alphas")
+    read_norm: bool = reader_flag("read_norm")
+    conv: int = reader_flag("conv")
+    window: int = reader_flag("window")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model", bounds=(0, 1))
     max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization",
                              bounds=(1, 10 ** 10))
@@ -175,6 +173,11 @@ class TrainConfig:
                 raise cli.ConfigError(f"model settings: {e}") from None
 
 
+READER_FLAGS = tuple(f.name for f in fields(TrainConfig) if f.name in variants.ReaderOptions.__dataclass_fields__)
+MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", *READER_FLAGS, "dropout",
+                "tokenizer")
+SPEN_ONLY = ("predictor", "reads", "context", "trace_method", *READER_FLAGS)
+
 PRESETS = {
     # The paper's run: 32 x 1024 x 16 = 524,288 tokens/step; 8e9 / 524,288 = 15,259 steps.
     "130m": dict(data="fineweb-edu", eval_data="c4", compile=True),
@@ -209,8 +212,7 @@ def model_config(cfg):
         gpt.check(config)
         return config
     config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
-                        trace_method=cfg.trace_method, read_norm=cfg.read_norm, conv=cfg.conv, window=cfg.window,
-                        write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))  # typed decays: strings
+                        trace_method=cfg.trace_method, **{k: getattr(cfg, k) for k in READER_FLAGS})
     spen.check(config)
     return config
 

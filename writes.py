@@ -36,7 +36,7 @@ import ema
 from rules import (delta_product_chunked, delta_product_ref, delta_product_step, delta_rule_chunked, delta_rule_ref,
                    delta_rule_step, ema_kv_chunked, ema_kv_ref, ema_kv_step, gated_delta_chunked, gated_delta_ref,
                    gated_delta_step)
-from variants import Reader, check_heads, is_decays, reader_chunk_len, require
+from variants import Reader, check_heads, reader_chunk_len, require
 
 
 def l2norm(x, eps=1e-6):
@@ -91,16 +91,8 @@ class _WriteReader(Reader):
     options = ("read_norm", "conv")  # what this class builds; a reader adds write_alphas if it reads them
 
     @classmethod
-    def check(cls, cfg):  # the heads, the kernel, the read norm's switch and the write decays
+    def check(cls, cfg):  # the heads (each option's value: variants.check_options, from its declaration)
         check_heads(cfg)
-        require(type(cfg.conv) is int and 0 <= cfg.conv <= 64, f"conv must be an int kernel in 0..64 (0: none), got {cfg.conv!r}")
-        require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
-        require(cfg.write_alphas is None or is_decays(cfg.write_alphas),
-                f"write_alphas must be None or a non-empty tuple of distinct decays in (0, 1], got {cfg.write_alphas!r}")
-        for name in ("key_dim", "value_dim"):
-            value = getattr(cfg, name)
-            require(type(value) is int and 0 <= value <= 4096, f"{name} must be an int width in 0..4096 (0: C / "
-                    f"n_head), got {value!r}")
 
     def __init__(self, cfg, n_query, state_shape, beta=False, n_write=1):
         super().__init__()

@@ -215,3 +215,33 @@ def test_a_new_reader_lands_where_the_guide_sends_it(tmp_path, monkeypatch):
     test_an_option_the_reader_does_not_declare_is_refused("running_mean", "state")
     assert train.make_config("cpu_bytes", predictor="running_mean").predictor == "running_mean"
     assert recall.RecallConfig(models=("running_mean",)).models == ("running_mean",)
+
+
+def test_each_reader_option_is_declared_once():
+    """Where each reader option's name is written in the code (a string or a field of that name): its one
+    declaration (variants.ReaderOptions: type, default, doc, range), train.py's flag where it has one, and
+    the readers' own lists of what they read. The spec parser, the checks, the config the flags build and
+    the help text derive from the declaration, so none of them names it again."""
+    import ast
+    import os
+    import variants
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readers = {c.__name__ for r in spen.READERS.values() for c in r.__mro__ if issubclass(c, Reader)}
+    files = sorted(f for f in os.listdir(root) if f.endswith(".py") and f != "gpt.py") + sorted(  # GPT's window: its own
+        os.path.join("plumbing", f) for f in os.listdir(os.path.join(root, "plumbing")) if f.endswith(".py"))
+    places = {name: set() for name in OPTIONS}
+    for path in files:
+        with open(os.path.join(root, path)) as f:
+            tree = ast.parse(f.read())
+        for top in tree.body:
+            where = "the readers' own lists" if getattr(top, "name", None) in readers else \
+                f"{path}:{getattr(top, 'name', None) or top.lineno}"
+            for node in ast.walk(top):
+                named = (node.value if isinstance(node, ast.Constant) else
+                         node.target.id if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else None)
+                if named in places:
+                    places[named].add(where)
+    for name, found in places.items():
+        print(name, sorted(found))
+        assert "variants.py:ReaderOptions" in found and len(found) <= 3, (name, sorted(found))
+    assert set(variants.READ_AS) == {"reads", *OPTIONS}  # the spec parser reads every declared option
