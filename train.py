@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, placement, provenance, runtime
+from plumbing import batches, checkpoint, cli, corpus, memory, provenance, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -331,7 +331,7 @@ def stopped(cfg, raw_model, optimizer, prog, folder):
 def main(cfg, tokens=None):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
     token arrays to use instead of reading --data / --eval_data (bench.py's train_run: random tokens)."""
-    t0, place = time.time(), placement.setup_process(cfg)
+    t0, place = time.time(), runtime.setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
             cfg, model, ckpt, data, folder, yardsticks = start(cfg, place, stack, tokens)
@@ -362,7 +362,7 @@ def start(cfg, place, stack, tokens=None):
         if place.ddp and not place.master:
             wait_for_caches(cfg)  # rank 0 tokenizes first; the others then read its caches
         data = load_data(cfg, model.config.vocab_size)
-    placement.start_group(place)
+    runtime.start_group(place)
     model.to(place.device)
     yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write

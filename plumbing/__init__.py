@@ -5,8 +5,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
 
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
-    runtime       where a run computes (device, dtype, autocast) and how fast (MFU)
-    placement     where one training process sits: DDP rank and world, device, autocast (train.py's setup)
+    runtime       where a run computes (device, dtype, autocast, a training process's DDP rank) and how fast (MFU)
     provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> Model(family, config overrides))
@@ -20,8 +19,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     evaluate      the splits a run reads; the paper's evaluation protocol (every token once, eval.json)
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
-    timing        bench.py's timers and memory readings
-    bench_steps   bench.py's sections on one training step: memory per token, compile, speed on CUDA
+    timing        bench.py's timers and memory readings, and its sections on one training step
     bench_report  the tables bench.py prints, read from its results JSON
     scaling_report  scaling.py's scaling.md and scaling.png, from its record
     probe_report  the results.md and roles.png probe.py writes, read from its results dict

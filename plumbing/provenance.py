@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 
 
 def lines(cfg, place, nparams, yardsticks, build):
-    """Header lines of a run of TrainConfig cfg on placement.Placement place; build() makes cfg's model
+    """Header lines of a run of TrainConfig cfg on runtime.Placement place; build() makes cfg's model
     (under the meta device here: its sizes only), yardsticks: the n-gram losses of its val corpus or None."""
     try:
         commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,

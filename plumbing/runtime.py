@@ -1,5 +1,6 @@
-"""Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
-GPU peaks, step timing (Speed), the glibc allocator setting bench.py
+"""Where a run computes and how fast: the device and autocast dtype, where one process of a training
+run sits (Placement: its DDP rank and world, read once by train.py's setup; the process group starts
+later, start_group, once every rank has its data), MFU against an exact table of GPU peaks, step timing (Speed), the glibc allocator setting bench.py
 measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load,
 StopFlag (Ctrl-C or SIGTERM stops train.py's loop before its next micro-batch) and
 compiled_or_eager (torch.compile, or one warning and the eager model).
@@ -19,8 +20,10 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from plumbing import cli
 
@@ -265,3 +268,53 @@ class StopFlag:
     def restore(self):
         for s, h in self.old.items():
             signal.signal(s, h)
+
+
+# ---- where one process of a training run sits (train.py's setup) ---------------------------
+
+
+@dataclass
+class Placement:
+    """Where this process runs: rank/world for DDP, the device, and the autocast context."""
+    rank: int
+    world: int
+    ddp: bool
+    device: str
+    device_type: str
+    dtype: str
+    autocast: object
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def setup_process(cfg):
+    """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
+    process group starts later, in start_group, once the data is ready), pick autocast."""
+    device, kind = resolve_device(cfg.device)
+    if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
+            cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
+        raise cli.ConfigError((hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
+                              "preset 130m is the paper run); on a CPU run: python train.py --preset cpu")
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    rank, world = 0, 1
+    if ddp:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if kind == "cuda":
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+            torch.cuda.set_device(device)
+    cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
+                "processes ({})", cfg.grad_accum, world)
+    dtype = resolve_dtype(cfg.dtype, kind)
+    if kind == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return Placement(rank, world, ddp, device, kind, dtype, autocast(dtype, kind))
+
+
+def start_group(place):
+    """Start the DDP process group (nccl on CUDA, gloo on CPU) once every rank has its data, so
+    no collective waits through a tokenization (see evaluate.wait_for_caches)."""
+    if place.ddp and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if place.device_type == "cuda" else "gloo")
