@@ -98,7 +98,7 @@ cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below
 
 import torch
 
-from plumbing import checkpoint, cli, grid, recall_report, records, registry, tables
+from plumbing import checkpoint, cli, grid, records, registry, tables
 import lm
 
 # The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
@@ -489,8 +489,8 @@ def main(cfg):
               f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
         results = cache.run(run, cfg.workers, progress)
         res = tables.save_json(summarize(cfg, results, time.time() - t0), out("recall.json"), "recall.py", cfg)
-        recall_report.write_md(res, out("recall.md"), VAL_SEED, TEST_SEED)
-        recall_report.plot(res, out("recall.png"), dashed(res))
+        tables.recall_md(res, out("recall.md"), VAL_SEED, TEST_SEED)
+        tables.recall_plot(res, out("recall.png"), dashed(res))
     with open(out("recall.md")) as f:
         print(f.read())
     if cfg.quick:

@@ -71,7 +71,7 @@ import numpy as np
 import torch
 
 from plumbing import (checkpoint, cli, corpus, evaluate, grid, ngram, records, registry, repeats, runtime,
-                      scaling_report, tables)
+                      tables)
 import train
 
 PRESETS = {
@@ -440,7 +440,7 @@ def window_record(cfg, curves):
     return out
 
 
-# ---- tables and figure: plumbing/scaling_report.py -------------------------------------------
+# ---- tables and figure: plumbing/tables.py (scaling_md, scaling_plot) --------------------------
 
 
 def prepared_runs():
@@ -490,8 +490,8 @@ def run_curves(cfg, recorded):
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         path = os.path.join(cfg.out_dir, "windows.json")  # a curve recorded without its folder keeps its entry
         checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path, indent=None)  # compact
-        scaling_report.write_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
-        scaling_report.plot(res, os.path.join(cfg.out_dir, "scaling.png"))
+        tables.scaling_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
+        tables.scaling_plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
     val = corpus.load_split(name, "val", tokenizer=cfg.tokenizer)

@@ -10,8 +10,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> Model(family, config overrides))
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
-    tables        results as files: markdown tables, figures, the results JSON, mean ± std
-    records       what is read back from a run folder, checked for type and finiteness (one line if damaged)
+    tables        results as files: tables, figures, the results JSON, mean ± std; probe, recall, scaling's reports
+    records       what is read back from a run folder, checked for type, finiteness and range (one line if damaged)
     corpus        tokenizers and token caches (data.py is its command line)
     sources       where documents come from (builtin, files:PATH, the hub)
     shards        the resumable sharded cache build
@@ -21,10 +21,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        bench.py's timers and memory readings, and its sections on one training step
     bench_report  the tables bench.py prints, read from its results JSON
-    scaling_report  scaling.py's scaling.md and scaling.png, from its record
-    probe_report  the results.md and roles.png probe.py writes, read from its results dict
     ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
-    recall_report  the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.
 """
