@@ -38,8 +38,8 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --sections readers --threads 1 --out results/bench/readers.json   # the map's readers
 The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
 results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
-readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's, the sections on
-one training step (memory, compile, train) plumbing/timing.py's.
+readings, the sections on one training step (memory, compile, train) and the printed tables are
+plumbing/timing.py's.
 
 Worker protocol: the driver runs each job of JOBS in a fresh process (`python -m bench --worker
 SECTIONS --worker_out OUT ...`, BENCH_ALLOCATOR=on|off in its environment) and reads OUT, {section:
@@ -65,7 +65,7 @@ cli.exit_on_ctrl_c(__name__, "bench.py")  # until main_guard; the imports below 
 import numpy as np
 import torch
 
-from plumbing import bench_report, checkpoint, cli, registry, runtime, tables, timing
+from plumbing import checkpoint, cli, registry, runtime, tables, timing
 import ema
 import gpt
 import spen
@@ -482,7 +482,7 @@ def main(cfg):
             by_setting[s].update(out)
     res = dict(machine=dict(**timing.machine(device), load_start=load_start, load_end=os.getloadavg()),
                quick=cfg.quick, runs=by_setting, seconds=time.time() - t0)
-    bench_report.print_tables(res)
+    timing.print_tables(res)
     res = tables.save_json(res, cfg.out, "bench.py", cfg)  # a failed write leaves no half file
     secs = ", ".join(f"{k} {v:.0f}" for k, v in by_setting[settings[0]]["seconds"].items())
     print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")

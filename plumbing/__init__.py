@@ -19,8 +19,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     evaluate      the splits a run reads; the paper's evaluation protocol (every token once, eval.json)
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
-    timing        bench.py's timers and memory readings, and its sections on one training step
-    bench_report  the tables bench.py prints, read from its results JSON
+    timing        how bench.py measures: timers, memory readings, its sections on a training step, its tables
     ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
 
 Importing the package imports none of them.
