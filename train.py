@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, provenance, runtime
+from plumbing import batches, checkpoint, cli, corpus, memory, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -366,7 +366,7 @@ def start(cfg, place, stack, tokens=None):
     model.to(place.device)
     yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
-    for line in provenance.lines(cfg, place, model.num_params(), yardsticks, lambda: build_model(cfg, seeded=False)):
+    for line in runtime.header(cfg, place, model, yardsticks, eval_names(cfg)[0]):
         folder.log(line)
     if not cfg.eval_only:
         folder.claim(cfg.model, asdict(model.config), fresh=not cfg.resume)  # run.json: what this folder trains

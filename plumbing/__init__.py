@@ -5,8 +5,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
 
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
-    runtime       where a run computes (device, dtype, autocast, a training process's DDP rank) and how fast (MFU)
-    provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
+    runtime       where a run computes (device, dtype, a training process's rank), how fast (MFU), its log's header
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> Model(family, config overrides))
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time

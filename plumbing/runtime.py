@@ -13,19 +13,24 @@ StopFlag: tests/test_train.py's Ctrl-C tests and tests/test_stop.py; compiled_or
 """
 
 import ctypes
+import json
 import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from plumbing import cli
+from plumbing import cli, ngram
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: its git commit (header)
 
 EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
 WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
@@ -287,6 +292,30 @@ class Placement:
     @property
     def master(self):
         return self.rank == 0
+
+
+def header(cfg, place, model, yardsticks, name):
+    """The lines a run's log opens with (its provenance): argv, commit, versions, device, the model's sizes
+    (of model, the one the run trains), config. cfg a TrainConfig, place its Placement, name the validation
+    corpus, yardsticks: the n-gram losses of its val corpus or None."""
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    T, squeezed = cfg.block_size, ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma
+    counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
+               f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
+               f"not counted (python data.py --dataset {name} --baselines, or --yardsticks count)")
+    return [f"argv: {' '.join(sys.argv)}",
+            f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
+            f"numpy {np.__version__} | {platform.platform()}",
+            f"device: {place.device} ({device_name(place.device)}) x {place.world} process(es), "
+            f"{torch.get_num_threads()} CPU threads, dtype {place.dtype}" + (f" | note: {hidden_gpu()}" if hidden_gpu() else ""),
+            f"params: {model.num_params():,} | recurrent state {model.state_floats(T):,} floats per sequence and layer at "
+            f"T = {T} (traces {len(getattr(model.config, 'alphas', ())) * cfg.n_embd:,}) | train FLOPs/token "
+            f"{model.flops_per_token(T):.4g} | yardsticks on {name} val: {counted}",
+            f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
 
 
 def setup_process(cfg):

@@ -18,7 +18,7 @@ LESSON = {"ema", "spen", "variants", "rules", "writes", "gpt", "lm", "grammar", 
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
             "plumbing.memory", "plumbing.records", "plumbing.ngram", "plumbing.repeats", "plumbing.runtime",
             "plumbing.shards", "plumbing.tables", "plumbing.grid", "plumbing.sources", "plumbing.timing",
-            "plumbing.registry", "plumbing.provenance", "plumbing.ablate_report"}
+            "plumbing.registry", "plumbing.ablate_report"}
 # Entry points with a command line, all at the top level; a command may import anything.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train"}
 
