@@ -259,16 +259,16 @@ def run_status(job):
             + (f"{eta / 3600:.2f} h" if eta > 3600 else f"{eta / 60:.1f} min"))
 
 
-N, NULL = tables.NUMBER, records.NULL
-COPY_SPLIT = dict(loss_copy=(*N, NULL), loss_other=(*N, NULL), copy_fraction=N,
-                  by_distance=[dict(lo=int, hi=(int, NULL), loss=(*N, NULL), fraction=N)])
-SAVED = dict(result=dict(val_loss=N, best_val=N, params=int, tokens=int, seconds=N),
-             split=dict(loss_hit=N, loss_other=N, hit_fraction=N),
-             copy=records.Opt(COPY_SPLIT))  # what summarize reads from a saved run (grid.Grid checks it)
+N, NULL, LOSS, COUNT, SHARE = tables.NUMBER, records.NULL, records.LOSS, records.STEP, records.FRACTION
+COPY_SPLIT = dict(loss_copy=records.MAYBE_LOSS, loss_other=records.MAYBE_LOSS, copy_fraction=SHARE,
+                  by_distance=[dict(lo=COUNT, hi=(int, NULL), loss=records.MAYBE_LOSS, fraction=SHARE)])
+SAVED = dict(result=dict(val_loss=LOSS, best_val=LOSS, params=COUNT, tokens=COUNT, seconds=records.Range(N, 0)),
+             split=dict(loss_hit=LOSS, loss_other=LOSS, hit_fraction=SHARE),
+             copy=records.Opt(COPY_SPLIT))  # what summarize reads from a saved run (grid.Grid checks it), in range
 RECORD = dict(train_config=dict(batch_size=int, block_size=int, grad_accum=int), hit_key=records.Opt(dict),
               **{k: records.Opt(v) for k, v in SAVED.items()})  # a run folder's result.json, as run_one reads it
-ROW = dict(family=str, val_loss=[N], val_loss_mean=N, val_loss_std=N, best_val=[N], params=int, tokens=int,
-           seconds=[N], loss_hit=N, loss_other=N, hit_fraction=N)  # what the tables read from an earlier row
+ROW = dict(family=str, val_loss=[LOSS], val_loss_mean=LOSS, val_loss_std=records.Range(N, 0), best_val=[LOSS],
+           params=COUNT, tokens=COUNT, seconds=[N], loss_hit=LOSS, loss_other=LOSS, hit_fraction=SHARE)  # what the tables read from an earlier row
 
 
 def run_all(cfg, jobs):

@@ -19,7 +19,7 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
              growth between micro-batches of 256 and 1024 tokens and the bytes autograd saves, against 80 / 141 GB
   compile    torch.compile equals eager on one training step of a 2-layer width-128 SPEN
   train      CUDA only: training steps in the 130m preset's shape (12 x 768, T=1024, 32 x 1024, halved
-             until it fits; bf16, fused AdamW, eager) of SPEN with each of bench_steps.READERS and of GPT-2:
+             until it fits; bf16, fused AdamW, eager) of SPEN with each of timing.READERS and of GPT-2:
              ms/step, tokens/s, MFU (runtime.estimate_mfu at runtime.peak_flops), peak memory
   train_run  CUDA only: `train.main`, 130m preset (compile, bf16), TRAIN_RUN_STEPS steps on random
              tokens (no data, no network): ms/step, MFU, peak memory, losses near ln V
@@ -38,8 +38,8 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --sections readers --threads 1 --out results/bench/readers.json   # the map's readers
 The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
 results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
-readings are plumbing/timing.py's, the printed tables plumbing/bench_report.py's, the sections on
-one training step (memory, compile, train) plumbing/bench_steps.py's.
+readings, the sections on one training step (memory, compile, train) and the printed tables are
+plumbing/timing.py's.
 
 Worker protocol: the driver runs each job of JOBS in a fresh process (`python -m bench --worker
 SECTIONS --worker_out OUT ...`, BENCH_ALLOCATOR=on|off in its environment) and reads OUT, {section:
@@ -65,7 +65,7 @@ cli.exit_on_ctrl_c(__name__, "bench.py")  # until main_guard; the imports below 
 import numpy as np
 import torch
 
-from plumbing import bench_report, bench_steps, checkpoint, cli, registry, runtime, tables, timing
+from plumbing import checkpoint, cli, registry, runtime, tables, timing
 import ema
 import gpt
 import spen
@@ -315,7 +315,7 @@ def bench_gen(device, quick, model_name):
 
 # ---------------------------------------------------------------------------------------------
 # Sections: what training costs (one block, one short run; one step's memory, compile and speed:
-# plumbing/bench_steps.py)
+# plumbing/timing.py)
 
 
 def bench_blocks(device, quick):
@@ -413,8 +413,8 @@ def bench_train_run(device, quick):
 # One function per section: (device, quick) -> dict.
 RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, readers=bench_readers, blocks=bench_blocks,
            gen_spen=functools.partial(bench_gen, model_name="spen"),
-           gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=bench_steps.bench_memory,
-           compile=bench_steps.bench_compile, train=bench_steps.bench_train_steps, train_run=bench_train_run)
+           gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=timing.bench_memory,
+           compile=timing.bench_compile, train=timing.bench_train_steps, train_run=bench_train_run)
 assert tuple(RUN) == SECTIONS
 
 
@@ -482,7 +482,7 @@ def main(cfg):
             by_setting[s].update(out)
     res = dict(machine=dict(**timing.machine(device), load_start=load_start, load_end=os.getloadavg()),
                quick=cfg.quick, runs=by_setting, seconds=time.time() - t0)
-    bench_report.print_tables(res)
+    timing.print_tables(res)
     res = tables.save_json(res, cfg.out, "bench.py", cfg)  # a failed write leaves no half file
     secs = ", ".join(f"{k} {v:.0f}" for k, v in by_setting[settings[0]]["seconds"].items())
     print(f"\nwrote {cfg.out} ({res['seconds']:.0f} s; per section: {secs} s)")

@@ -56,7 +56,7 @@ cli.exit_on_ctrl_c(__name__, "probe.py")  # until main_guard; the imports below 
 import torch
 import torch.nn.functional as F
 
-from plumbing import checkpoint, cli, grid, probe_report, tables
+from plumbing import checkpoint, cli, grid, tables
 import grammar
 import spcn
 
@@ -459,8 +459,8 @@ def run_and_report(cfg, loaded):
     per_seed = [run_seed(cfg, s, log, loaded) for s in range(cfg.seeds)]
     res = tables.save_json(summarize(per_seed, time.time() - t0), os.path.join(cfg.out_dir, "results.json"),
                            "probe.py", cfg)
-    probe_report.write_markdown(res, os.path.join(cfg.out_dir, "results.md"), WHO, RC_VERB_CONTEXTS)
-    probe_report.plot_roles(res, os.path.join(cfg.out_dir, "roles.png"))
+    tables.probe_md(res, os.path.join(cfg.out_dir, "results.md"), WHO, RC_VERB_CONTEXTS)
+    tables.probe_plot(res, os.path.join(cfg.out_dir, "roles.png"))
     w, t, rv = res["within"], res["transfer"], res["roles"]["rc_verb"]
     log(f"wrote {cfg.out_dir}/results.json, results.md, roles.png | within: instantaneous "
         f"{w['instantaneous']:.3f} SPCN {w['traces']:.3f} untrained {w['untrained']:.3f} GRU {w['gru']:.3f} "

@@ -98,7 +98,7 @@ cli.exit_on_ctrl_c(__name__, "recall.py")  # until main_guard; the imports below
 
 import torch
 
-from plumbing import checkpoint, cli, grid, recall_report, registry, tables
+from plumbing import checkpoint, cli, grid, records, registry, tables
 import lm
 
 # The models are the registry's (plumbing/registry.py: name -> Model(family, overrides); width, depth and heads
@@ -180,6 +180,10 @@ class RecallConfig:
                     self.warmup, self.decay)
         cli.require(self.curriculum <= self.steps, "--curriculum must be in [0, --steps], got {}",
                     self.curriculum)
+        for name in self.models:  # a hybrid names its own blocks: --n_layer must be its depth
+            depth = len((registry.MODELS.get(name) or OWN[name]).blocks())
+            cli.require(depth in (1, self.n_layer), "--models {} has {} blocks: run it with --n_layer {} (got {})",
+                        name, depth, depth, self.n_layer)
 
 
 def names():
@@ -385,8 +389,8 @@ def train_and_test(cfg, model, seed):
 
 PER_GRID = ("out_dir", "models", "seeds", "workers")  # which runs and where: no run's numbers depend on them
 SAVED = dict(variant=str, seed=int, params=int, state_floats=int, curve=[list], seconds=tables.NUMBER,
-             exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(tables.NUMBER),
-                                                             "acc_distance": tables.Each(tables.NUMBER)})
+             exit_step=tables.Each((int, type(None))), test={"acc": tables.Each(records.FRACTION),
+                                                             "acc_distance": tables.Each(records.FRACTION)})
 # what summarize reads, and its shape (grid.Grid checks it)
 
 
@@ -485,8 +489,8 @@ def main(cfg):
               f"({cfg.workers} at a time)", flush=True)  # the grid's size, announced before it starts
         results = cache.run(run, cfg.workers, progress)
         res = tables.save_json(summarize(cfg, results, time.time() - t0), out("recall.json"), "recall.py", cfg)
-        recall_report.write_md(res, out("recall.md"), VAL_SEED, TEST_SEED)
-        recall_report.plot(res, out("recall.png"), dashed(res))
+        tables.recall_md(res, out("recall.md"), VAL_SEED, TEST_SEED)
+        tables.recall_plot(res, out("recall.png"), dashed(res))
     with open(out("recall.md")) as f:
         print(f.read())
     if cfg.quick:

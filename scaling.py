@@ -71,7 +71,7 @@ import numpy as np
 import torch
 
 from plumbing import (checkpoint, cli, corpus, evaluate, grid, ngram, records, registry, repeats, runtime,
-                      scaling_report, tables)
+                      tables)
 import train
 
 PRESETS = {
@@ -348,10 +348,11 @@ class Relay:
         pass
 
 
-N = tables.NUMBER
+N, STEP, LOSS = tables.NUMBER, records.STEP, records.LOSS
 CURVE = dict(model=str, width=int, params=(int, type(None)), train_seconds=N,
-             points=[dict(step=int, tokens=N, val_loss=N)],
-             copy=[dict(step=int, tokens=N, loss_copy=(N, type(None)), loss_other=(N, type(None)), by_distance=list)])
+             points=[dict(step=STEP, tokens=records.Range(N, 0), val_loss=LOSS)],
+             copy=[dict(step=STEP, tokens=records.Range(N, 0), loss_copy=records.MAYBE_LOSS,
+                        loss_other=records.MAYBE_LOSS, by_distance=list)])
 # what the tables and the figure read from a recorded curve (tables.load_record checks it)
 SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points", "cooldown")
 # settings that do not change a curve's trunk (the budget, the points read along it, where a branch leaves it)
@@ -439,7 +440,7 @@ def window_record(cfg, curves):
     return out
 
 
-# ---- tables and figure: plumbing/scaling_report.py -------------------------------------------
+# ---- tables and figure: plumbing/tables.py (scaling_md, scaling_plot) --------------------------
 
 
 def prepared_runs():
@@ -489,8 +490,8 @@ def run_curves(cfg, recorded):
         checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "scaling.json"))
         path = os.path.join(cfg.out_dir, "windows.json")  # a curve recorded without its folder keeps its entry
         checkpoint.atomic_json(read_windows(path) | window_record(cfg, res["curves"]), path, indent=None)  # compact
-        scaling_report.write_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
-        scaling_report.plot(res, os.path.join(cfg.out_dir, "scaling.png"))
+        tables.scaling_md(res, os.path.join(cfg.out_dir, "scaling.md"), prepared_runs())
+        tables.scaling_plot(res, os.path.join(cfg.out_dir, "scaling.png"))
         return res
 
     val = corpus.load_split(name, "val", tokenizer=cfg.tokenizer)

@@ -48,14 +48,15 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import VARIANT_READERS, Reader, SelectiveContext, block_config, blocks, is_decays, require
+from variants import (VARIANT_READERS, Reader, ReaderOptions, SelectiveContext, block_config, blocks, check_options,
+                      is_decays, require)
 from writes import WRITE_READERS
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
 
 
 @dataclass
-class SPENConfig:
+class SPENConfig(ReaderOptions):  # and the readers' own options (write_alphas, conv, window, ...: variants.py)
     vocab_size: int = 50257  # V: GPT-2 BPE; the table has lm.padded_vocab(V) = 50304 rows
     block_size: int = 1024  # T: training context (no positional embedding: any T runs)
     n_layer: int = 12  # number of SPEN blocks (paper: 12)
@@ -68,12 +69,6 @@ class SPENConfig:
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
     trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
     n_head: int = None  # H: heads of the attention and write readers; None -> max(1, C // 64)
-    write_alphas: tuple = None  # write decays: ema_kv's a_s (S_w D x D states; None: alphas), delta's (a,) (None: g=1)
-    read_norm: bool = False  # write readers: RMSNorm over D of each head's read, learned gain (1 at init)
-    conv: int = 0  # K: write readers' short causal convolution on q, k, v (fla's, K = 4); 0: none
-    key_dim: int = 0  # Dk: the delta rule's key width per head (its exact capacity in keys); 0: D = C / H
-    value_dim: int = 0  # Dv: the delta rule's value width per head; 0: D = C / H
-    window: int = 0  # w: softmax over the history sees the last w positions only (bounded); 0: all
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 
     def __post_init__(self):  # the sizes left to None follow the width; a JSON list of decays is a tuple
@@ -339,7 +334,7 @@ def check(cfg):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
     require(cfg.ffn_topk <= cfg.ffn_hidden, f"ffn_topk ({cfg.ffn_topk}) must be <= ffn_hidden ({cfg.ffn_hidden})")
-    require(is_decays(cfg.alphas), f"alphas must be a non-empty tuple of decays in (0, 1], got {cfg.alphas!r}")
+    require(is_decays(cfg.alphas), f"alphas must be a non-empty tuple of distinct decays in (0, 1], got {cfg.alphas!r}")
     require(isinstance(cfg.dropout, (int, float)) and 0 <= cfg.dropout < 1, f"dropout must be in [0, 1), got {cfg.dropout!r}")
     for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
@@ -361,7 +356,8 @@ def check(cfg):
         require((type(value), value) == (type(default), default) or any(name in c.options for c in classes),
                 f"{name} applies to predictor {users} only; the model has none (got {name}={value!r})")
     for block in model:
-        READERS[block[:2]].check(block_config(cfg, block))  # its options' values (and sizes), one line each
+        check_options(block_config(cfg, block))  # its options' values, against their declarations
+        READERS[block[:2]].check(block_config(cfg, block))  # what else its options (and sizes) must be
     return model
 
 

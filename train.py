@@ -58,18 +58,20 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, placement, provenance, runtime
+from plumbing import batches, checkpoint, cli, corpus, memory, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
 import gpt
 import spen
+import variants
 from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
 
-MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", "write_alphas", "read_norm",
-                "conv", "window", "dropout", "tokenizer")
-SPEN_ONLY = ("predictor", "reads", "context", "trace_method", "write_alphas", "read_norm", "conv", "window")
+def reader_flag(name):
+    """The flag of a reader option: its default, doc and bounds are its one declaration's (variants.ReaderOptions)."""
+    f = variants.ReaderOptions.__dataclass_fields__[name]
+    return cli.arg(f.default, "SPEN " + f.metadata["doc"], group="model", bounds=f.metadata["bounds"])
 
 
 @dataclass
@@ -95,7 +97,7 @@ class TrainConfig:
                          choices=tuple(checkpoint.MODELS), group="model")
     predictor: str = cli.arg("linear", "SPEN: each block's reader of the traces, one of " + " ".join(PREDICTORS) +
                              "; or a comma list of n_layer specs [N*]PREDICTOR[(option=value, ...)] with a block's own "
-                             "reads, conv, window, write_alphas, read_norm: '3*delta(conv=4),softmax_attn(reads=history)'",
+                             + ", ".join(variants.READ_AS) + ": '3*delta(conv=4),softmax_attn(reads=history)'",
                              group="model")
     reads: str = cli.arg("state", "SPEN: readers see the trace state h_{t-1} (O(1)) or the whole trace history: "
                          + " | ".join(READS) + " (every block but one whose spec says its own)", group="model")
@@ -107,14 +109,10 @@ class TrainConfig:
     n_embd: int = cli.arg(768, "C, residual width (FFN 4C, top-k 6%, heads C/64)", group="model", bounds=(1, 2 ** 16))
     n_head: int = cli.arg(None, "H, heads of GPT and of SPEN's attention/write readers; None: C // 64", group="model",
                           bounds=(1, 2 ** 16))
-    write_alphas: tuple[float, ...] = cli.arg(None, "SPEN write decays: ema_kv's a_s, a D x D state each (None: the "
-                                              "trace decays); delta's one a, g = 1 - a (None: no decay)", group="model",
-                                              bounds=(0, 1))
-    read_norm: bool = cli.arg(False, "SPEN write readers: RMSNorm of each head's read, gain 1 at init", group="model")
-    conv: int = cli.arg(0, "SPEN write readers: kernel of a short causal convolution on q, k, v (4 in the field); "
-                        "0: none", group="model", bounds=(0, 1024))
-    window: int = cli.arg(0, "SPEN softmax over the history: attend to the last w positions only (bounded); 0: all",
-                          group="model", bounds=(0, 2 ** 20))
+    write_alphas: tuple[float, ...] = reader_flag("write_alphas")
+    read_norm: bool = reader_flag("read_norm")
+    conv: int = reader_flag("conv")
+    window: int = reader_flag("window")
     dropout: float = cli.arg(0.0, "dropout probability in [0, 1)", group="model", bounds=(0, 1))
     max_iters: int = cli.arg(15259, "optimizer steps of the whole run (not steps still to do)", group="optimization",
                              bounds=(1, 10 ** 10))
@@ -175,6 +173,11 @@ class TrainConfig:
                 raise cli.ConfigError(f"model settings: {e}") from None
 
 
+READER_FLAGS = tuple(f.name for f in fields(TrainConfig) if f.name in variants.ReaderOptions.__dataclass_fields__)
+MODEL_FIELDS = ("model", "predictor", "reads", "context", "n_layer", "n_embd", "n_head", *READER_FLAGS, "dropout",
+                "tokenizer")
+SPEN_ONLY = ("predictor", "reads", "context", "trace_method", *READER_FLAGS)
+
 PRESETS = {
     # The paper's run: 32 x 1024 x 16 = 524,288 tokens/step; 8e9 / 524,288 = 15,259 steps.
     "130m": dict(data="fineweb-edu", eval_data="c4", compile=True),
@@ -209,8 +212,7 @@ def model_config(cfg):
         gpt.check(config)
         return config
     config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
-                        trace_method=cfg.trace_method, read_norm=cfg.read_norm, conv=cfg.conv, window=cfg.window,
-                        write_alphas=cfg.write_alphas and tuple(map(float, cfg.write_alphas)))  # typed decays: strings
+                        trace_method=cfg.trace_method, **{k: getattr(cfg, k) for k in READER_FLAGS})
     spen.check(config)
     return config
 
@@ -256,9 +258,11 @@ def start_path(cfg):
 def merge_checkpoint_settings(typed):
     """--resume / --init_from on the command line: the checkpoint's settings under the flags
     typed; a typed model-shape flag that contradicts the checkpoint is refused."""
-    base = make_config(typed.get("preset") or "130m", **{k: v for k, v in typed.items() if k != "preset"})
+    preset, settings = typed.get("preset") or "130m", {k: v for k, v in typed.items() if k != "preset"}
+    # the model flags typed are checked once merged with the checkpoint's (a --predictor list is the folder's depth)
+    base = make_config(preset, **{k: v for k, v in settings.items() if k not in MODEL_FIELDS})
     if not (base.resume or (base.init_from not in ("scratch", "gpt2"))):
-        return base
+        return make_config(preset, **settings)
     path = start_path(base)
     saved = checkpoint.load(path, keep=True)["train"]  # kept: the run reads its weights from this read
     clash = [f"--{k} {typed[k]} (checkpoint: {saved.get(k)})" for k in MODEL_FIELDS
@@ -266,13 +270,14 @@ def merge_checkpoint_settings(typed):
     cli.require(not clash, "{} differs from the checkpoint {}; drop the flag, or start a new run in another "
                 "--out_dir", ", ".join(clash), path)
     if not base.resume and not base.eval_only:  # fine-tuning from a checkpoint: only its model
-        return replace(base, **{k: saved[k] for k in MODEL_FIELDS if k in saved and k not in typed})
+        return replace(base, **{k: saved[k] for k in MODEL_FIELDS if k in saved and k not in settings},
+                       **{k: v for k, v in settings.items() if k in MODEL_FIELDS})
     keep = {"out_dir", "init_from", "resume", "eval_only"}
     if base.resume and not os.path.exists(os.path.join(base.out_dir, "run.json")):
         keep |= set(MODEL_FIELDS)  # no record of the folder's model: the flags name it (load_model checks)
     merged = {k: v for k, v in saved.items() if k in {f.name for f in fields(TrainConfig)} and k not in keep}
-    merged.update({k: v for k, v in typed.items() if k != "preset"})
-    merged.update({k: getattr(base, k) for k in keep})
+    merged.update(settings)
+    merged.update({k: getattr(base, k) for k in keep if k not in settings})
     return TrainConfig(**merged)
 
 
@@ -286,8 +291,9 @@ class Progress:
 
 
 def save_checkpoint(folder, name, cfg, model, optimizer, prog):
-    folder.save(name, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "kind": cfg.model,
-                       "config": asdict(model.config), "train": asdict(cfg), **asdict(prog),
+    weights = model.state_dict()
+    folder.save(name, {"model": weights, "digest": checkpoint.digest(weights), "optimizer": optimizer.state_dict(),
+                       "kind": cfg.model, "config": asdict(model.config), "train": asdict(cfg), **asdict(prog),
                        "rng": checkpoint.rng_state()})
 
 
@@ -325,7 +331,7 @@ def stopped(cfg, raw_model, optimizer, prog, folder):
 def main(cfg, tokens=None):
     """Train (or evaluate) as cfg says; returns a dict of the final numbers. tokens: (train, val)
     token arrays to use instead of reading --data / --eval_data (bench.py's train_run: random tokens)."""
-    t0, place = time.time(), placement.setup_process(cfg)
+    t0, place = time.time(), runtime.setup_process(cfg)
     try:
         with ExitStack() as stack:  # lock and files are released however the run ends
             cfg, model, ckpt, data, folder, yardsticks = start(cfg, place, stack, tokens)
@@ -356,11 +362,11 @@ def start(cfg, place, stack, tokens=None):
         if place.ddp and not place.master:
             wait_for_caches(cfg)  # rank 0 tokenizes first; the others then read its caches
         data = load_data(cfg, model.config.vocab_size)
-    placement.start_group(place)
+    runtime.start_group(place)
     model.to(place.device)
     yardsticks = count_yardsticks(cfg, eval_names(cfg)[0]) if place.master and tokens is None else None
     folder = checkpoint.RunFolder(cfg.out_dir, place.master, stack)  # the first write
-    for line in provenance.lines(cfg, place, model.num_params(), yardsticks, lambda: build_model(cfg, seeded=False)):
+    for line in runtime.header(cfg, place, model, yardsticks, eval_names(cfg)[0]):
         folder.log(line)
     if not cfg.eval_only:
         folder.claim(cfg.model, asdict(model.config), fresh=not cfg.resume)  # run.json: what this folder trains
@@ -373,8 +379,13 @@ def optimizer_and_progress(cfg, place, model, ckpt):
     optimizer = lm.configure_optimizers(model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), place.device_type)
     if ckpt is None:
         return optimizer, Progress()
-    optimizer.load_state_dict(ckpt["optimizer"])
-    checkpoint.set_rng_state(ckpt["rng"])
+    try:  # a checkpoint damaged by hand (no optimizer, another model's) is one line
+        optimizer.load_state_dict(ckpt["optimizer"])
+        checkpoint.set_rng_state(ckpt["rng"])
+    except (KeyError, ValueError, TypeError, RuntimeError) as e:
+        raise checkpoint.CheckpointError(f"{start_path(cfg)} cannot be resumed: its optimizer or random state is "
+                                         f"missing or damaged ({checkpoint._one_line(e)}); fine-tune from it with "
+                                         f"--init_from in a new --out_dir") from None
     return optimizer, Progress(ckpt["step"], ckpt["best_val"], ckpt["val_loss"], ckpt.get("pending"))
 
 

@@ -56,7 +56,7 @@ each reader against its definition, what each family tells apart, what the write
 
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 import torch.nn as nn
@@ -103,13 +103,55 @@ def require(ok, message):
 
 
 def is_decays(a):
-    """A non-empty tuple of decays in (0, 1] (SPENConfig.alphas, write_alphas)."""
-    return isinstance(a, tuple) and len(a) > 0 and all(type(x) in (int, float) and 0 < x <= 1 for x in a)
+    """A non-empty tuple of distinct decays in (0, 1] (SPENConfig.alphas, write_alphas): a decay twice is the
+    same state twice, refused as a flag naming an entry twice is, whether the flag or a block spec gives it."""
+    return (isinstance(a, tuple) and len(a) == len(set(a)) > 0
+            and all(type(x) in (int, float) and 0 < x <= 1 for x in a))
+
+
+def option(default, doc, bounds=None, ok=None, must=None):
+    """A reader option, declared once, as a ReaderOptions field: its type (the annotation), default, one
+    line of doc, and what a value must be: an int in bounds (lo, hi), True or False, or ok(value), said
+    as `must`. The block spec's parser (READ_AS), spen.check and train.py's flags read it from here."""
+    return field(default=default, metadata=dict(doc=doc, bounds=bounds, ok=ok, must=must))
+
+
+@dataclass
+class ReaderOptions:
+    """The options a reader may read (its Reader.options names them): SPENConfig fields (SPENConfig
+    subclasses this), a block's own options in a spec (`delta(conv=4)`), and train.py flags."""
+    write_alphas: tuple = option(None, "write decays: ema_kv's a_s, a D x D state each (None: the trace decays); "
+                                 "delta's one a, g = 1 - a (None: no decay)", bounds=(0, 1),
+                                 ok=lambda v: v is None or is_decays(v),
+                                 must="None or a non-empty tuple of distinct decays in (0, 1]")
+    read_norm: bool = option(False, "write readers: RMSNorm of each head's read, gain 1 at init")
+    conv: int = option(0, "write readers: kernel K of a short causal convolution on q, k, v (4 in the field); 0: "
+                       "none", bounds=(0, 64))
+    key_dim: int = option(0, "Dk, the delta rule's key width per head (its exact capacity in keys); 0: C / n_head",
+                          bounds=(0, 4096))
+    value_dim: int = option(0, "Dv, the delta rule's value width per head; 0: C / n_head", bounds=(0, 4096))
+    window: int = option(0, "softmax over the history: attend to the last w positions only (bounded); 0: all",
+                         bounds=(0, 2 ** 20))
+
+
+def check_options(cfg):
+    """Each reader option of cfg against its declaration (ReaderOptions): one line naming it."""
+    for f in fields(ReaderOptions):
+        v, m = getattr(cfg, f.name), f.metadata
+        if m["ok"]:
+            ok, must = m["ok"](v), m["must"]
+        elif f.type is bool:
+            ok, must = type(v) is bool, "True or False"
+        else:
+            lo, hi = m["bounds"]
+            ok, must = type(v) is int and lo <= v <= hi, f"an int in {lo}..{hi}"
+        require(ok, f"{f.name} must be {must}, got {v!r}")
 
 
 SPEC = re.compile(r"(?:(\d+)\*)?(\w+)(?:\((.*)\))?")  # [N*]PREDICTOR[(option=value, ...)]
-READ_AS = {"reads": str, "conv": int, "window": int, "key_dim": int, "value_dim": int, "read_norm": lambda v: {"true": True, "false": False}[v.lower()],
-           "write_alphas": lambda v: tuple(map(float, v.split()))}  # a block's own options, from their text
+FROM_TEXT = {str: str, int: int, bool: lambda v: {"true": True, "false": False}[v.lower()],
+             tuple: lambda v: tuple(map(float, v.split()))}  # a value of each option type, from a spec's text
+READ_AS = {"reads": str, **{f.name: FROM_TEXT[f.type] for f in fields(ReaderOptions)}}  # a block's own options
 
 
 def split(text):
@@ -122,32 +164,39 @@ def split(text):
     return [p.strip() for p in parts]
 
 
-def block_list(predictor, reads="state"):
+def block_list(predictor, reads="state", n_layer=None):
     """The blocks a spec lists -> [(predictor, reads, own options), ...]: one entry (every block alike)
     or one per block. `predictor` is one spec or a comma list; a spec is [N*]PREDICTOR[(option=value, ...)]:
     N blocks alike, with their own reads (state | history) or reader options (write_alphas as
     space-separated decays, read_norm true|false, conv, window), which the model-wide fields give otherwise:
         "linear"                                          the paper's model
         "3*gated_delta(conv=4),softmax_attn(reads=history)"   three write blocks, one attention block on top
-    The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike."""
+    The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike.
+    n_layer: the model's depth, which a spec's counts are held to before they are expanded."""
     names = list(predictor) if isinstance(predictor, tuple) else split(predictor)
     reads = list(reads) if isinstance(reads, tuple) else split(reads)
-    out = []
+    specs = []
     for text in names:
         m = SPEC.fullmatch(text)
         require(m, f"predictor: {text!r} is not a block spec [N*]PREDICTOR[(option=value, ...)], e.g. "
                    f"3*delta(conv=4),softmax_attn(reads=history)")
+        require(int(m[1] or 1) > 0, f"predictor: {text!r} names no block; a count N in N*PREDICTOR is at least 1")
         own = {}
         for item in filter(None, split(m[3] or "")):
             key, _, value = item.partition("=")
             key = key.strip()
             require(key in READ_AS,
                     f"predictor: a block's own options are {', '.join(READ_AS)}, got {item!r} in {text!r}")
+            require(key not in own, f"predictor: {key} is given twice in {text!r}; give it once")
             try:
                 own[key] = READ_AS[key](value.strip())
             except (ValueError, KeyError):
                 require(False, f"predictor: {item!r} in {text!r} is not a {key} value")
-        out += [(m[2], own)] * int(m[1] or 1)
+        specs.append((m[2], own, int(m[1] or 1)))
+    count = sum(n for *_, n in specs)
+    require(n_layer is None or count in (1, n_layer), f"predictor names {count} blocks; the model has n_layer = "
+                                                      f"{n_layer}: one spec for all, or one per block")
+    out = [(p, own) for p, own, n in specs for _ in range(n)]  # counted above: a huge N is refused, not expanded
     if len(reads) > 1 and len(reads) != len(out):  # the older spelling: one name per block in both lists
         require(len(out) == 1, f"reads names {len(reads)} blocks, predictor {len(out)}: one per block in both, or one "
                                f"reads for all")
@@ -158,7 +207,7 @@ def block_list(predictor, reads="state"):
 
 def blocks(cfg):
     """The one reading of a model's blocks: block_list(cfg.predictor, cfg.reads), n_layer of them."""
-    out = block_list(cfg.predictor, cfg.reads)
+    out = block_list(cfg.predictor, cfg.reads, cfg.n_layer)
     out = out * cfg.n_layer if len(out) == 1 else out
     require(len(out) == cfg.n_layer, f"predictor names {len(out)} blocks; the model has n_layer = {cfg.n_layer}: "
                                      f"one spec for all, or one per block")
@@ -189,11 +238,12 @@ class Reader(nn.Module):
     """The reader contract, with its defaults: x̂ = forward(u (B, T, C), h_prev (B, T, S, C)) ->
     (B, T, C), strictly causal (x̂_t from u_t and h_{<t} only). A position-wise reader writes
     forward and what differs from these defaults:
-        options = ()                             the reader options (SPENConfig fields: write_alphas,
-                                                 read_norm, conv, window) it reads; spen.check refuses
-                                                 one set on a model whose readers all leave it out
+        options = ()                             the reader options (ReaderOptions, each declared once
+                                                 there) it reads; spen.check refuses one set on a
+                                                 model whose readers all leave it out
         check(cfg)                               a one-line ValueError (`require`) for a value of its
-                                                 options (or sizes) it cannot take; default: none
+                                                 options (or sizes) it cannot take beyond what their
+                                                 declarations say (check_options); default: none
         init_state(B, device) -> None            no state beyond the S*C traces the block holds
         step(u_t, h_prev_t, state) -> (x̂_t, state)   forward at one token
         state_floats(T) -> 0                     numbers step() holds per sequence beyond the traces
@@ -391,8 +441,7 @@ class SoftmaxAttnHistory(_HistoryAttention):
     @classmethod
     def check(cls, cfg):
         super().check(cfg)  # the heads
-        w = cfg.window
-        require(type(w) is int and 0 <= w, f"window must be an int >= 0 (0: none), got {w!r}")
+        w = cfg.window  # an int >= 0 (check_options)
         require(w < cfg.block_size, f"window ({w}) must be below block_size ({cfg.block_size}); 0 for no window")
 
     def __init__(self, cfg):

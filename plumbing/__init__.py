@@ -5,14 +5,12 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
 
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
-    runtime       where a run computes (device, dtype, autocast) and how fast (MFU)
-    placement     where one training process sits: DDP rank and world, device, autocast (train.py's setup)
-    provenance    the header a run's log opens with: argv, commit, versions, device, sizes, config
+    runtime       where a run computes (device, dtype, a training process's rank), how fast (MFU), its log's header
     memory        will a run fit: its memory estimate against the device's, before anything is allocated
     registry      the named models every experiment reads (name -> Model(family, config overrides))
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
-    tables        results as files: markdown tables, figures, the results JSON, mean ± std
-    records       what is read back from a run folder, checked for type and finiteness (one line if damaged)
+    tables        results as files: tables, figures, the results JSON, mean ± std; probe, recall, scaling's reports
+    records       what is read back from a run folder, checked for type, finiteness and range (one line if damaged)
     corpus        tokenizers and token caches (data.py is its command line)
     sources       where documents come from (builtin, files:PATH, the hub)
     shards        the resumable sharded cache build
@@ -20,13 +18,8 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     evaluate      the splits a run reads; the paper's evaluation protocol (every token once, eval.json)
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
-    timing        bench.py's timers and memory readings
-    bench_steps   bench.py's sections on one training step: memory per token, compile, speed on CUDA
-    bench_report  the tables bench.py prints, read from its results JSON
-    scaling_report  scaling.py's scaling.md and scaling.png, from its record
-    probe_report  the results.md and roles.png probe.py writes, read from its results dict
+    timing        how bench.py measures: timers, memory readings, its sections on a training step, its tables
     ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
-    recall_report  the recall.md and recall.png recall.py writes, read from its recall.json dict
 
 Importing the package imports none of them.
 """

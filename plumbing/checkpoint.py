@@ -55,6 +55,7 @@ Run: nothing to run; see train.py.
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -75,9 +76,11 @@ from spen import SPEN, SPENConfig
 MODELS = {"spen": (SPENConfig, SPEN), "gpt": (GPTConfig, GPT)}
 
 
-METADATA = dict(model=dict, kind=str, config=dict, train=dict, step=int, best_val=records.Opt(float),
-                val_loss=records.Opt(float), pending=records.Opt((dict, records.NULL)))
-# what a checkpoint holds beside its tensors, as read back (best_val is inf, val_loss NaN, before the first evaluation)
+METADATA = dict(model=records.Each(torch.Tensor), kind=str, config=dict, train=dict, step=records.STEP,
+                best_val=records.Opt(records.Range(float, 0)), val_loss=records.Opt(float),
+                pending=records.Opt((dict, records.NULL)), optimizer=records.Opt(dict), digest=records.Opt(str))
+# what a checkpoint holds, as read back (best_val is inf, val_loss NaN, before the first evaluation; a checkpoint
+# from before the digest has none)
 
 
 class CheckpointError(cli.UserError):
@@ -256,13 +259,33 @@ def load(path, keep=False):
     if missing or ckpt.get("kind") not in MODELS:
         raise CheckpointError(f"checkpoint {path} is not a train.py checkpoint of this version "
                               f"(missing {missing or 'a known model kind'}); train a new one")
-    wrong = records.shape_error(ckpt, METADATA, "its metadata") or (ckpt["step"] < 0 and "its step is negative")
+    wrong = records.shape_error(ckpt, METADATA, "its metadata") or weights_error(ckpt["model"], ckpt.get("digest"))
     if wrong:
         raise CheckpointError(f"checkpoint {path} is damaged ({wrong}); delete it or point to another one")
     _kept.clear()
     if keep:
         _kept[stamp] = ckpt
     return ckpt
+
+
+def digest(weights):
+    """The sha256 of a state_dict (each tensor's name, dtype, shape and bytes, in order): a checkpoint stores
+    it beside its weights, and `load` refuses weights whose bytes changed on disk."""
+    h = hashlib.sha256()
+    for name, t in weights.items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name} {t.dtype} {tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def weights_error(weights, saved_digest=None):
+    """What is wrong with a checkpoint's weights, in words, or None: bytes that differ from the digest saved
+    with them (a checkpoint from before the digest has none to compare), or a weight that is not finite."""
+    if saved_digest is not None and digest(weights) != saved_digest:
+        return "its weights differ from the digest saved with them: bytes changed on disk"
+    bad = next((k for k, t in weights.items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    return bad and f"its weight {bad} is not finite"
 
 
 def build(ckpt, path):

@@ -24,7 +24,7 @@ c4,wikitext103`), and out_dir/eval.json holds each corpus's loss and perplexity 
 window-by-window reference.
 
 Arguments: `cfg` is a train.TrainConfig (read for the corpora, cache, block_size, batch_size,
-eval_iters, eval_tokens, yardsticks), `place` a placement.Placement (device, autocast, DDP rank and
+eval_iters, eval_tokens, yardsticks), `place` a runtime.Placement (device, autocast, DDP rank and
 world); nothing here imports train.py.
 """
 

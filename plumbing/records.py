@@ -1,8 +1,8 @@
 """Records read back from a run folder, validated like flags: every value a command reads from a
 file it or an earlier run wrote (metrics.jsonl, copy.jsonl, a grid's runs/NAME.json, ablate.py's
-result.json, a results JSON, a checkpoint's metadata) is checked here for type and finiteness where
-it is read, against the shape its reader needs; a damaged record (NaN, a string step, a list where
-an object belongs, a missing field) is one line (cli.UserError) naming the file, the line and what
+result.json, a results JSON, a checkpoint's metadata) is checked here for type, finiteness and range
+where it is read, against the shape its reader needs; a damaged record (NaN, a string step, a negative
+step or loss, a list where an object belongs, a missing field) is one line (cli.UserError) naming the file, the line and what
 to do, never a NaN in a table and never a crash later in a figure.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556) draws its claims from tables and curves built
@@ -15,6 +15,8 @@ Shapes (`shape_error`):
     {key: shape}                  an object holding at least these keys (Opt(shape): may be absent)
     [shape]                       a list of such items
     Each(shape)                   an object whose every value has the shape
+    Range(types, lo, hi)          a value of types that is None or a number in [lo, hi] (NaN is in no
+                                  range): STEP an integer >= 0, LOSS a finite number >= 0, FRACTION in [0, 1]
     None                          anything
 
     recs = records.read_jsonl(path, records.METRICS)   # [] when there is none; one line when damaged
@@ -47,6 +49,19 @@ class Opt:
         self.shape = shape
 
 
+class Range:
+    """A shape: a value of `types` (a type or a tuple, as above) that, unless None, lies in [lo, hi]."""
+
+    def __init__(self, types, lo, hi=math.inf):
+        self.types, self.lo, self.hi = types, lo, hi
+
+
+STEP = Range(int, 0)  # a step or a count
+LOSS = Range(NUMBER, 0)  # a loss in nats (a cross-entropy is never negative)
+FRACTION = Range(NUMBER, 0, 1)  # an accuracy, a share of tokens
+MAYBE_LOSS = Range((*NUMBER, NULL), 0)  # a loss where none may be measured (an empty split)
+
+
 def shape_error(value, shape, where="it"):
     """Where value departs from shape, in words ('curves.gpt_c32.points[3].val_loss is NaN, not a
     finite number'), or None when it fits (the shapes: see the module docstring)."""
@@ -54,6 +69,11 @@ def shape_error(value, shape, where="it"):
         return None
     if isinstance(shape, Opt):
         return shape_error(value, shape.shape, where)
+    if isinstance(shape, Range):
+        wrong = shape_error(value, shape.types, where)
+        if wrong or value is None or shape.lo <= value <= shape.hi:
+            return wrong
+        return f"{where} is {value}, not in [{shape.lo}, {shape.hi}]"
     if isinstance(shape, dict):
         if not isinstance(value, dict):
             return f"{where} is {_kind(value)}, not an object"
@@ -91,13 +111,15 @@ def _kind(x, real=True):
 # ---- the record files of a run folder ---------------------------------------------------------
 
 # train.py's metrics.jsonl: one record per step (grad_norm is not read back: fp16 may log inf there)
-METRICS = dict(step=int, train_loss=Opt(NUMBER), lr=Opt(NUMBER), ms=Opt(NUMBER), val_loss=Opt(NUMBER))
+METRICS = dict(step=STEP, train_loss=Opt(LOSS), lr=Opt(Range(NUMBER, 0)), ms=Opt(Range(NUMBER, 0)),
+               val_loss=Opt(LOSS))
 # scaling.py's copy.jsonl: the copy split of one point of a curve (plumbing/repeats.py copy_split)
-COPY = dict(step=int, tokens=NUMBER, loss_copy=(*NUMBER, NULL), loss_other=(*NUMBER, NULL),
-            copy_fraction=Opt(NUMBER), by_distance=[dict(loss=(*NUMBER, NULL), fraction=Opt(NUMBER))])
+COPY = dict(step=STEP, tokens=Range(NUMBER, 0), loss_copy=MAYBE_LOSS, loss_other=MAYBE_LOSS,
+            copy_fraction=Opt(FRACTION), by_distance=[dict(loss=MAYBE_LOSS, fraction=Opt(FRACTION))])
 # scaling.py's scores.jsonl: one point scored on the whole val split, per-window sums (repeats.window_scores)
-SCORES = dict(step=int, tokens=NUMBER, machine=str, windows=dict(n=[int], loss=[NUMBER], copy_n=[int],
-                                                                 copy_loss=[NUMBER], bin_n=[[int]], bin_loss=[[NUMBER]]))
+SCORES = dict(step=STEP, tokens=Range(NUMBER, 0), machine=str, windows=dict(n=[STEP], loss=[LOSS], copy_n=[STEP],
+                                                                           copy_loss=[LOSS], bin_n=[[STEP]],
+                                                                           bin_loss=[[LOSS]]))
 RUN_RECORDS = {"metrics.jsonl": METRICS, "copy.jsonl": COPY, "scores.jsonl": SCORES}  # read_jsonl's shape by file name
 FIXES = {"metrics.jsonl": "fix or delete that line, or train the run anew in another --out_dir",
          "copy.jsonl": "delete copy.jsonl: the same command measures its points again from the checkpoints",

@@ -1,5 +1,6 @@
-"""Where a run computes and how fast: the device and autocast dtype, MFU against an exact table of
-GPU peaks, step timing (Speed), the glibc allocator setting bench.py
+"""Where a run computes and how fast: the device and autocast dtype, where one process of a training
+run sits (Placement: its DDP rank and world, read once by train.py's setup; the process group starts
+later, start_group, once every rank has its data), MFU against an exact table of GPU peaks, step timing (Speed), the glibc allocator setting bench.py
 measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load,
 StopFlag (Ctrl-C or SIGTERM stops train.py's loop before its next micro-batch) and
 compiled_or_eager (torch.compile, or one warning and the eager model).
@@ -12,17 +13,24 @@ StopFlag: tests/test_train.py's Ctrl-C tests and tests/test_stop.py; compiled_or
 """
 
 import ctypes
+import json
 import os
 import platform
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
+import torch.distributed as dist
 
-from plumbing import cli
+from plumbing import cli, ngram
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: its git commit (header)
 
 EVAL_SEED = 1234  # seed of the validation batches: the same for every run, whatever its seed
 WARMUP_STEPS = 3  # steps of each process left out of ms/step, MFU and ETA (compilation, allocator warm-up)
@@ -265,3 +273,77 @@ class StopFlag:
     def restore(self):
         for s, h in self.old.items():
             signal.signal(s, h)
+
+
+# ---- where one process of a training run sits (train.py's setup) ---------------------------
+
+
+@dataclass
+class Placement:
+    """Where this process runs: rank/world for DDP, the device, and the autocast context."""
+    rank: int
+    world: int
+    ddp: bool
+    device: str
+    device_type: str
+    dtype: str
+    autocast: object
+
+    @property
+    def master(self):
+        return self.rank == 0
+
+
+def header(cfg, place, model, yardsticks, name):
+    """The lines a run's log opens with (its provenance): argv, commit, versions, device, the model's sizes
+    (of model, the one the run trains), config. cfg a TrainConfig, place its Placement, name the validation
+    corpus, yardsticks: the n-gram losses of its val corpus or None."""
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                cwd=ROOT, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    T, squeezed = cfg.block_size, ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma
+    counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
+               f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
+               f"not counted (python data.py --dataset {name} --baselines, or --yardsticks count)")
+    return [f"argv: {' '.join(sys.argv)}",
+            f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "
+            f"numpy {np.__version__} | {platform.platform()}",
+            f"device: {place.device} ({device_name(place.device)}) x {place.world} process(es), "
+            f"{torch.get_num_threads()} CPU threads, dtype {place.dtype}" + (f" | note: {hidden_gpu()}" if hidden_gpu() else ""),
+            f"params: {model.num_params():,} | recurrent state {model.state_floats(T):,} floats per sequence and layer at "
+            f"T = {T} (traces {len(getattr(model.config, 'alphas', ())) * cfg.n_embd:,}) | train FLOPs/token "
+            f"{model.flops_per_token(T):.4g} | yardsticks on {name} val: {counted}",
+            f"config: {json.dumps(asdict(cfg), sort_keys=True)}"]
+
+
+def setup_process(cfg):
+    """Resolve the device (one-line error if it is not there) and this process's DDP rank (the
+    process group starts later, in start_group, once the data is ready), pick autocast."""
+    device, kind = resolve_device(cfg.device)
+    if cfg.data != "builtin" and kind == "cpu" and cfg.device == "auto" and cfg.max_iters * cfg.grad_accum * \
+            cfg.batch_size * cfg.block_size > 1e9 and not cfg.eval_only:
+        raise cli.ConfigError((hidden_gpu() or "no GPU here") + "; this run trains over 1B tokens (the default "
+                              "preset 130m is the paper run); on a CPU run: python train.py --preset cpu")
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    rank, world = 0, 1
+    if ddp:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        if kind == "cuda":
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+            torch.cuda.set_device(device)
+    cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
+                "processes ({})", cfg.grad_accum, world)
+    dtype = resolve_dtype(cfg.dtype, kind)
+    if kind == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return Placement(rank, world, ddp, device, kind, dtype, autocast(dtype, kind))
+
+
+def start_group(place):
+    """Start the DDP process group (nccl on CUDA, gloo on CPU) once every rank has its data, so
+    no collective waits through a tokenization (see evaluate.wait_for_caches)."""
+    if place.ddp and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if place.device_type == "cuda" else "gloo")

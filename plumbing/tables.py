@@ -13,15 +13,29 @@ truncated record, a NaN): every results file a command reads is checked so, and 
 line naming it, instead of a traceback from deep inside a table (plumbing/records.py holds the
 shapes and the readers of a run folder's records).
 
-Run: nothing to run; tests/test_tables.py.
+Each command's report is here too, written from its results dict (what the numbers mean is in the
+command's docstring): probe.py's results.md (the role accuracies of the four readers beside the
+paper's) and roles.png (probe_md, probe_plot); recall.py's recall.md (accuracy per model and pair
+count, the binding, the plateau exits, accuracy by distance) and recall.png (recall_md,
+recall_plot); scaling.py's scaling.md (the curves, the overfitting watch, the copy splits, the
+whole split, where GPT overtakes) and scaling.png (scaling_md, scaling_plot).
+
+Paper: "EMA Is Not All You Need" (arXiv 2604.08556): its results tables, and the claims
+results/probe, results/recall and results/scaling test.
+
+Run: nothing to run; tests/test_tables.py, and each command's tests (tests/test_recall.py re-renders
+a committed report).
 """
 
 import dataclasses
 import json
 import os
+import pathlib
 import statistics
 
-from plumbing import checkpoint, cli
+import torch
+
+from plumbing import checkpoint, cli, ngram, repeats
 from plumbing.records import NUMBER, Each, shape_error  # the shapes of what is read back (plumbing/records.py)
 
 
@@ -119,3 +133,283 @@ def load_record(path, cfg, part, what, same=(), shape=dict):
     cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,
                 what, ", ".join(differ))
     return body
+
+# ---- probe.py's report: results.md, roles.png ------------------------------------------------
+
+
+def probe_md(res, path, who, contexts):
+    """results.md: the summary table against the paper's numbers (res["paper"]), then per role.
+    who: the four readers' labels in column order (probe.WHO); contexts: the rc_verb contexts and
+    their descriptions (probe.RC_VERB_CONTEXTS)."""
+    s, p = res["std"], res["paper"]
+    cell = lambda g, k: f"{res[g][k]:.3f} ± {s[g][k]:.3f}"
+    row = lambda label, g, keys, paper_spcn="-", paper_bigru="-": [label, *(cell(g, k) for k in keys), paper_spcn,
+                                                                   paper_bigru]
+    four = ("spcn", "untrained", "gru", "bigru")
+    rv = res["roles"]["rc_verb"], s["roles"]["rc_verb"]
+    pe = res["prediction_error"]
+    lines = [
+        f"# Role probes: SPCN (EMA traces), trained and untrained, vs supervised causal GRU and BiGRU "
+        f"({res['seeds']} seed{'s' if res['seeds'] > 1 else ''}, {res['seconds']:.0f} s)", "",
+        f"Command: `{res['command']}`", "",
+        "SPCN columns: linear probes on activity + EMA traces, fit on A-train roles (the SPCN itself "
+        "never sees a label). Taggers: trained on A-train roles. Mean ± std over seeds.", ""]
+    rows = [
+        row("within A", "within", ("traces", "untrained", "gru", "bigru"), f"{p['within_traces']:.3f}"),
+        ["within A, instantaneous activity only", cell("within", "instantaneous"), "-", "-", "-",
+         f"{p['within_instantaneous']:.3f}", "-"],
+        ["within A, relative to the BiGRU", *(f"{res['within'][k] / res['within']['bigru']:.1%}"
+                                              for k in ("traces", "untrained", "gru", "bigru")),
+         f"{p['spcn_over_bigru']:.0%}", "-"],
+        row("transfer A -> B, overall", "transfer", four, f"{p['transfer_spcn']:.3f}"),
+        row("deep-embedded roles, transfer", "deep_embedded", four, f"{p['deep_embedded']:.2f}"),
+        row("deep-embedded roles, within A", "deep_embedded_within", four),
+        row("structural roles, transfer", "structural_transfer", four),
+        row("content roles, transfer", "content_transfer", four, "-", "better than SPCN"),
+        ["rc_verb, transfer", *(f"{rv[0]['transfer_' + w]:.3f} ± {rv[1]['transfer_' + w]:.3f}" for w in four),
+         f"{p['rc_verb_transfer_spcn']:.3f}", f"{p['rc_verb_transfer_bigru']:.3f}"]]
+    rows += [row(f"rc_verb, transfer, {desc}", "rc_verb_transfer_by_context", [f"{w}_after_{c}" for w in four])
+             for c, desc in contexts.items()]
+    rows += [["prediction error per unit, A-test / B-test",
+              *(f"{pe[w]['within']:.4f} / {pe[w]['transfer']:.4f}" for w in ("spcn", "untrained")), "-", "-", "-", "-"],
+             ["parameters", "-", "-", f"{res['params']['gru']:,}", f"{res['params']['bigru']:,}", "-", "-"]]
+    lines += md_table(["quantity", *who.values(), "paper SPCN", "paper BiGRU"], rows)
+    lines += ["", "## Per role (mean over seeds)", ""]
+    lines += md_table(
+        ["role", "kind", *(f"within {v}" for v in who.values()), *(f"transfer {v}" for v in who.values())],
+        ([r, d["kind"], *(d[f"{sp}_{w}"] for sp in ("within", "transfer") for w in four)]
+         for r, d in res["roles"].items()))
+    save_text("\n".join(lines) + "\n", path)
+
+
+def probe_plot(res, path):
+    """roles.png: accuracy per role of the four readers, within Grammar A and in transfer to B."""
+    plt = pyplot()
+
+    roles = list(res["roles"])
+    fig, axes = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True)
+    x = torch.arange(len(roles)).float()
+    bars = (("spcn", "tab:blue", "SPCN, PGHU (activity + traces)"),
+            ("untrained", "lightsteelblue", "SPCN, untrained (same traces, no PGHU)"),
+            ("gru", "tab:green", "causal GRU (supervised, left context)"),
+            ("bigru", "tab:orange", "BiGRU (supervised, both sides)"))
+    for ax, split_name in zip(axes, ("within", "transfer")):
+        for i, (who, color, label) in enumerate(bars):
+            vals = [res["roles"][r][f"{split_name}_{who}"] for r in roles]
+            ax.bar(x + 0.2 * (i - 1.5), vals, width=0.2, color=color, label=label)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel(f"{split_name} accuracy")
+        ax.set_title("within Grammar A (held-out)" if split_name == "within"
+                     else "transfer: trained on A, tested on B", fontsize=10)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, 0.95))
+    axes[1].set_xticks(x.tolist())
+    axes[1].set_xticklabels(roles, rotation=60, ha="right", fontsize=8)
+    for lab, r in zip(axes[1].get_xticklabels(), roles):
+        lab.set_color("tab:red" if res["roles"][r]["kind"] == "content" else "black")
+    fig.suptitle("Role accuracy per role (red labels: content roles)")
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+
+# ---- recall.py's report: recall.md, recall.png -----------------------------------------------
+
+
+RECALL_NOTES = "## Notes"  # recall.md from this heading on is hand-written and kept when the table is rewritten
+
+
+def recall_md(res, path, val_seed, test_seed):
+    """recall.md: accuracy per variant and pair count, the binding, the plateau exits and accuracy by
+    distance (val_seed, test_seed: the data seeds of the validation and test sequences, named in
+    it); a hand-written part from RECALL_NOTES on, in the file already there, is kept."""
+    s, pairs = res["settings"], list(res["settings"]["pairs"])
+    vs = res["variants"]
+    recipe = (f"{s['steps']} steps x {s['batch_size']} fresh sequences (the first {s['curriculum']} with "
+              f"N = {min(pairs)} only), AdamW lr {s['lr']:g} (warmup {s['warmup']}, constant, linear decay to 0 over the last "
+              f"{s['decay']}), weight decay {s['weight_decay']:g}, clip 1.0, the same for every variant")
+    lines = [f"# MQAR recall: accuracy at answer positions (test sequences, data seed {test_seed})", "",
+             f"`{res['command']}`", "",
+             f"T = {s['block_size']}, C = {s['n_embd']}, {s['n_layer']} layer(s), {s['n_head']} head(s); {recipe}; "
+             f"{s['seeds']} seed(s); {s['n_keys']} keys, {s['n_values']} values (chance {res['chance']:.4f}). "
+             f"Wall {res['seconds']:.0f} s for this invocation with {s['workers']} worker(s) of one thread each on "
+             f"{res['hardware']} ({res['reused']} of the runs reused from runs/); the runs' own times sum to "
+             f"{res['run_seconds']:.0f} s.", ""]
+    lines += md_table(
+        ["variant", "params", "state floats / layer", "capacity (pairs)"] + [f"N={N} (1/N={1 / N:.2f})" for N in pairs],
+        ([v + (f" (seed {', '.join(map(str, r['diverged_seeds']))} diverged: not averaged)"
+               if r.get("diverged_seeds") else ""), f"{r['params']:,}", f"{r['state_floats']:,}",
+          f"{r['capacity_pairs']:.1f}"]
+         + [f"{r['acc'][str(N)]:.3f} ± {r['acc_std'][str(N)]:.3f}" for N in pairs] for v, r in vs.items()))
+    lines += ["", "Binding, (accuracy - 1/N) / (1 - 1/N): 0 is the 1/N plateau (a model that knows which values "
+              "occurred, not which key each belongs to), 1 perfect recall.", ""]
+    lines += md_table(["variant"] + [f"N={N}" for N in pairs],
+                             ([v] + [f"{r['binding'][str(N)]:+.3f}" for N in pairs] for v, r in vs.items()))
+    lines += ["", f"Plateau exit: the first validation evaluation (every {s['eval_every']} steps, {s['val_seqs']} "
+              "sequences per N, data seed " f"{val_seed}) whose accuracy at N pairs is above (1/N + 1) / 2; "
+              "'-' = never within the budget; one entry per seed.", ""]
+    lines += md_table(["variant"] + [f"N={N} (> {res['threshold'][str(N)]:.3f})" for N in pairs],
+                             ([v] + [", ".join("-" if x is None else f"{x:,}" for x in r["exit_step"][str(N)])
+                                     for N in pairs] for v, r in vs.items()))
+    bins = sorted({int(d) for r in vs.values() for d in r["acc_distance"]})
+    lines += ["", "Accuracy by key-to-query distance d (all pair counts pooled; bin = [lo, 2 lo)):", ""]
+    lines += md_table(["variant"] + [f"d>={d}" for d in bins],
+                             ([v] + [r["acc_distance"].get(str(d), float("nan")) for d in bins] for v, r in vs.items()))
+    lines += diverged_lines(res)
+    old = pathlib.Path(path).read_text(encoding="utf-8") if os.path.exists(path) else ""
+    notes = old[old.index(RECALL_NOTES):] if RECALL_NOTES in old else ""
+    save_text("\n".join(lines) + "\n" + ("\n" + notes if notes else ""), path)
+
+
+MARKERS = "os^DvP*Xp"  # one per variant: lines that coincide (several at 1.000) stay apart
+
+
+def recall_plot(res, path, dashed):
+    """recall.png: accuracy by N, by distance, and the validation curve at N = 8 (seed 0). Each
+    variant has its own marker, a small sideways offset and a line thinner than the one before,
+    so a line at the same accuracy as another (gpt and softmax_history at 1.000) shows around it.
+    dashed: the variants whose state has a fixed size whatever T (recall.FIXED), drawn dashed."""
+    plt = pyplot()
+    pairs, every = list(res["settings"]["pairs"]), res["settings"]["eval_every"]
+    ref = 8 if 8 in pairs else max(pairs)  # the pair count whose learning curve is drawn
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, 4))
+    for i, (v, r) in enumerate(res["variants"].items()):
+        style, shift = ("--" if v in dashed else "-") + MARKERS[i % len(MARKERS)], i - (len(res["variants"]) - 1) / 2
+        side, lw = (lambda xs: [x * 2 ** (0.04 * shift) for x in xs]), 3.5 - 0.35 * i  # log axes: a few % apart
+        a1.errorbar(side(pairs), [r["acc"][str(N)] for N in pairs], [r["acc_std"][str(N)] for N in pairs],
+                    fmt=style, ms=4, lw=lw, capsize=2, label=v)
+        d = sorted(int(k) for k in r["acc_distance"])
+        a2.plot(side(d), [r["acc_distance"][str(k)] for k in d], style, ms=4, lw=lw, label=v)
+        curve = r["curves"][0]  # seed 0
+        a3.plot([step + 0.08 * every * shift for step, _ in curve], [acc[str(ref)] for _, acc in curve], style, ms=3,
+                lw=lw, label=v)
+    a1.plot(pairs, [1 / N for N in pairs], "k:", label="1/N (knows which values, not which key)")
+    a3.axhline(1 / ref, color="k", ls=":", lw=0.8, label=f"1/N = 1/{ref}")
+    a3.axhline(res["threshold"][str(ref)], color="k", lw=0.6, label="plateau exit: > (1/N + 1) / 2")
+    for a in (a1, a2, a3):
+        a.axhline(res["chance"], color="grey", lw=0.8, label="chance 1/M")
+        a.set_ylim(-0.02, 1.02)
+        a.set_ylabel("accuracy")
+    for a in (a1, a2):
+        a.set_xscale("log", base=2)
+    a1.set_xlabel("key-value pairs N")
+    a2.set_xlabel("key-to-query distance (bin start, all N pooled)")
+    a3.set_xlabel("optimizer step")
+    a3.set_title(f"validation accuracy at N = {ref} while training (seed 0)")
+    a1.legend(fontsize=7)
+    a3.legend(fontsize=7, loc="center right")
+    a1.set_title("MQAR recall (dashed: state of fixed size whatever T)")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+# ---- scaling.py's report: scaling.md, scaling.png --------------------------------------------
+
+
+def scaling_md(res, path, prepared):
+    """scaling.md: the curves, the overfitting watch, the copy splits, the whole split, the crossovers;
+    `prepared`: the lines naming the prepared GPU runs (scaling.py's presets)."""
+    s, y = res["settings"], res["yardsticks"] or {}
+    unit = "byte" if s["tokenizer"] == "bytes" else "token"
+    lines = [f"# Where GPT overtakes SPEN: validation loss against training {unit}s", "",
+             f"`python scaling.py` on `{s['data']}` ({s['tokenizer']}), {s['n_layer']} blocks, T = {s['block_size']}, "
+             f"{res['tokens_per_step']:,} {unit}s per step, lr {s['lr']:g} after {s['warmup_iters']} warmup steps, "
+             f"{res['schedule']}; seed {s['seed']}, one run per (model, width). Train split: "
+             f"{res['train_split_tokens']:,} {unit}s. Wall time of this invocation {res['seconds']:.0f} s.", ""]
+    if y:
+        lines += [f"Yardsticks (nats/{unit}): unigram {y['unigram']:.3f}, bigram {y['bigram']:.3f}"
+                  + (f", trigram {y['trigram']:.3f}" if "trigram" in y else "") + "."
+                  + (f" Compressors on the same val bytes (NUL separators included; they see the whole split as "
+                     f"context): {ngram.compressor_line(y, unit)}." if ngram.compressor_line(y) else ""), ""]
+    points = [f"{p['tokens']:,}" for p in _longest(res)]
+    lines += md_table(["run", "params", "state floats / layer", "train s", *points],
+                             [[k, f"{c['params']:,}", f"{c['state_floats']:,}", round(c["train_seconds"]),
+                               *(p["val_loss"] for p in c["points"]), *[None] * (len(points) - len(c["points"]))]
+                              for k, c in res["curves"].items()])
+    lines += ["", f"Validation loss (nats/{unit}) after the number of training {unit}s in the header "
+              "(train.py's fixed validation batches). State floats / layer: the numbers per sequence and layer a "
+              "model's step() holds after T tokens (ablate.py's column).", "", "Overfitting watch, at the last point "
+              "of each run:", ""]
+    lines += md_table(["run", "passes over train", "mean train loss since previous point", "val loss",
+                              "val − train"],
+                             [[k, f"{p['epochs']:.2f}", p["train_loss"], p["val_loss"], f"{p['val_loss'] - p['train_loss']:+.3f}"]
+                              for k, c in res["curves"].items() for p in c["points"][-1:] if p["train_loss"] is not None])
+    lines += ["", f"Where the loss goes at the last point with a copy split (ablate.py's split: a target is a copy "
+              f"when it and the {s['copy_k']} tokens before it occurred earlier in the window; {s['hit_seqs']} fixed "
+              "validation windows, the ablation's; every point's split is in scaling.json and the figure):", ""]
+    lines += md_table(["run", "tokens", "loss on copies", "loss on others", "copies − others", "by distance"],
+                             [[k, f"{r['tokens']:,}", r["loss_copy"], r["loss_other"],
+                               None if r["loss_copy"] is None else f"{r['loss_copy'] - r['loss_other']:+.3f}",
+                               ", ".join(f"{repeats.bin_name(b)}: {b['loss']:.3f}" for b in r["by_distance"]
+                                         if b["loss"] is not None)]
+                              for k, c in res["curves"].items() for r in c["copy"][-1:]])
+    scored = [(k, c) for k, c in res["curves"].items() if c.get("scores")]
+    if scored:
+        lines += ["", "The whole validation split (every byte once, copies split inside each window) at the last "
+                  "scored point of the trunk (constant lr) and after its cooldown branch (lr linearly to 0):", ""]
+        lines += md_table(["run", "reading", f"{unit}s", "all", "copies", "copies 128+ back", "others",
+                                  "scored on"],
+                                 [[k, name, f"{r['tokens']:,}", r["all"], r["copies"], r["copies_far"], r["other"],
+                                   "; ".join(c.get("machines", []))]
+                                  for k, c in scored for name, part in (("trunk", c), ("cooldown", c.get("cooldown")))
+                                  if part and part.get("scores") for r in part["scores"][-1:]])
+    lines += ["", "GPT against each SPEN reader at the same width (gap = loss_gpt − loss_spen; negative: GPT ahead):", ""]
+    lines += md_table(["pair", "measured up to", "gap at the last point", f"crossover {unit}s",
+                              f"slope of the gap per e-fold of {unit}s (fit on the last points)", "extrapolated zero"],
+                             [[k, f"{x['up_to_tokens']:,}", f"{x['gap_last']:+.3f}",
+                               f"{x['crossover_tokens']:,.0f}" if x["crossover_tokens"] else "none measured",
+                               f"{x['slope_per_efold']:+.4f} ({x['fit_points']} points)",
+                               f"~{x['tokens_at_zero']:.2g}" if x["tokens_at_zero"] else None]
+                              for k, x in res["crossovers"].items()])
+    lines += ["", "The extrapolation fits a straight line to the gap in log tokens over the last half of the points "
+              "and reads where it reaches zero: a pointer to where to look, not a measurement.", "",
+              "Prepared GPU runs (the same script and schedule; each run reads its own curve):", ""] + prepared
+    save_text("\n".join(lines) + "\n", path)
+
+
+def _longest(res):
+    return max((c["points"] for c in res["curves"].values()), key=len, default=[])
+
+
+def scaling_plot(res, path):
+    plt = pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.5))
+    widths = sorted({c["width"] for c in res["curves"].values()}, reverse=True)
+    models = list(dict.fromkeys(c["model"] for c in res["curves"].values()))
+    for c in res["curves"].values():
+        pts = [p for p in c["points"] if p["tokens"] > 0]
+        style = dict(color=f"C{models.index(c['model'])}", ls=["-", "--", ":", "-."][widths.index(c["width"]) % 4])
+        ax.plot([p["tokens"] for p in pts], [p["val_loss"] for p in pts], marker="o", ms=3, **style,
+                label=f"{c['model']} C={c['width']} ({c['params'] / 1e6:.2f}M)")
+        cp = [r for r in c["copy"] if r["tokens"] > 0 and r["loss_copy"] is not None]
+        if not cp:
+            continue  # no target was a copy (a short --block_size): nothing to draw on the right
+        bx.plot([r["tokens"] for r in cp], [r["loss_copy"] for r in cp], marker="o", ms=3, **style,
+                label=f"{c['model']} C={c['width']}: copies")
+        bx.plot([r["tokens"] for r in cp], [r["loss_other"] for r in cp], marker="x", ms=4, alpha=0.5, **style,
+                label=f"{c['model']} C={c['width']}: others")
+    for k, ls in (("bigram", "-."), ("trigram", ":")):
+        if res["yardsticks"] and k in res["yardsticks"]:
+            ax.axhline(res["yardsticks"][k], color="k", lw=1, ls=ls, label=f"{k} yardstick ({res['yardsticks'][k]:.2f})")
+    for k, shade in zip(ngram.COMPRESSORS, ("0.35", "0.55", "0.75")):
+        if k in (res["yardsticks"] or {}):
+            ax.axhline(res["yardsticks"][k], color=shade, lw=1.2, ls=":", label=f"{k} on val ({res['yardsticks'][k]:.2f})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    unit = "bytes" if res["settings"]["tokenizer"] == "bytes" else "tokens"
+    ax.set_xlabel(f"training {unit} (constant lr after warmup)")
+    ax.set_ylabel(f"validation loss (nats/{unit[:-1]})")
+    ax.set_title(f"where GPT overtakes SPEN: {res['settings']['data']} ({res['settings']['tokenizer']})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    if bx.get_legend_handles_labels()[0]:  # no copy split recorded (no target was a copy): no log axes to scale
+        bx.set_xscale("log")
+        bx.set_yscale("log")
+    bx.set_xlabel(f"training {unit}")
+    bx.set_ylabel(f"validation loss (nats/{unit[:-1]})")
+    bx.set_title(f"targets an in-context copy (>= {res['settings']['copy_k']} tokens) predicts (o) vs the rest (x)")
+    bx.grid(alpha=0.3, which="both")
+    if bx.get_legend_handles_labels()[0]:  # no copy split recorded: no legend to draw
+        bx.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

@@ -144,3 +144,104 @@ def test_every_registered_reader_is_covered(capsys):
     with capsys.disabled():
         print(f"\ntests/test_readers.py: {len(covered)} readers covered of len(spen.READERS) = {len(spen.READERS)}, "
               f"{len(CASES)} cases with their options")
+
+
+# A reader added as the README's guide says ("Adding a reader"): one class in writes.py, one WRITE_READERS line
+# (and one plumbing/registry.py entry, which tests/test_registry.py follows through every command).
+NEW_READER = '''
+
+class RunningMean(Reader):
+    """x̂_t = W m_t, m_t = (1 / t) sum_{j<t} u_j, the mean of the block inputs before t (0 at t = 0):
+    a reader with a state of its own (the running sum), its loop and its fast path (a cumsum)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.loop = cfg.trace_method == "loop"
+        self.w = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+
+    def forward(self, u, h_prev):
+        B, T, C = u.shape
+        if self.loop:  # the definition, one token at a time
+            s, out = u.new_zeros(B, C), []
+            for t in range(T):
+                out.append(s / max(t, 1))
+                s = s + u[:, t]
+            m = torch.stack(out, 1) if out else u  # (B, T, C)
+        else:  # the sum before t is the cumsum shifted by one
+            count = torch.arange(T, device=u.device).clamp(min=1)[:, None]  # (T, 1)
+            m = F.pad(u.cumsum(1), (0, 0, 1, 0))[:, :T] / count  # (B, T, C)
+        return self.w(m)
+
+    def init_state(self, batch_size, device):
+        return dict(s=torch.zeros(batch_size, self.w.in_features, device=device), t=0)
+
+    def step(self, u_t, h_prev_t, state):
+        y = self.w(state["s"].to(u_t.dtype) / max(state["t"], 1))  # (B, C)
+        return y, dict(s=state["s"] + u_t, t=state["t"] + 1)
+
+    def state_floats(self, T):
+        return self.w.in_features  # the running sum
+'''
+
+
+def test_a_new_reader_lands_where_the_guide_sends_it(tmp_path, monkeypatch):
+    """A 33-line reader and its table line added to a copy of writes.py, as the guide says: the file stays
+    under its cap (room to grow), and the reader passes the contract every registered reader passes (fast
+    path against its loop, causality, step against forward, an option it does not declare refused) and is a
+    choice of the commands' flags once registered."""
+    import importlib.util
+    import os
+
+    import recall
+    import train
+    from plumbing import registry
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "writes.py")) as f:
+        text = f.read()
+    table = "WRITE_READERS = {\n"
+    assert table in text and len(NEW_READER.splitlines()) > 30
+    text = text.replace(table, NEW_READER.lstrip("\n") + "\n\n" + table + '    ("running_mean", "state"): RunningMean,\n')
+    (tmp_path / "writes_grown.py").write_text(text)
+    assert len(text.splitlines()) <= 540, "writes.py has no room for the next reader (tests/test_imports.py's cap)"
+    spec = importlib.util.spec_from_file_location("writes_grown", tmp_path / "writes_grown.py")
+    grown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(grown)
+    monkeypatch.setitem(spen.READERS, ("running_mean", "state"), grown.WRITE_READERS["running_mean", "state"])
+    monkeypatch.setitem(registry.MODELS, "running_mean", registry.Model("state, a running mean", dict(
+        model="spen", predictor="running_mean", reads="state", context="ema")))
+    test_fast_path_equals_reference_loop_values_and_gradients("running_mean", "state", {})
+    test_causal("running_mean", "state", {})
+    test_step_equals_forward_and_holds_state_floats("running_mean", "state", {})
+    test_an_option_the_reader_does_not_declare_is_refused("running_mean", "state")
+    assert train.make_config("cpu_bytes", predictor="running_mean").predictor == "running_mean"
+    assert recall.RecallConfig(models=("running_mean",)).models == ("running_mean",)
+
+
+def test_each_reader_option_is_declared_once():
+    """Where each reader option's name is written in the code (a string or a field of that name): its one
+    declaration (variants.ReaderOptions: type, default, doc, range), train.py's flag where it has one, and
+    the readers' own lists of what they read. The spec parser, the checks, the config the flags build and
+    the help text derive from the declaration, so none of them names it again."""
+    import ast
+    import os
+    import variants
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readers = {c.__name__ for r in spen.READERS.values() for c in r.__mro__ if issubclass(c, Reader)}
+    files = sorted(f for f in os.listdir(root) if f.endswith(".py") and f != "gpt.py") + sorted(  # GPT's window: its own
+        os.path.join("plumbing", f) for f in os.listdir(os.path.join(root, "plumbing")) if f.endswith(".py"))
+    places = {name: set() for name in OPTIONS}
+    for path in files:
+        with open(os.path.join(root, path)) as f:
+            tree = ast.parse(f.read())
+        for top in tree.body:
+            where = "the readers' own lists" if getattr(top, "name", None) in readers else \
+                f"{path}:{getattr(top, 'name', None) or top.lineno}"
+            for node in ast.walk(top):
+                named = (node.value if isinstance(node, ast.Constant) else
+                         node.target.id if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) else None)
+                if named in places:
+                    places[named].add(where)
+    for name, found in places.items():
+        print(name, sorted(found))
+        assert "variants.py:ReaderOptions" in found and len(found) <= 3, (name, sorted(found))
+    assert set(variants.READ_AS) == {"reads", *OPTIONS}  # the spec parser reads every declared option

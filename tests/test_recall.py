@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from plumbing import cli, grid, recall_report
+from plumbing import cli, grid, tables
 import recall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -127,7 +127,7 @@ def test_plateau_exit_is_the_first_evaluation_above_halfway_from_one_over_n_to_o
 
 
 def test_saved_runs_are_reused_only_under_the_same_settings(tmp_path, monkeypatch):
-    monkeypatch.setattr(recall_report, "plot", lambda res, path, dashed: None)  # the figure is another test's
+    monkeypatch.setattr(tables, "recall_plot", lambda res, path, dashed: None)  # the figure is another test's
     cfg = recall.RecallConfig(out_dir=str(tmp_path), **{**TINY, "models": ("linear",), "seeds": 1})
     first = recall.main(cfg)
     saved = tmp_path / "runs" / "linear_s0.json"
@@ -171,7 +171,8 @@ def test_tiny_run_writes_recall_json_in_the_issue_shape(tmp_path):
                                         (["--steps", "0"], "--steps"),
                                         (["--curriculum", "1501"], "--curriculum"),
                                         (["--query_span", "-1"], "--query_span"),
-                                        (["--steps", "10", "--warmup", "5", "--decay", "6"], "--decay")])
+                                        (["--steps", "10", "--warmup", "5", "--decay", "6"], "--decay"),
+                                        (["--models", "hybrid_ema_kv", "--n_layer", "2"], "--n_layer")])
 def test_bad_settings_fail_with_one_line_and_write_nothing(tmp_path, capsys, argv, flag):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
@@ -253,8 +254,8 @@ def test_committed_reports_render_the_same_numbers_under_the_registry_names(fold
     src = os.path.join(ROOT, "results", "recall", folder, "recall.json")
     res = recall.read_report(src)
     assert "selective_linear" not in res["variants"] and set(res["variants"]) <= set(recall.names())
-    recall_report.write_md(res, str(tmp_path / "recall.md"), recall.VAL_SEED, recall.TEST_SEED)
-    old = open(src[:-len("json")] + "md").read().split(recall_report.NOTES)[0].replace("selective_linear", "selective")
+    tables.recall_md(res, str(tmp_path / "recall.md"), recall.VAL_SEED, recall.TEST_SEED)
+    old = open(src[:-len("json")] + "md").read().split(tables.RECALL_NOTES)[0].replace("selective_linear", "selective")
     rows = [ln for ln in old.splitlines() if ln.startswith("| ")]
     assert rows and not [ln for ln in rows if ln not in (tmp_path / "recall.md").read_text()]
 

@@ -23,6 +23,8 @@ DAMAGES = {  # a good record -> the damaged one, as a line of a .jsonl file
     "a string step": lambda r: json.dumps({**r, "step": str(r["step"])}),
     "a list": lambda r: json.dumps(list(r.values())),
     "a missing field": lambda r: json.dumps({k: v for k, v in r.items() if k != "step"}),
+    "a negative step": lambda r: json.dumps({**r, "step": -1 - r["step"]}),
+    "a negative loss": lambda r: json.dumps({**r, next(k for k in r if k != "step" and isinstance(r[k], float)): -1.0}),
 }
 
 
@@ -49,6 +51,11 @@ def test_a_number_is_finite_and_of_its_type():
     assert records.shape_error({"b": float("inf")}, {"b": float}) is None  # float alone: inf and NaN allowed
     assert records.shape_error({}, {"b": records.Opt(N)}) is None
     assert "x.b" in records.shape_error({"b": float("nan")}, {"b": records.Opt(N)}, "x")
+    # a range: a step, a loss and a fraction are checked for range by the one checker, NaN in none
+    for bad, shape in ((-1, records.STEP), (-1.0, records.LOSS), (1.5, records.FRACTION), (float("nan"),
+                                                                                     records.Range(float, 0))):
+        assert "not" in records.shape_error({"b": bad}, {"b": shape}), (bad, shape)
+    assert records.shape_error({"b": None, "c": float("inf")}, {"b": records.MAYBE_LOSS, "c": records.Range(float, 0)}) is None
 
 
 def test_read_jsonl_names_the_line_and_skips_only_a_last_line_cut_short(tmp_path):
@@ -69,7 +76,8 @@ def test_read_jsonl_names_the_line_and_skips_only_a_last_line_cut_short(tmp_path
 def test_a_checkpoint_with_damaged_metadata_is_one_line(tmp_path):
     path = tmp_path / "ckpt.pt"
     good = dict(model={}, kind="spen", config={}, train={}, step=3, best_val=float("inf"), val_loss=float("nan"))
-    for bad in (dict(step="3"), dict(step=-1), dict(config=[1]), dict(best_val="low")):
+    for bad in (dict(step="3"), dict(step=-1), dict(config=[1]), dict(best_val="low"), dict(best_val=float("nan")),
+                dict(model={"w": [1.0]})):
         torch.save({**good, **bad}, path)
         with pytest.raises(checkpoint.CheckpointError) as e:
             checkpoint.load(str(path))
@@ -91,6 +99,18 @@ def test_a_grid_run_file_with_nan_is_one_line_and_kept(saved, tmp_path):
             pass
     one_line(e, "a.json", "not a finite number")
     assert (tmp_path / "runs" / "a.json").read_text() == text
+
+
+def test_a_negative_loss_in_an_ablate_run_file_is_one_line(tmp_path):
+    """A loss below zero is no cross-entropy: the grid refuses the run file rather than table it."""
+    (tmp_path / "runs").mkdir()
+    run = dict(result=dict(val_loss=-1.0, best_val=1.0, params=1, tokens=1, seconds=1.0),
+               split=dict(loss_hit=1.0, loss_other=1.0, hit_fraction=0.1), config={"k": 1})
+    (tmp_path / "runs" / "a.json").write_text(json.dumps(run))
+    with pytest.raises(grid.GridError) as e:
+        with grid.Grid(str(tmp_path), [grid.Job("a", {"k": 1}, None)], "x.py", needs=ablate.SAVED):
+            pass
+    one_line(e, "a.json", "val_loss is -1.0")
 
 
 # ---- through the commands ----------------------------------------------------------------------

@@ -479,13 +479,18 @@ def test_flops_and_mfu():
     (dict(predictor="3*delta"), r"predictor names 3 blocks; the model has n_layer = 2"),
     (dict(predictor="delta,delta", reads="state,state,history"), r"reads names 3 blocks"),
     (dict(predictor="delta,softmax_attn(conv=4)"), "conv is not an option of softmax_attn"),
-    (dict(predictor="delta(size=4),delta"), "a block's own options are reads, conv"),
+    (dict(predictor="delta(size=4),delta"), "a block's own options are reads, .*conv"),
     (dict(predictor="delta(conv=four),delta"), "'conv=four' in 'delta.conv=four.' is not a conv value"),
     (dict(predictor="delta(read_norm=yes)"), "is not a read_norm value"),
     (dict(predictor="delta conv"), "is not a block spec"),
     (dict(predictor=("delta", "nope")), "predictor must be one of"),
     (dict(predictor=("delta", "linear"), reads=("state", "history")), "needs a predictor that reads the history"),
-    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none")])
+    (dict(predictor=("linear", "linear"), conv=4), "conv.* the model has none"),
+    (dict(predictor="softmax_attn(reads=history, reads=state),linear"), "reads is given twice"),
+    (dict(predictor="0*delta,2*linear"), "names no block"),
+    (dict(predictor=f"{10 ** 12}*delta"), f"predictor names {10 ** 12} blocks"),  # counted, not expanded
+    (dict(predictor="ema_kv(write_alphas=0.5 0.5)"), "distinct decays"),  # as --write_alphas 0.5 0.5 is refused
+    (dict(predictor="ema_kv", write_alphas=(0.5, 0.5)), "distinct decays")])
 def test_per_block_readers_are_checked(kw, match):
     """A per-block tuple of the wrong length, an unknown reader in it, or a block that cannot read
     what it is told: one line, before anything is built."""

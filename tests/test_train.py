@@ -476,3 +476,60 @@ def test_cooldown_scales_the_last_steps_linearly_to_zero():
     assert [lr(s) for s in range(80, 100)] == pytest.approx([2e-3 * (100 - s) / 20 for s in range(80, 100)])
     assert lr(99) == pytest.approx(2e-3 / 20) and all(lr(s) > lr(s + 1) for s in range(80, 99))
     assert train.cosine_lr(50, 2e-3, 2e-3, 5, 100) == lr(50)  # no cooldown: the same schedule
+
+
+def test_resume_with_the_folders_own_block_list_goes_on(tmp_path):
+    """--resume --predictor <the folder's own list> is checked against the folder's depth, not the preset's:
+    a 2-block hybrid saved by a run resumes with its spec typed again (the preset says 12 blocks)."""
+    spec = "delta,softmax_attn(reads=history)"
+    run(tmp_path, "--n_layer", 2, "--predictor", spec, "--max_iters", 1, "--eval_interval", 1)
+    cfg = train.parse_args(["--out_dir", str(tmp_path), "--resume", "--predictor", spec, "--max_iters", "2"])
+    assert (cfg.n_layer, cfg.predictor) == (2, spec)
+    assert train.main(cfg)["step"] == 2
+
+
+def test_a_checkpoint_from_before_the_digest_resumes_exactly(tmp_path):
+    """A run started by the code before checkpoints carried a digest of their weights (a checkpoint
+    without one) still resumes, to the same weights as a straight run."""
+    common = ["--eval_interval", 2, "--lr_decay_iters", 4]
+    run(tmp_path / "a", *common, "--max_iters", 4)
+    run(tmp_path / "b", *common, "--max_iters", 2)
+    path = tmp_path / "b" / "ckpt_last.pt"
+    ck = torch.load(path, weights_only=True)
+    assert ck.pop("digest") == checkpoint.digest(ck["model"])
+    torch.save(ck, path)  # the older format: no digest
+    run(tmp_path / "b", *common, "--max_iters", 4, "--resume")
+    sa, sb = weights(tmp_path / "a" / "ckpt_last.pt"), weights(tmp_path / "b" / "ckpt_last.pt")
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_damaged_checkpoint_is_one_line(tmp_path, capsys):
+    """Bytes zeroed inside the weights on disk (the digest), a NaN weight or best loss, a checkpoint
+    without its optimizer: one line naming the file, and the folder's records left as they were."""
+    import zipfile
+    run(tmp_path, "--max_iters", 2, "--eval_interval", 2)
+    path, good = tmp_path / "ckpt_last.pt", (tmp_path / "ckpt_last.pt").read_bytes()
+    kept = (tmp_path / "metrics.jsonl").read_bytes()
+
+    def refused(code):
+        with pytest.raises(SystemExit) as e:
+            train.cli_main(TINY + ["--out_dir", str(tmp_path), "--resume", "--max_iters", "4"])
+        err = capsys.readouterr().err
+        assert e.value.code == code and err.count("\n") == 1 and "Traceback" not in err, err
+        assert str(path) in err and (tmp_path / "metrics.jsonl").read_bytes() == kept
+        return err
+    with zipfile.ZipFile(path) as z:  # torch.save's zip stores each tensor's bytes as they are
+        entry = max(z.infolist(), key=lambda i: i.file_size)
+    data = bytearray(good)
+    start = entry.header_offset + 30 + len(entry.filename.encode()) + len(entry.extra) + entry.file_size // 2
+    data[start:start + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+    assert "digest" in refused(2)
+    ck = torch.load(tmp_path / "ckpt_best.pt", weights_only=True)
+    for damage, words, code in [(dict(model={**ck["model"], "wte.weight": ck["model"]["wte.weight"] * float("nan")}),
+                                 "wte.weight is not finite", 2),
+                                (dict(best_val=float("nan")), "best_val is nan", 2),
+                                (dict(optimizer=None), "optimizer", 1)]:
+        bad = {k: v for k, v in {**ck, **damage}.items() if v is not None and k != "digest"}
+        torch.save(bad, path)
+        assert words in refused(code)

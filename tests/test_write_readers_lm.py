@@ -11,7 +11,7 @@ import torch
 import lm
 import spen
 import train
-from plumbing import cli, placement, provenance
+from plumbing import cli, runtime
 from spen import SPEN, SPENConfig
 
 Vp, C, L, S, F, H = 50304, 768, 12, 3, 3072, 12  # the paper's size: 130m preset
@@ -128,11 +128,10 @@ def test_train_refuses_bad_write_settings_in_one_line(kw, match):
 def test_header_reports_state_and_flops():
     """The log header's parameter line: the recurrent state (traces beside) and training FLOPs/token."""
     cfg = train.make_config("cpu", predictor="ema_kv", write_alphas=(0.1, 0.01))
-    place = placement.Placement(0, 1, False, "cpu", "cpu", "fp32", None)
+    place = runtime.Placement(0, 1, False, "cpu", "cpu", "fp32", None)
     with torch.device("meta"):
         model = train.build_model(cfg)
-    line = next(x for x in provenance.lines(cfg, place, model.num_params(), None, lambda: train.build_model(cfg))
-                if x.startswith("params:"))
+    line = next(x for x in runtime.header(cfg, place, model, None, "builtin") if x.startswith("params:"))
     assert f"recurrent state {128 * 3 + 2 * 128 * 64:,} floats per sequence and layer at T = 128 (traces 384)" in line
     assert f"train FLOPs/token {model.flops_per_token(128):.4g}" in line
 
