@@ -117,6 +117,10 @@ class FrontierConfig:
         for name in ("models", "settings", "decays", "widths", "selective_decays", "head_widths", "windows"):
             setattr(self, name, tuple(getattr(self, name)))
         cli.require_names("models", self.models, names())
+        for name in self.models:  # a hybrid names its own blocks; the map trains at recall's depth
+            depth, layers = len(registry.MODELS[name].blocks()) if name != "swa" else 1, recall.RecallConfig.n_layer
+            cli.require(depth in (1, layers), "--models {} has {} blocks; the map's models have {}: drop it from "
+                        "--models (recall.py --models {} --n_layer {} trains it)", name, depth, layers, name, depth)
         cli.require_names("settings", self.settings, SETTINGS)
         bad = [D for D in self.head_widths if self.width % D]
         cli.require(not bad, "--head_widths {} do not divide --width {}: a head width D needs width / D heads",

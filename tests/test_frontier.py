@@ -51,6 +51,7 @@ def cli_run(argv, monkeypatch, capsys):
     (["--models", "linear", "mamba"], "--models must be names from"),
     (["--head_widths", "8", "24"], "--head_widths 24 do not divide --width 64"),
     (["--settings", "far"], "--settings must be names from"),
+    (["--models", "linear", "hybrid_ema_kv"], "--models hybrid_ema_kv has 4 blocks; the map's models have 2"),
 ])
 def test_a_bad_grid_is_one_line_before_anything_trains(argv, message, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
