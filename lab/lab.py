@@ -54,6 +54,12 @@
 # (right-click it in the file browser, Download), or write your answers in `@H.answer` cells,
 # which are saved with the notebook.
 #
+# **What to hand in: `lab/exercises.py`**, and nothing else: the grader (`python -m lab.grader
+# lab/exercises.py`, what your instructor runs) reads that file only, every function and the
+# written answer `ANSWER_5C` as its text. An answer written in an `@H.answer` cell is not in the
+# file: copy it there before you hand in. The last cell of the notebook (`H.hand_in()`) names any
+# exercise that a cell answers while the file still holds its stub.
+#
 # Plain-text twin: `lab/lab.py` (jupytext percent format) is the source of this notebook;
 # `lab/README.md` says how to regenerate it.
 
@@ -154,7 +160,7 @@ H.start_background();
 print(H.impulse_response(H.ALPHAS, T=6))  # rows: t = 0..5 steps back; columns: a = 0.5, 0.1, 0.02
 
 # %% [markdown]
-# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~8 min). How many of
+# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~7 min). How many of
 # the most recent inputs hold 90% of a trace's weight? That is its *effective window*: a fast
 # trace (0.5) is a few tokens wide, the slowest (0.02) about a hundred. Read the docstring in
 # `lab/exercises.py`, write it, run:
@@ -181,7 +187,7 @@ print(V)
 print("rank", int(torch.linalg.matrix_rank(V)), "of", V.shape[1], "inputs")
 
 # %% [markdown]
-# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~10 min). Construct a second
+# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~9 min). Construct a second
 # past with exactly the same state.
 
 # %%
@@ -232,7 +238,7 @@ res_probe = H.run_probe(H.probe_config())
 # content lost, seen from the other side. The line above the figure prints the bars' numbers.
 
 # %% [markdown]
-# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~10 min). Write a
+# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~9 min). Write a
 # linear probe (ridge regression onto one-hot labels), then use it on an SPCN's features: does
 # your probe see the same lift? (It reads 0.52 -> 0.93 here: ridge, not the run's logistic probes.)
 
@@ -257,7 +263,7 @@ if probed:
 print(H.show_mqar(N=4, T=16))
 
 # %% [markdown]
-# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~8 min). Build one such
+# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~6 min). Build one such
 # sequence from its keys, values and query positions; the check compares yours with
 # `recall.mqar`'s.
 
@@ -278,7 +284,7 @@ res_recall = H.run_recall(H.recall_config())
 
 # %% [markdown]
 # **Exercise 5** (`binding` and `recalled_pairs`; difficulty ●○○○○ and ●●○○○, importance ●●●○○,
-# ~6 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
+# ~5 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
 # not which key each belongs to. Score how far above that each reader is, and how many pairs that
 # is worth. `recalled_pairs` counts the pairs a reader knows *beyond the last one*, which comes
 # free: a perfect reader at N = 8 shows 7.00, because knowing 7 pairs leaves one value for the
@@ -292,7 +298,7 @@ if check("binding", ex.binding) & check("recalled_pairs", ex.recalled_pairs):
     H.recall_table(res_recall, ex.binding, ex.recalled_pairs)
 
 # %% [markdown]
-# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~8 min). `softmax_state`
+# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~7 min). `softmax_state`
 # keeps S x C = 192 float32 numbers per layer: 6,144 bits, against the 48 bits (log2 64 per pair) that 8
 # pairs of 64 values need. Room is not what it lacks. **What does it hold, and why does its recall
 # not grow with more decays?** Write two or three sentences in `ANSWER_5C` of `lab/exercises.py`
@@ -314,7 +320,7 @@ print(H.exercises().ANSWER_5C)
 # whose rules `writes.py` holds, one token at a time in `writes.ema_kv_step` and `writes.delta_rule_step`
 # (which the autograder does not let your answers call).
 #
-# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~12 min).
+# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~11 min).
 # Write the two rules yourself, one token each: read the state as it came in, then write. For
 # `ema_kv`, `y = Σ_s M[s]ᵀ q`, then `M[s] ← (1 - a_s) M[s] + a_s k vᵀ`; for `delta`, `y = M q`, then
 # `M ← M + β (v - M k) kᵀ`. The checks run your steps over a sequence and compare them with the
@@ -395,10 +401,14 @@ W.plot_bytes(run, y);
 # 128 on these bytes, 128 windows of 256): GPT, SPEN's `linear` reader, and the two write readers
 # of section 5 on real text, `ema_kv` and `delta`, whose state *can* bind a byte to its context.
 # Look at the **gap** (all other bytes minus copies) and the far copies (128 or more bytes back),
-# and at where each model wins: the cell after the table says it in words, from the same file.
+# and at where each model wins: the cell after the table says it in words, from the same file, and why
+# these copy losses differ from section 7's.
 
 # %%
 W.split_table(W.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"], run.get("val_loss"))
+
+# %%
+W.split_words()  # the committed rows in words, and why their copy losses are not section 7's
 
 # %% [markdown]
 # The committed rows above are one curve each: one draw of a seed. Whether a write reader is
@@ -424,7 +434,7 @@ text = W.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 #
 # **Exercise 8** (`seed_verdict`; difficulty ●●○○○, importance ●●●●●, ~8 min). Turn per-seed
 # losses into a verdict: the difference of means, its standard error (paired when seed i of both
-# models shares its data, else Welch), and "below" or "tie". The cell then runs it on the copy
+# models shares its data, else Welch), and "below", "above" or "tie". The cell then runs it on the copy
 # losses of the plain delta rule and GPT from results/map/map.json (Welch: the map's runs are
 # independent draws).
 
@@ -466,3 +476,9 @@ S.show();
 #   (7 variants), `python frontier.py` (the map: 132 runs), `python train.py --preset cpu_bytes`,
 #   `python ablate.py --preset cpu_bytes`, `python scaling.py`; their READMEs under `results/`
 #   hold the numbers, hardware and times.
+
+# %% [markdown]
+# **Hand in** `lab/exercises.py` (the section "What to hand in" at the top says why this file):
+
+# %%
+H.hand_in();

@@ -24,7 +24,8 @@ LAB = os.path.join(ROOT, "lab")
 SOLVED = open(os.path.join(LAB, "solutions.py")).read()
 SUBMISSIONS = {  # a student's file -> what the grader must say of binding and delta_step, the two graded here
     "tamper": (SOLVED.replace("def binding(acc, N):\n", "def binding(acc, N):\n    raise NotImplementedError\n") + "\nimport lab.checks as _c\n_c.verdict = lambda name, fn: "
-               "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["calls recorded", "calls recorded"]),
+               "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["not written yet", None]),  # its process's
+    # checks are not the grader's: the stub fails, the solution passes
     "exit": ("import sys\nsys.exit(0)\n" + SOLVED, ["stopped the grader", "stopped the grader"]),
     "loop": ("while True:\n    pass\n" + SOLVED, ["did not finish within", "did not finish within"]),
     "mixed": (SOLVED.replace("    return y, M + beta", "    import os; os._exit(3)\n    return y, M + beta"),
@@ -165,9 +166,13 @@ def test_the_repo_url_route_makes_a_students_branch_without_history(tmp_path, mo
     teacher = "https://example.org/teacher.git/"
     for argv, says in (([url], "--branch"), ([teacher, "--branch", "b"], "remote of this repository"),
                        ([url, "--branch", "main"], "a branch of this history"),
-                       ([url, "--branch", "a..b"], "not a branch name")):
+                       ([url, "--branch", "a..b"], "not a name git takes"),
+                       ([url, "--branch", "students.lock"], "not a name git takes"),  # git's refusals, which once came
+                       ([url, "--branch", "students/"], "not a name git takes"),  # as a traceback after the zip
+                       ([url, "--branch", "a/.b"], "not a name git takes"), ([url, "--branch", "a//b"], "not a name"),
+                       (["", "--branch", "students"], "give --repo_url too")):
         with pytest.raises(cli.UserError, match=says) as e:
-            handout.main(["--out_dir", out, "--repo_url", *argv])
+            handout.main(["--out_dir", out, "--repo_url", *argv])  # nothing written, the zip neither
         assert "\n" not in str(e.value) and not os.path.exists(out)
     archive = handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])
     handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])  # made again: refused never
@@ -264,3 +269,46 @@ def test_the_reference_runs_seed_numbers_are_the_committed_maps():
         for stated in (f"delta {[round(x, 3) for x in a]}", f"gpt {[round(x, 3) for x in b]}",
                        f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}"):
             assert stated in text, (doc, stated)
+
+
+def test_one_set_of_minutes_everywhere():
+    """The exercises' labels (exercises.py, the notebook), the plan's tables (the notebook, lab/README.md, the kit)
+    and the sentences under them give the same minutes: 67 of writing in 90."""
+    import re
+    import jupytext
+    labels = [int(m) for m in re.findall(r"about (\d+) min", open(os.path.join(LAB, "exercises.py")).read())]
+    notebook = "\n".join(c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells)
+    assert sum(labels) == 67 and sum(int(m) for m in re.findall(r"~(\d+) min", notebook)) == 67, labels
+    for name, text in (("lab.py", notebook), ("README.md", open(os.path.join(LAB, "README.md")).read()),
+                       ("INSTRUCTOR.md", open(os.path.join(LAB, "INSTRUCTOR.md")).read())):
+        rows = [line for line in text.splitlines() if re.match(r"(# )?\| \d+-\d+ \|", line)]
+        spans = [int(b) - int(a) for a, b in (re.match(r"(?:# )?\| (\d+)-(\d+)", r).groups() for r in rows)]
+        writing = [int(m) for r in rows for m in re.findall(r"\((\d+)\)", r)]
+        assert sum(spans) == 90 and sum(writing) == 67, (name, spans, writing)
+        assert "5 + 7 + 9 + 11 + 18 + 12 + 8 + 10 + 10 = 90 minutes" in " ".join(text.split()), name
+
+
+def test_the_hand_in_cell_names_an_answer_that_is_only_in_a_cell(monkeypatch, capsys):
+    """H.hand_in() says the file is what the grader reads, and names an exercise answered in an @H.answer cell
+    while lab/exercises.py still holds its stub (the grader would fail it as not written)."""
+    monkeypatch.setattr(helpers, "_ANSWERS", {})
+    assert helpers.hand_in() == [] and "lab.grader lab/exercises.py" in capsys.readouterr().out
+    helpers.answer(solutions.binding)
+    helpers.answer(ANSWER_5C=solutions.ANSWER_5C)
+    assert helpers.hand_in() == ["ANSWER_5C", "binding"] and "still the stub in the file" in capsys.readouterr().out
+
+
+def test_section_6_says_its_rows_in_words_and_why_they_are_not_section_7s(capsys):
+    """The cell after the copy-split table exists (lab.py) and says, from results/scaling's file, the lowest copy
+    loss and why its 128-window, constant-lr numbers differ from section 7's cooldown ones on the whole split."""
+    import jupytext
+    from lab import write
+    cells = [c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells]
+    table = next(i for i, c in enumerate(cells) if c.startswith("W.split_table("))
+    assert cells[table + 1].startswith("W.split_words()")
+    write.split_words()
+    out = capsys.readouterr().out
+    scaling = json.load(open(write.SCALING))
+    gpt = scaling["curves"]["gpt_c128"]["copy"][-1]["loss_copy"]
+    assert f"({gpt:.3f} nats/byte)" in out and f"{scaling['settings']['hit_seqs']} windows" in out
+    assert "cooldown" in out and "whole validation split" in out and scaling["schedule"] in out
