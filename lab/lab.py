@@ -29,7 +29,7 @@
 # | 0-5 | setup; **start the long runs** | the two cells below start recall, the write points and the byte run in the background (about 7.5 min of one core) | | | |
 # | 5-12 | 1. the trace and its window | the impulse response | `effective_window` (7) | ●●○○○ | ●●●○○ |
 # | 12-21 | 2. two pasts, one state | two sequences, one state | `same_state` (9) | ●●●○○ | ●●●●○ |
-# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features (about 1.5 min, here) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
+# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features, here: 1.5 min on an idle laptop, 3.5 on a busy one (write exercise 3 while the probe runs) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
 # | 32-50 | 4. content: associative recall | `recall.py --quick` (background) | `mqar_sequence` (6), `binding` and `recalled_pairs` (5), a written answer (7) | ●●○○○ | ●●●●○ |
 # | 50-62 | 5. the write | the untrained write (seconds); four trained points (background) | `ema_kv_step` and `delta_step` (11) | ●●●○○ | ●●●●● |
 # | 62-70 | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (background) | `compressor_nats_per_byte` (5) | ●○○○○ | ●●○○○ |
@@ -216,7 +216,8 @@ print("largest difference of the final states:", r["final_gap"])
 # Two small grammars (`grammar.py`, 147 words, 20 roles) and SPCN (`spcn.py`), a Hebbian column
 # network whose only context is multi-timescale traces. A linear probe reads each word's role from
 # the network's activity alone (*instantaneous*) or from activity plus its traces. The quick run
-# below (`python probe.py --quick`, about a minute on one busy core) ends with a verdict line and
+# below (`python probe.py --quick`: a minute on an idle laptop, nearly 3 on a busy 2-core one; read
+# exercise 3 below and write it in `lab/exercises.py` while it runs) ends with a verdict line and
 # the lab's figure of its probes; expect about 0.54 -> 0.99 (the full run, 3 seeds: 0.527 -> 0.998).
 #
 # Key to its terms. *within*: probes fit on Grammar A, tested on A; *transfer*: fit on A, tested

@@ -255,12 +255,16 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
 ]
 
 
+WITHHELD = ("solutions", "snapshot", "INSTRUCTOR", "reference.ipynb", "tests/")  # what the handout leaves out
+
+
 @pytest.mark.parametrize("name, wrong, says", WRONG, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)])
 def test_each_check_names_a_wrong_answer(name, wrong, says):
     """One line naming the mistake, and the exercise's name in it once."""
     passed, message = checks.verdict(name, wrong)
     assert passed is False and says in message and "\n" not in message
     assert checks.said(name, passed, message).count(name) == 1, checks.said(name, passed, message)
+    assert not [w for w in WITHHELD if w in message]  # a student's copy lacks them
 
 
 def _same(a, b):
@@ -347,6 +351,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
         assert lines[-1].startswith("[read] ANSWER_5C")
     assert "10 of 10 exercises pass" in good.stdout and "0 of 3 exercises pass" in bad.stdout
     assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
+    assert not [w for w in WITHHELD if w in good.stdout + bad.stdout]  # every line a student sees
     assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
 
 

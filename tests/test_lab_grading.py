@@ -272,7 +272,7 @@ def test_the_reference_runs_seed_numbers_are_the_committed_maps():
 
 
 def test_one_set_of_minutes_everywhere():
-    """The exercises' labels (exercises.py, the notebook), the plan's tables (the notebook, lab/README.md, the kit)
+    """The exercises' labels (lab/exercises.py, the notebook), the plan's tables (the notebook, lab/README.md, the kit)
     and the sentences under them give the same minutes: 67 of writing in 90."""
     import re
     import jupytext
@@ -299,7 +299,7 @@ def test_the_hand_in_cell_names_an_answer_that_is_only_in_a_cell(monkeypatch, ca
 
 
 def test_section_6_says_its_rows_in_words_and_why_they_are_not_section_7s(capsys):
-    """The cell after the copy-split table exists (lab.py) and says, from results/scaling's file, the lowest copy
+    """The cell after the copy-split table exists (lab/lab.py) and says, from results/scaling's file, the lowest copy
     loss and why its 128-window, constant-lr numbers differ from section 7's cooldown ones on the whole split."""
     import jupytext
     from lab import write
