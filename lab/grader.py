@@ -7,18 +7,18 @@ decided here, in the grader's process, which never imports the student's file.
 (`python -m lab.checks ...`, the command in older notes, hands over to this one with a line saying so.)
 
 How a submission cannot change its grade. The file is graded in a throwaway copy of the students'
-handout (lab.handout's files: no solutions, no snapshot tools, no instructor's file), in a
-temporary folder that is deleted afterwards; nothing of this repository is given to it. The
-expected answers are loaded here before any child starts (grading_set: computed by the
-instructor's lab.snapshot on inputs the handout does not hold, so the handout's lab/expected.json
-is no table of them). Each exercise gets a child process (lab/serve.py) that imports the file and
-answers calls: this process runs the check and sends the child each call's arguments only; the
-child sends back what the function returned, raised or changed in place (read with
-torch.load(weights_only=True): no object of the student's is ever unpickled here), and which of
-the repository's answers it called (writes' steps and loops, recall.binding, recall.mqar: a profile
-hook, so a reload or a load by path is seen too): a call of one fails the exercise by name. A
-submission that patches the checks, prints "[pass]", rewrites a file or reads the check's stack
-frame gains nothing: none of that is in its process or its folder.
+handout (lab.handout's files: no solutions, no snapshot tools, no instructor's file), in a temporary
+folder that is deleted afterwards: the child is given nothing of the instructor's folder. The
+expected answers are loaded here before any child starts (grading_set: computed by the instructor's
+lab.snapshot on inputs the handout does not hold, so the handout's lab/expected.json is no table of
+them). Each exercise gets a child process (lab/serve.py) that imports the file and answers calls:
+this process runs the check and sends the child each call's arguments only; the child sends back
+what the function returned, raised or changed in place (read with torch.load(weights_only=True):
+no object of the student's is ever unpickled here), and which of the repository's answers it called
+(lab/serve.py's GUARDED, seen by a profile hook however the module was loaded): a call of one fails
+the exercise by name. A submission that patches the checks, prints "[pass]", rewrites a file of its
+copy or reads the check's stack frame gains nothing: neither the checks nor the expected answers are
+in its process or its folder.
 
 The children: each in a session of its own, under a memory cap (RLIMIT_AS, --memory), killed with
 everything in its session when its exercise is done, past --limit (the file's import included),
@@ -26,7 +26,7 @@ on a Ctrl-C, SIGTERM or SIGHUP of this process, and by the kernel if this proces
 (PR_SET_PDEATHSIG); a grandchild that leaves its session is reparented here
 (PR_SET_CHILD_SUBREAPER) and killed too (Linux). The first exercise's child imports the file
 before the others start: a file that hangs or dies at import fails every exercise once, in one
-limit. lab/INSTRUCTOR.md says what this cannot stop.
+limit. The instructor's kit says what this cannot stop.
 
 Exit status 0 only when every graded exercise passes; 2 for a bad argument; 130 for a Ctrl-C, 143 for a
 SIGTERM, 129 for a SIGHUP; --json writes a summary ({"passed", "total", "exercises": {name: {"passed",

@@ -257,3 +257,21 @@ time.sleep(600)
         f"lab.grader: stopped by {signal.Signals(signum).name}: every exercise's process ended"], err
     time.sleep(0.5)
     assert not [pid for pid in os.listdir(marks) if _alive(int(pid))]
+
+
+@pytest.mark.slow
+def test_a_child_dies_with_a_killed_grader(tmp_path):
+    """kill -9 of the grader, which no handler sees: its child dies too (PR_SET_PDEATHSIG); a grandchild that
+    left its session would not (lab/INSTRUCTOR.md says so)."""
+    path, marks, report = _submission(tmp_path, "import time\ntime.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-m", "lab.grader", str(path), "--exercises", "binding"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        if os.listdir(marks):
+            break
+        time.sleep(0.1)
+    assert os.listdir(marks)
+    p.kill()
+    p.wait()
+    time.sleep(1)
+    assert not [pid for pid in os.listdir(marks) if _alive(int(pid))]
