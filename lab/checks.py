@@ -467,6 +467,8 @@ SEED_CASES = (  # (a, b, paired, alpha): seeds spread by 0.2 as the map's copies
     ([0.85, 0.86, 0.84, 0.88], [0.79, 0.81, 0.80, 0.82], False, 0.01),  # A clearly above B
     ([0.70, 0.71, 0.72], [0.71, 0.82, 0.74, 0.81, 0.77, 0.72, 0.83, 0.76], False, 0.01),  # Welch's df 8.4, not 2
     ([0.80, 0.84, 0.82, 0.86], [0.84, 0.90, 0.86, 0.88], False, 0.05))  # p 0.035: below at 0.05, a tie at 0.01
+
+
 def check_seed_verdict(fn, stored=None):
     for a, b, paired, alpha in SEED_CASES:
         tests = ttests.verdicts(a, b, paired, alpha)

@@ -8,12 +8,12 @@ the notebook beside it. Markdown files lose their instructor-only passages (betw
 
 Students upload the zip to Colab's file panel (or unzip it locally) and open lab.ipynb; the setup
 cell unpacks it. With --repo_url the setup cell clones instead, and that route cannot hand out the
-answers: --branch (with --repo_url only) names a branch that this command makes in this repository, holding exactly the
-zip's files in one commit without parents (no history: the answers are in none of its objects),
-which the instructor pushes, and only it, to the students' repository (`git push URL BRANCH`); the
-setup cell clones that branch. A URL that is one of this repository's own remotes (which hold the
-answers) is refused, and so is a --branch name that git refuses or that an existing branch of this history
-has, each in one line before anything is written.
+answers: --branch (with --repo_url only) names a branch that this command makes in this repository,
+holding exactly the zip's files in one commit without parents (no history: the answers are in none
+of its objects), which the instructor pushes, and only it, to the students' repository (`git push
+URL BRANCH`); the setup cell clones that branch. A URL that is one of this repository's own remotes
+(which hold the answers) is refused, and so is a --branch name that git refuses or that an existing
+branch of this history has, each in one line before anything is written.
 """
 from plumbing import cli
 
@@ -85,7 +85,8 @@ def git(root, *args, stdin=None, env=None):
 
 def check_route(root, repo_url, branch):
     """The --repo_url route's refusals, each one line: no branch named, a URL of this repository's own
-    remotes, a branch name that a branch of this history has, or no git checkout here."""
+    remotes, a branch name git refuses (`git check-ref-format`) or that a branch of this history has,
+    or no git checkout here."""
     cli.require(bool(branch), "--repo_url needs --branch: the students' branch that lab.handout makes (the "
                 "handout's files, no history), the one the setup cell clones")
     try:

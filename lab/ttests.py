@@ -43,7 +43,8 @@ def verdicts(a, b, paired, alpha):
             "blind": (se(True), "below" if scipy.stats.t.sf(abs(t), df) < alpha else "tie"),
             "two-sided": (se(True), ("below" if t < 0 else "above") if test.pvalue < alpha else "tie"),
             "min df": (se(True), directed(t, lambda x: scipy.stats.t.cdf(x, min(n, m) - 1))),
-            "pooled": (se(True), right) if paired else (pooled, directed(diff / pooled, lambda x: scipy.stats.t.cdf(x, n + m - 2))),
+            "pooled": (se(True), right) if paired else  # (no pooling of paired seeds)
+            (pooled, directed(diff / pooled, lambda x: scipy.stats.t.cdf(x, n + m - 2))),
             "normal": (se(True), directed(t, scipy.stats.norm.cdf)),
             "population": (se(False), right),
             "std": (se(True) * n ** 0.5 if paired else (var(A) + var(B)) ** 0.5, right),
