@@ -67,6 +67,8 @@ class SPENConfig:
     write_alphas: tuple = None  # write decays: ema_kv's a_s (S_w D x D states; None: alphas), delta's (a,) (None: g=1)
     read_norm: bool = False  # write readers: RMSNorm over D of each head's read, learned gain (1 at init)
     conv: int = 0  # K: write readers' short causal convolution on q, k, v (fla's, K = 4); 0: none
+    key_dim: int = 0  # Dk: the delta rule's key width per head (its exact capacity in keys); 0: D = C / H
+    value_dim: int = 0  # Dv: the delta rule's value width per head; 0: D = C / H
     window: int = 0  # w: softmax over the history sees the last w positions only (bounded); 0: all
     dropout: float = 0.0  # on the embedding and both residual branches (paper: not stated)
 

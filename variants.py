@@ -108,7 +108,7 @@ def is_decays(a):
 
 
 SPEC = re.compile(r"(?:(\d+)\*)?(\w+)(?:\((.*)\))?")  # [N*]PREDICTOR[(option=value, ...)]
-READ_AS = {"reads": str, "conv": int, "window": int, "read_norm": lambda v: {"true": True, "false": False}[v.lower()],
+READ_AS = {"reads": str, "conv": int, "window": int, "key_dim": int, "value_dim": int, "read_norm": lambda v: {"true": True, "false": False}[v.lower()],
            "write_alphas": lambda v: tuple(map(float, v.split()))}  # a block's own options, from their text
 
 

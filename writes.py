@@ -133,24 +133,25 @@ def delta_rule_step(q_t, k_t, v_t, beta_t, M, a=0.0):
     a constant gate; a = 0: DeltaNet): read the state, decay it, correct what it holds at k_t to v_t.
         y_t = M_{t-1} q_t                                         read the state BEFORE t's write
         M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T      the write
-    q_t, k_t, v_t (B, H, D) (q, k unit vectors), beta_t (B, H) in (0, 1), M (B, H, D, D) (value
-    index first: M k is the value stored at key k) -> y_t (B, H, D), M_t."""
-    y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
+    q_t, k_t (B, H, Dk) (unit vectors), v_t (B, H, Dv), beta_t (B, H) in (0, 1), M (B, H, Dv, Dk)
+    (value index first: M k is the value stored at key k; Dk = Dv = D but for key_dim, value_dim)
+    -> y_t (B, H, Dv), M_t."""
+    y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, Dv)
     M = (1 - a) * M
-    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D) v_t - g M k_t: what the state gets wrong
+    err = v_t - (M @ k_t.unsqueeze(-1)).squeeze(-1)  # (B, H, Dv) v_t - g M k_t: what the state gets wrong
     return y, M + (beta_t[..., None] * err).unsqueeze(-1) * k_t.unsqueeze(-2)
 
 
 def delta_rule_ref(q, k, v, beta, a=0.0):
     """Reference: the plain loop over time of `delta_rule_step`, from M_{-1} = 0 (the definition).
-    q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
-    B, H, T, D = q.shape
-    M = q.new_zeros(B, H, D, D)
+    q, k (B, H, T, Dk), v (B, H, T, Dv), beta (B, H, T) -> y (B, H, T, Dv)."""
+    B, H, T, Dk = q.shape
+    M = q.new_zeros(B, H, v.shape[-1], Dk)
     out = []
     for q_t, k_t, v_t, b_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):
         y_t, M = delta_rule_step(q_t, k_t, v_t, b_t, M, a)
         out.append(y_t)
-    return torch.stack(out, 2) if out else v.new_zeros(B, H, 0, D)  # (B, H, T, D)
+    return torch.stack(out, 2) if out else v  # (B, H, T, Dv)
 
 
 def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
@@ -168,8 +169,9 @@ def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
       3. Read before each write: y_i = P_{i-1}^T q_i = g^i P_0^T q_i + sum_{j<i} g^(i-1-j) (q_i . k_j) n_j,
          and the chunk's end state P_L = g^L P_0 + sum_j g^(L-1-j) k_j n_j^T.
     Every factor is a power g^n <= 1 of local time, never g^-n: fast decays and long chunks lose
-    nothing. N = ceil(T / L) Python steps. q, k, v (B, H, T, D), beta (B, H, T) -> y (B, H, T, D)."""
-    B, H, T, D = q.shape
+    nothing. N = ceil(T / L) Python steps. q, k (B, H, T, Dk), v (B, H, T, Dv), beta (B, H, T)
+    -> y (B, H, T, Dv)."""
+    B, H, T, Dv = v.shape
     L = max(1, min(chunk, T))
     pad = (-T) % L  # zero keys and beta after the end write nothing; their outputs are cut off
     q, k, v = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (-1, L)) for x in (q, k, v))  # (B, H, N, L, D)
@@ -177,16 +179,58 @@ def delta_rule_chunked(q, k, v, beta, a=0.0, chunk=64):
     read, start, end, gL = (x[0] for x in _decay_tables((a,), L, q.dtype, q.device, weight=False))
     G = (1 - a) * read  # (L, L) g^(i-j) for j < i, else 0
     start, end, eye = start[:, None], end[:, None], torch.eye(L, dtype=q.dtype, device=q.device)  # (L, 1)
-    P = q.new_zeros(B, H, D, D)  # the state before the chunk, P = M^T
+    P = q.new_zeros(B, H, q.shape[-1], Dv)  # the state before the chunk, P = M^T (Dk, Dv)
     out = []
     for q_n, k_n, v_n, b_n in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):  # (B, H, L, .)
         A = eye + ((b_n * k_n) @ k_n.transpose(-1, -2)) * G  # (B, H, L, L) unit lower triangular (step 2)
         u, w = torch.linalg.solve_triangular(A, torch.cat([b_n * v_n, b_n * (1 - a) * start * k_n], -1),
-                                             upper=False, unitriangular=True).split(D, -1)  # (B, H, L, D) each
-        n = u - w @ P  # (B, H, L, D) the corrections n_i each write adds
-        out.append((start * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * read) @ n)  # (B, H, L, D) (step 3)
+                                             upper=False, unitriangular=True).split((Dv, q.shape[-1]), -1)
+        n = u - w @ P  # (B, H, L, Dv) the corrections n_i each write adds (u (B, H, L, Dv), w (B, H, L, Dk))
+        out.append((start * q_n) @ P + ((q_n @ k_n.transpose(-1, -2)) * read) @ n)  # (B, H, L, Dv) (step 3)
         P = gL * P + (end * k_n).transpose(-1, -2) @ n
-    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, D)
+    return torch.cat(out, 2)[:, :, :T] if out else v  # (B, H, T, Dv)
+
+
+# ------------------------------------------------------------------------------------------
+# DeltaProduct (Siems et al. 2025, arXiv 2502.10297): n_h delta steps per token on one state, no gate.
+
+
+def delta_product_step(q_t, k_t, v_t, beta_t, M):
+    """One token of DeltaProduct: read the state, then n_h delta-rule writes in turn (a product of
+    n_h generalised Householder transitions, where the delta rule makes one):
+        y_t = M_{t-1} q_t                                             read BEFORE t's writes
+        M <- M + beta_{t,j} (v_{t,j} - M k_{t,j}) k_{t,j}^T,  j = 1..n_h   M_t: the last
+    q_t (B, H, D), k_t, v_t (B, H, n_h, D) (q, k unit vectors), beta_t (B, H, n_h), M (B, H, D, D)
+    (value index first) -> y_t (B, H, D), M_t. (fla: naive_recurrent_gated_delta_product with no
+    gate, which reads after the writes.)"""
+    y = (M @ q_t.unsqueeze(-1)).squeeze(-1)  # (B, H, D)
+    for k, v, b in zip(k_t.unbind(2), v_t.unbind(2), beta_t.unbind(2)):  # (B, H, D), (B, H, D), (B, H)
+        M = M + (b[..., None] * (v - (M @ k.unsqueeze(-1)).squeeze(-1))).unsqueeze(-1) * k.unsqueeze(-2)
+    return y, M
+
+
+def delta_product_ref(q, k, v, beta):
+    """Reference: the plain loop over time of `delta_product_step`, from M_{-1} = 0 (the definition).
+    q (B, H, T, D), k, v (B, H, T, n_h, D), beta (B, H, T, n_h) -> y (B, H, T, D)."""
+    B, H, T, D = q.shape
+    M = q.new_zeros(B, H, D, D)
+    out = []
+    for q_t, k_t, v_t, b_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2)):
+        y_t, M = delta_product_step(q_t, k_t, v_t, b_t, M)
+        out.append(y_t)
+    return torch.stack(out, 2) if out else q  # (B, H, T, D)
+
+
+def delta_product_chunked(q, k, v, beta, chunk=64):
+    """Fast path of `delta_product_ref` (the same values): DeltaProduct is the delta rule over the
+    T n_h writes in their order (token t's j-th at position t n_h + j), read once per token, at
+    t n_h, before its first write (fla's form, interleaved): `delta_rule_chunked` over that
+    sequence, with q_t at t n_h and zero queries between, then every n_h-th output.
+    q (B, H, T, D), k, v (B, H, T, n_h, D), beta (B, H, T, n_h) -> y (B, H, T, D)."""
+    n = k.shape[3]
+    q = F.pad(q.unsqueeze(3), (0, 0, 0, n - 1))  # (B, H, T, n_h, D) the query at each token's first write
+    y = delta_rule_chunked(*(x.flatten(2, 3) for x in (q, k, v, beta)), chunk=chunk)  # (B, H, T n_h, D)
+    return y[:, :, ::n]  # (B, H, T, D)
 
 
 # ------------------------------------------------------------------------------------------
@@ -311,21 +355,27 @@ class _WriteReader(Reader):
         require(type(cfg.read_norm) is bool, f"read_norm must be True or False, got {cfg.read_norm!r}")
         require(cfg.write_alphas is None or is_decays(cfg.write_alphas),
                 f"write_alphas must be None or a non-empty tuple of decays in (0, 1], got {cfg.write_alphas!r}")
+        for name in ("key_dim", "value_dim"):
+            value = getattr(cfg, name)
+            require(type(value) is int and 0 <= value <= 4096, f"{name} must be an int width in 0..4096 (0: C / "
+                    f"n_head), got {value!r}")
 
-    def __init__(self, cfg, n_query, state_shape, beta=False):
+    def __init__(self, cfg, n_query, state_shape, beta=False, n_write=1):
         super().__init__()
         C, S, H = cfg.n_embd, len(cfg.alphas), cfg.n_head
-        self.n_head, self.D, self.state_shape = H, C // H, state_shape
+        Dk, Dv = cfg.key_dim or C // H, cfg.value_dim or C // H  # a head's key and value widths (D unless set)
+        self.n_head, self.Dk, self.D, self.n_write, self.state_shape = H, Dk, Dv, n_write, state_shape
         self.chunk = reader_chunk_len(self.D)  # L: positions per chunk of the fast path (any L: the same values)
         self.loop = cfg.trace_method == "loop"  # run the reference (config's one switch for every reference)
         norm = cfg.read_norm and "read_norm" in self.options  # a reader without the option (its own norm): no gain
         self.gain = nn.Parameter(torch.ones(self.D)) if norm else None  # g, the read norm's gain
-        self.q = nn.Linear(C, n_query * C, bias=False)  # W_q, reads the current u_t
-        self.k = nn.Linear(S * C, C, bias=False)  # W_k, reads the trace state h_{t-1} only
-        self.v = nn.Linear(C, C, bias=False)  # W_v, reads u_t (written into the state after t's read)
-        self.convs = nn.ModuleList(ShortConv(n, cfg.conv, self.loop) for n in (n_query * C, C, C)) if cfg.conv else None
-        # (a convolution's taps, like a matrix's weights, cost 2 FLOPs each per token: in the 6N count)
-        self.beta = nn.Linear(C, H, bias=False) if beta else None  # W_beta: the write strength per head
+        self.q = nn.Linear(C, n_query * H * Dk, bias=False)  # W_q, reads the current u_t
+        self.k = nn.Linear(S * C, n_write * H * Dk, bias=False)  # W_k, reads the trace state h_{t-1} only
+        self.v = nn.Linear(C, n_write * H * Dv, bias=False)  # W_v, reads u_t (written into the state after t's read)
+        self.convs = nn.ModuleList(ShortConv(m.out_features, cfg.conv, self.loop) for m in (self.q, self.k, self.v)) \
+            if cfg.conv else None  # (a convolution's taps, like a matrix's weights, cost 2 FLOPs each per token)
+        self.beta = nn.Linear(C, n_write * H, bias=False) if beta else None  # W_beta: the write strength per head
+        self.out = nn.Linear(H * Dv, C, bias=False) if H * Dv != C else None  # W_o, only where the reads are not C wide
 
     def init_special(self, cfg):
         """The read norm's gain 1; a convolution's taps ~ U(-1/sqrt(K), 1/sqrt(K)), torch's Conv1d
@@ -345,26 +395,32 @@ class _WriteReader(Reader):
         return [y[:, None] for y, _ in out], [cache for _, cache in out]
 
     def qkvb(self, u, h_prev, conv=None):
-        """The delta rules' inputs (beta=True): unit q and k, v (B, H, T, D) and beta (B, H, T),
-        float32; and the convolution's caches."""
+        """The delta rules' inputs (beta=True): unit q (B, H, T, Dk) and k (B, H, T, Dk), v (B, H, T, Dv),
+        beta (B, H, T) in (0, 1), float32, and the convolution's caches; with n_write > 1 writes a
+        token, k and v (B, H, T, n_write, D.) and beta (B, H, T, n_write)."""
         (q, k, v), conv = self.project(u, h_prev, conv)
-        beta = self.beta(u)  # (B, T, H) logits, projected under autocast like q, k, v
+        beta = self.beta(u)  # (B, T, n_write H) logits, projected under autocast like q, k, v
         with ema._no_autocast(u.device):
-            q, k, v = (self.heads(x)[:, :, 0] for x in (q, k, v))  # (B, H, T, D)
-            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta).transpose(1, 2)  # (B, H, T) in (0, 1)
+            q = self.heads(q, self.Dk)[:, :, 0]  # (B, H, T, Dk)
+            k, v = self.heads(k, self.Dk).transpose(2, 3), self.heads(v).transpose(2, 3)  # (B, H, T, n_write, D.)
+            beta = torch.sigmoid(beta.float() if beta.dtype in ema.HALF else beta)
+            beta = beta.unflatten(-1, (self.n_write, self.n_head)).permute(0, 3, 1, 2)  # (B, H, T, n_write)
+            if self.n_write == 1:
+                k, v, beta = k[..., 0, :], v[..., 0, :], beta[..., 0]  # (B, H, T, D.), (B, H, T)
             return l2norm(q), l2norm(k), v, beta, conv
 
-    def heads(self, x):
-        """(B, T, n*C) -> (B, H, n, T, D), float32 if x is half."""
-        (B, T, nC), H = x.shape, self.n_head
+    def heads(self, x, D=None):
+        """(B, T, n*H*D) -> (B, H, n, T, D), float32 if x is half; D: the value width unless given."""
+        (B, T, nHD), H, D = x.shape, self.n_head, D or self.D
         x = x.float() if x.dtype in ema.HALF else x
-        return x.view(B, T, nC // (H * self.D), H, self.D).permute(0, 3, 2, 1, 4)
+        return x.view(B, T, nHD // (H * D), H, D).permute(0, 3, 2, 1, 4)
 
     def read_out(self, y):
-        """y (B, H, T, D) -> (B, T, C), RMSNorm(y) g per head with read_norm."""
+        """y (B, H, T, Dv) -> (B, T, C), RMSNorm(y) g per head with read_norm, through W_o if H Dv != C."""
         if self.gain is not None:
             y = F.rms_norm(y, self.gain.shape, self.gain.to(y.dtype), eps=1e-6)
-        return y.transpose(1, 2).flatten(2)
+        y = y.transpose(1, 2).flatten(2)  # (B, T, H Dv)
+        return y if self.out is None else self.out(y.to(self.out.weight.dtype))  # (B, T, C)
 
     def init_state(self, batch_size, device):
         K = self.convs[0].weight.shape[1] if self.convs else 1
@@ -420,9 +476,12 @@ class DeltaRuleState(_WriteReader):
     matrix per head, with no decay (g = 1) or the fixed decay g = 1 - a of write_alphas = (a,):
         M_t = g M_{t-1} + beta_t (v_t - g M_{t-1} k_t) k_t^T,   x̂_t = M_{t-1} q_t,
     k_t and q_t = W_q u_t L2-normalised per head, beta_t = sigmoid(W_beta u_t) per head (W_beta:
-    C -> H). delta_rule_ref is the definition, delta_rule_chunked the fast path."""
+    C -> H). delta_rule_ref is the definition, delta_rule_chunked the fast path. key_dim and
+    value_dim set a head's key width Dk and value width Dv (D each by default): the state is H
+    Dv x Dk matrices, a head stores at most Dk independent keys exactly (Schlag et al. 2021), and
+    where H Dv != C a matrix W_o (H Dv -> C) takes the reads back to C."""
 
-    options = ("write_alphas", "read_norm", "conv")
+    options = ("write_alphas", "read_norm", "conv", "key_dim", "value_dim")
 
     @classmethod
     def check(cls, cfg):
@@ -430,9 +489,10 @@ class DeltaRuleState(_WriteReader):
         n = len(cfg.write_alphas or ())
         require(n <= 1, f"write_alphas: the delta rule (one state) takes at most 1 decay, got {n}")
 
-    def __init__(self, cfg):
-        D = cfg.n_embd // cfg.n_head
-        super().__init__(cfg, 1, (cfg.n_head, D, D), beta=True)  # W_q: C -> C, W_beta; H D x D: C*D floats
+    def __init__(self, cfg, n_write=1):
+        C, H = cfg.n_embd, cfg.n_head
+        shape = (H, cfg.value_dim or C // H, cfg.key_dim or C // H)  # H Dv x Dk: C*D floats by default
+        super().__init__(cfg, 1, shape, beta=True, n_write=n_write)  # W_q: C -> H Dk, W_beta
         self.a = cfg.write_alphas[0] if cfg.write_alphas else 0.0  # a = 1 - g; 0: no decay (DeltaNet)
 
     def forward(self, u, h_prev):
@@ -445,11 +505,40 @@ class DeltaRuleState(_WriteReader):
         q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
         with ema._no_autocast(u_t.device):
             y, M = delta_rule_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], state["M"].to(q.dtype),
-                                   self.a)  # (B, H, D)
+                                   self.a)  # (B, H, Dv)
             return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
-    def attn_flops(self, T):  # chunked: L x L squares K K^T, solve (2D columns), Q K^T, times N; P: 3 products
-        return 8 * min(self.chunk, T) * self.v.in_features + 6 * self.v.in_features * self.D
+    def attn_flops(self, T):  # per head and write, chunked: K K^T (2 L Dk), the solve (L (Dk + Dv)), Q K^T
+        # (2 L Dk) and its product with N (2 L Dv); with the state P: three Dk x Dv products (6 Dk Dv)
+        Dk, Dv, L = self.Dk, self.D, min(self.chunk, T * self.n_write)
+        return self.n_write * self.n_head * (L * (5 * Dk + 3 * Dv) + 6 * Dk * Dv)
+
+
+class DeltaProductState(DeltaRuleState):
+    """('delta_product', 'state'): DeltaProduct (Siems et al. 2025, arXiv 2502.10297) with n_h = 2
+    delta steps per token and no gate, the same state as delta's (H D x D matrices):
+        M <- M + beta_{t,j} (v_{t,j} - M k_{t,j}) k_{t,j}^T for j = 1..n_h,   x̂_t = M_{t-1} q_t,
+    k_{t,j} = W_k h_{t-1} and v_{t,j} = W_v u_t per step j (W_k: S*C -> n_h C, W_v: C -> n_h C,
+    W_beta: C -> n_h H), q and k L2-normalised per head as in delta. delta_product_ref is the
+    definition, delta_product_chunked the fast path."""
+
+    options = ("read_norm", "conv")  # no decay: fla's DeltaProduct without its gate
+    n_h = 2
+
+    def __init__(self, cfg):
+        super().__init__(cfg, n_write=self.n_h)
+
+    def forward(self, u, h_prev):
+        q, k, v, beta, _ = self.qkvb(u, h_prev)  # q (B, H, T, D), k, v (B, H, T, n_h, D), beta (B, H, T, n_h)
+        with ema._no_autocast(u.device):
+            rule = delta_product_ref if self.loop else functools.partial(delta_product_chunked, chunk=self.chunk)
+            return self.read_out(rule(q, k, v, beta))  # (B, T, C), float32
+
+    def step(self, u_t, h_prev_t, state):
+        q, k, v, beta, conv = self.qkvb(u_t[:, None], h_prev_t[:, None], state.get("conv"))  # T = 1
+        with ema._no_autocast(u_t.device):
+            y, M = delta_product_step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], state["M"].to(q.dtype))
+            return self.read_out(y[:, :, None])[:, 0], self.state(M, conv)  # (B, C)
 
 
 class GatedDeltaState(_WriteReader):
@@ -464,6 +553,7 @@ class GatedDeltaState(_WriteReader):
 
     options = ("conv",)  # its decays are learned (no write_alphas), its output norm always on (no read_norm)
     delta = True  # the delta rule's correction (GatedEMAKVState: off)
+    dt_range = (1e-3, 0.1)  # the gate's time step at init, log-uniform (fla's; GatedDeltaRetention: slower)
     attn_flops = DeltaRuleState.attn_flops
 
     def __init__(self, cfg):
@@ -476,10 +566,11 @@ class GatedDeltaState(_WriteReader):
         self.out_norm = nn.Parameter(torch.ones(self.D))  # g, the output RMSNorm's gain
 
     def init_special(self, cfg):
-        """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in [1e-3, 0.1], so
-        alpha starts between about exp(-1.6) and exp(-1e-3) per head; the norm's gain 1; then the
+        """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in dt_range
+        ([1e-3, 0.1]), so alpha starts between about exp(-1.6) and exp(-1e-3) per head (ignoring
+        W_a u_t: a half-life ln 2 / (A dt) of 0.4 to 690 tokens); the norm's gain 1; then the
         convolution's taps, and the matrices, as the other write readers."""
-        dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(math.log(1e-3), math.log(0.1)))
+        dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(*map(math.log, self.dt_range)))
         done = [self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log()),
                 self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt))), self.out_norm.fill_(1.0)]
         return done + super().init_special(cfg)
@@ -517,6 +608,16 @@ class GatedDeltaState(_WriteReader):
         return self.gated(y[:, :, None], u_t[:, None])[:, 0], self.state(M, conv)  # (B, C)
 
 
+class GatedDeltaRetention(GatedDeltaState):
+    """('gated_delta_ret', 'state'): gated_delta with a retention initialisation, everything else the
+    same: dt log-uniform in [1e-4, 1e-3] instead of [1e-3, 0.1], so at init (ignoring W_a u_t) a
+    head's half-life ln 2 / (A dt) is 43 to 6,900 tokens and most heads keep half a write past
+    128 bytes, where fla's range starts most of them under 10 (results/map/PLAN.md, H1). The
+    model learns the gate from there; only where it starts differs."""
+
+    dt_range = (1e-4, 1e-3)
+
+
 class GatedEMAKVState(GatedDeltaState):
     """('gated_ema_kv', 'state'): the control for gated_delta, everything the same (the gate alpha_t,
     beta_t, unit q and k, the output norm and gate, cfg.conv) but the write adds beta_t v_t k_t^T
@@ -535,5 +636,7 @@ WRITE_READERS = {
     ("ema_kv", "state"): EMAKVState,
     ("delta", "state"): DeltaRuleState,
     ("gated_delta", "state"): GatedDeltaState,
+    ("gated_delta_ret", "state"): GatedDeltaRetention,
+    ("delta_product", "state"): DeltaProductState,
     ("gated_ema_kv", "state"): GatedEMAKVState,
 }

@@ -1,35 +1,49 @@
 """The map on text: what brings the copies back, at what state, and which gaps survive the noise
 (results/map).
 
-Two kinds of record, read apart:
-- **The seeds** (results/map/seeds/<model>_s<seed>/scaling.json, written by `python -m dev.seeds`):
-  each core model at several seeds on ONE machine (each curve names its CPU), every point scored on
-  the whole validation split (every byte once) and read at two points: the constant-lr trunk's last
-  (10M bytes) and its cooldown branch's (the lr linearly to 0 over the last 20%). Per model: n,
-  mean ± standard error and a 95% interval on all bytes, copies, copies 128+ bytes back and the
-  other bytes; per comparison (each model against GPT, each ingredient against its base; MIN_SEEDS
-  seeds or more a side): the difference, Welch's t-test (scipy) and its one-sided p, and the verdict
-  "below"/"above" only at p < ALPHA, else "tie". Also what the cooldown does to the spread across
-  seeds, and each seed's copy onset (the bytes at which its copy loss first falls below ONSET nats)
-  against its final copy loss: is the seed spread a timing shift?
-- **The earlier curves** (results/scaling/scaling.json's references and results/map/<model>/,
-  results/map/seed1/<model>/): one or two seeds each, on earlier CPUs, read on 128 fixed windows;
-  tabled as they are, in no test.
-A (model, seed) found twice is refused in one line, as is a curve at other settings or a record
-with a damaged value. State: floats per sequence and layer at T = 256 (model.state_floats).
+Two campaigns of seeded curves (each (arm, seed) one scaling.py curve in a folder of its own,
+<model>_s<seed> or <model>_lr<lr>_s<seed>, written by `python -m dev.seeds`), each read on its own:
+- **map**: results/map/seeds (an Intel Xeon), each core model at several seeds; its comparisons:
+  each model against GPT, each ingredient against its base, on every metric; one family.
+- **screen**: results/map/screen, the screening of results/map/PLAN.md (its families P, S and G,
+  the hypotheses H1-H4 as the plan names them, below in PLANNED), and the plan's stage-2 rule.
+An arm is a model at a learning rate (`delta`, or `delta@0.004` at another rate than RATE). Every
+point is scored on the whole validation split and read at the constant-lr trunk's last point (10M
+bytes) and at its cooldown branch's end (the lr linearly to 0 over the last 20%). Per arm and CPU
+(curves of two CPUs are never pooled, nor tested against each other): n, mean ± standard error and
+a 95% interval on all bytes, copies, copies 128+ bytes back and the other bytes, and a
+seeds-by-documents bootstrap of the standard error of the mean (how much is the seeds, how much the
+validation documents: windows.json's per-window sums, each window given to the document holding
+its first target). Per comparison (first - second, MIN_SEEDS seeds or more a side): the difference,
+Welch's two-sided p (scipy), the exact permutation p over seed labels (two-sided, |difference of
+means|; every relabelling, or PERMUTATIONS random ones where there are more) and its floor (the
+smallest p it can give: 2 / C(n_a + n_b, n_a), or 1 / C with unequal sides), Holm's correction over the family, the 99% Welch interval; the verdict
+"below"/"above" only where the Holm-adjusted Welch p and the permutation p are both under ALPHA,
+"tie" where not and the floor is at most ALPHA, else "no verdict" (too few seeds for the
+permutation test to reach ALPHA). Also what the cooldown does to the spread across seeds, and each
+seed's copy onset against its final copy loss (is the seed spread a timing shift?).
+The map also tables its earlier curves (results/scaling/scaling.json's references and
+results/map/<model>/, results/map/seed1/<model>/: one or two seeds each, on earlier CPUs, 128 fixed
+windows), in no test. A damaged record (a NaN, a negative loss, a missing field, a curve at other
+settings, one seed twice, a folder named for another arm or seed) is refused in one line naming the
+file; a seed folder whose curve has not finished is said on stderr and counted in map.md.
+State: floats per sequence and layer at T = 256 (model.state_floats).
 
 Run (from the repository root)
-    python -m dev.map                           # -> out/map/map.md, map.json, map.png
-    python -m dev.map --out_dir results/map     # refresh the committed map
-The curves: `python -m dev.seeds --out_dir results/map/seeds` (the seeds); the earlier ones
+    python -m dev.map                                                # -> out/map/map.md, map.json, map.png
+    python -m dev.map --out_dir results/map                          # refresh the committed map
+    python -m dev.map --campaign screen --out_dir results/map/screen # the screening of PLAN.md
+The curves: `python -m dev.seeds --out_dir results/map/seeds`; the earlier ones
 `python scaling.py --models NAME --widths 128 --out_dir results/map/NAME`.
 """
 
 import argparse
 import glob
+import itertools
 import json
 import math
 import os
+import sys
 
 from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
 
@@ -37,41 +51,65 @@ cli.exit_on_ctrl_c(__name__, "dev.map")
 
 from dev import seeds
 from plumbing import checkpoint, tables
+from plumbing.records import NULL, NUMBER, Each, Opt
 
 REFERENCE = "results/scaling/scaling.json"
 SEEDS = "results/map/seeds"
+CAMPAIGNS = {"map": SEEDS, "screen": "results/map/screen"}  # campaign -> its seed folders
 SAME = ("n_layer", "data", "tokenizer", "block_size", "batch_size", "grad_accum", "max_tokens", "first_tokens",
-        "points", "eval_iters", "hit_seqs", "copy_k", "lr", "warmup_iters")  # what every curve must share
+        "points", "eval_iters", "hit_seqs", "copy_k", "warmup_iters")  # what every curve must share
+CURVE = ("cooldown", "eval_data")  # and every seed of a campaign (the earlier curves have no cooldown)
+RATE = 2e-3  # the map's learning rate: an arm at it is its model's plain name
 REFS = ("gpt", "softmax_history", "linear", "ema_kv", "delta")  # from the reference record, width 128
 BUDGET = 18_000  # a quarter of GPT's cache per layer at T = 256 (2 T C = 65,536): the bound set for a bounded reader
 METRICS = {"all": "all bytes", "copies": "copies", "copies_far": "copies 128+ back", "other": "other bytes"}
-ALPHA = 0.01  # a verdict's level, one-sided (the modded-nanogpt speedrun's for a record)
-MIN_SEEDS = 3  # a test needs this many seeds a side: with 2, a side's variance rests on one difference, which
-#                Welch's degrees of freedom do not weigh (two close seeds make a confident, wrong test)
+ALPHA = 0.01  # a verdict's level, two-sided (results/map/PLAN.md)
+MIN_SEEDS = 3  # a test needs this many seeds a side: with 2, a side's variance rests on one difference
+PERMUTATIONS = 200_000  # relabellings: all of them up to this many, else this many at random (seed 0)
+BOOTSTRAP = 2000  # seeds-by-documents resamples (seed 0)
 BASES = (("delta_conv", "delta", "the convolution"), ("gated_delta", "delta_conv", "the gate (with its conv)"),
          ("hybrid_gated_delta", "gated_delta", "one attention block over gated delta blocks"))  # ingredient, base
 ONSET = 1.5  # nats per byte on copies: a level every curve crosses early (the byte unigram is ~3.2)
+HYPOTHESES = (("H1", "gated_delta_ret", "gated_delta"), ("H2a", "delta_k128_v32", "delta"),
+              ("H2b", "delta_k128_v64", "delta"), ("H2c", "delta_wide", "delta"), ("H3a", "delta@0.001", "delta"),
+              ("H3b", "delta@0.004", "delta"), ("H3c", "gpt@0.001", "gpt"), ("H3d", "gpt@0.004", "gpt"),
+              ("H4", "delta_product", "delta"))  # results/map/PLAN.md's table, first - second
+PLANNED = {"P": [(h, a, b, "copies") for h, a, b in HYPOTHESES],  # family -> (label, first, second, metric)
+           "S": [(h, a, b, "all") for h, a, b in HYPOTHESES],
+           "G": [("G", a, "gpt", "copies") for a in ("delta", "gated_delta", "gated_delta_ret", "delta_k128_v32",
+                                                     "delta_k128_v64", "delta_wide", "delta_product")]}
+SCORE = {"step": int, "tokens": NUMBER, **{m: NUMBER for m in METRICS}}  # a whole-split score, every metric
+SEED = {"model": str, "width": int, "params": (int, NULL), "state_floats": int, "train_seconds": NUMBER,
+        "machines": [str], "points": [{"step": int, "tokens": NUMBER, "val_loss": NUMBER}], "scores": [SCORE],
+        "cooldown": Opt({"scores": [SCORE], "machines": [str]})}  # a seed's curve (no cooldown yet: unfinished)
+EARLIER = {"model": str, "width": int, "points": [{"step": int, "tokens": int, "val_loss": NUMBER}],
+           "copy": [{"step": int, "loss_copy": (NUMBER, NULL), "loss_other": (NUMBER, NULL),
+                     "by_distance": [{"lo": int, "loss": (NUMBER, NULL)}]}]}
+WINDOWS = {"n": [int], "loss": [NUMBER], "copy_n": [int], "copy_loss": [NUMBER], "bin_n": [[int]],
+           "bin_loss": [[NUMBER]]}  # windows.json's cooldown entry (plumbing/repeats.py window_scores)
 
 
-def load(path):
-    """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one."""
+def load(path, curve=EARLIER, settings=dict):
+    """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one (its
+    settings and curves not of these shapes), or a loss in it is negative."""
     try:
         with open(path) as f:
             res = json.load(f)
     except (OSError, ValueError) as e:
         raise cli.UserError(f"{path} is not a scaling.py record ({type(e).__name__}); rerun its scaling.py") from None
-    wrong = tables.shape_error(res, {"settings": dict, "curves": tables.Each(
-        {"model": str, "width": int, "points": [{"tokens": int, "val_loss": (int, float)}], "copy": list})}, path)
+    wrong = tables.shape_error(res, {"settings": settings, "curves": Each(curve)}, path)
     if wrong:
         raise cli.UserError(f"{path} is not a scaling.py record ({wrong}); rerun its scaling.py")
+    for key, c in res["curves"].items():
+        parts = [(w, c[w]) for w in ("points", "scores", "copy") if w in curve]
+        parts += [("cooldown.scores", c["cooldown"]["scores"])] if "cooldown" in curve and "cooldown" in c else []
+        for where, part in parts:
+            for i, p in enumerate(part):
+                for k, v in p.items():
+                    cli.require(not (k.startswith(("val_loss", "loss")) or k in METRICS) or v is None or v >= 0,
+                                "{}: curves.{}.{}[{}].{} is {}, a negative loss: a damaged record; rerun its "
+                                "scaling.py", path, key, where, i, k, v)
     return res["settings"], res["curves"]
-
-
-def finite(x, where):
-    """x if it is a finite number (or None), else one line naming where it was read."""
-    if x is not None and not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)):
-        raise cli.UserError(f"{where} is {x!r}, not a finite number: a damaged record; rerun its scaling.py")
-    return x
 
 
 def row(curve, seed, state_floats, step=None):
@@ -84,47 +122,83 @@ def row(curve, seed, state_floats, step=None):
                 loss_copy=split and split["loss_copy"], loss_copy_far=far, loss_other=split and split["loss_other"])
 
 
-def same_settings(path, settings, ref):
-    differ = [k for k in SAME if settings.get(k) != ref.get(k)]
-    cli.require(not differ, "{} has other settings than {} ({}): not on the same map", path, REFERENCE,
-                ", ".join(differ))
+def same_settings(path, settings, ref, keys, against):
+    differ = [k for k in keys if settings.get(k) != ref.get(k)]
+    cli.require(not differ, "{} has other settings than {} ({}): not on the same map", path, against, ", ".join(differ))
 
 
 def collect(root="."):
-    """The earlier curves, reference first: a list of rows (dicts)."""
+    """The earlier curves, reference first: a list of rows (dicts); a (model, seed) found twice refused."""
     ref_settings, ref = load(os.path.join(root, REFERENCE))
     out = [row(ref[f"{m}_c128"], ref_settings["seed"], ref[f"{m}_c128"]["state_floats"]) for m in REFS]
+    where = {(r["model"], r["seed"]): REFERENCE for r in out}
     paths = sorted(glob.glob(os.path.join(root, "results/map/*/scaling.json"))) + \
         sorted(glob.glob(os.path.join(root, "results/map/seed1/*/scaling.json")))
     for path in paths:
         settings, curves = load(path)
-        same_settings(path, settings, ref_settings)
-        out += [row(c, settings["seed"], c.get("state_floats")) for c in curves.values() if c["width"] == 128 and c["points"]]
+        same_settings(path, settings, ref_settings, SAME + ("lr",), REFERENCE)
+        for c in curves.values():
+            if c["width"] == 128 and c["points"]:
+                key = (c["model"], settings["seed"])
+                cli.require(key not in where, "{} seed {} is in both {} and {}: one curve per seed (move one away)",
+                            *key, where.get(key), path)
+                where[key] = path
+                out.append(row(c, settings["seed"], c.get("state_floats")))
     return out, ref_settings
 
 
-def collect_seeds(root, ref_settings):
-    """The seeds' curves: one dict per (model, seed) with its whole-split losses at the trunk's last
-    point and the cooldown's, its onset, and the machine; only curves that reached both."""
-    out, where = [], {}
-    for path in sorted(glob.glob(os.path.join(root, SEEDS, "*", "scaling.json"))):
-        settings, curves = load(path)
-        same_settings(path, settings, ref_settings)
+def arm_of(model, lr):
+    """The arm's name (dev.seeds' naming): the model's at RATE, else MODEL@LR."""
+    return model if lr == RATE else f"{model}@{lr:g}"
+
+
+def cpu_of(machines):
+    """The CPU models of a curve's machines ('Intel(R) Xeon(R) ..., torch 2.13.0+cpu, 1 thread(s)')."""
+    return " + ".join(sorted({m.split(", torch")[0] for m in machines}))
+
+
+def collect_seeds(root, ref_settings, folder=SEEDS):
+    """A campaign's finished curves: one dict per (arm, seed) with its whole-split losses at the
+    trunk's last point and the cooldown's, its onset, its CPU; and one line per seed folder that holds
+    no finished curve (said on stderr, counted in map.md)."""
+    out, unfinished, where, first = [], [], {}, None
+    for d in sorted(p for p in glob.glob(os.path.join(root, folder, "*")) if os.path.isdir(p)):
+        path = os.path.join(d, "scaling.json")
+        if not os.path.exists(path):
+            unfinished.append(f"{d}: no scaling.json yet: not a seed, not in n")
+            continue
+        settings, curves = load(path, SEED, {"lr": NUMBER, "seed": int, "max_tokens": NUMBER})
+        same_settings(path, settings, ref_settings, SAME, REFERENCE)
+        first = first or (path, settings)
+        same_settings(path, settings, first[1], CURVE, first[0])
         for key, c in curves.items():
-            if c["width"] != 128 or not seeds.done(c, settings):
-                continue  # still training: not a seed yet
-            last = {s["step"]: s for s in c["scores"]}[c["points"][-1]["step"]]
-            cool = c["cooldown"]["scores"]
-            seed = (c["model"], settings["seed"])
+            if c["width"] != 128:
+                continue
+            arm = arm_of(c["model"], settings["lr"])
+            cli.require(os.path.basename(d) == seeds.folder(arm, settings["seed"]), "{} holds {} seed {}, whose "
+                        "folder is {}: move it there", path, arm, settings["seed"], seeds.folder(arm, settings["seed"]))
+            if not c["points"] or not seeds.done(c, settings):
+                last = c["points"][-1]["tokens"] if c["points"] else 0
+                unfinished.append(f"{d}: unfinished ({last / 1e6:.1f}M of {settings['max_tokens'] / 1e6:.0f}M bytes"
+                                  f"{'' if (c.get('cooldown') or {}).get('scores') else ', no cooldown'}): not in n")
+                continue
+            cli.require(c["train_seconds"] >= 0 and c["state_floats"] > 0, "{}: {}.train_seconds or state_floats is "
+                        "negative: a damaged record; rerun its scaling.py", path, key)
+            seed, same = (arm, settings["seed"]), json.dumps([arm, c["points"], c["scores"], c["cooldown"]["scores"]])
             cli.require(seed not in where, "{} seed {} is in both {} and {}: one curve per seed (move one away)",
                         *seed, where.get(seed), path)
-            where[seed] = path
-            read = lambda s, part: {m: finite(s[m], f"{path}: {key}.{part}.{m}") for m in METRICS}
-            out.append(dict(model=c["model"], seed=settings["seed"], params=c["params"],
-                            state_floats=c["state_floats"], bounded=bounded(c["model"]), machines=c["machines"],
-                            trunk=read(last, "scores"), cooldown=read(cool[-1], "cooldown.scores"),
-                            onset=onset(c["scores"]), train_seconds=c["train_seconds"]))
-    return out
+            cli.require(same not in where, "{} holds the same curve as {}: one curve under two seeds (move one away)",
+                        path, where.get(same))
+            where[seed] = where[same] = path
+            last = {s["step"]: s for s in c["scores"]}[c["points"][-1]["step"]]
+            out.append(dict(arm=arm, model=c["model"], lr=settings["lr"], seed=settings["seed"], params=c["params"],
+                            state_floats=c["state_floats"], bounded=bounded(c["model"]),
+                            machines=c["machines"] + c["cooldown"]["machines"],
+                            cpu=cpu_of(c["machines"] + c["cooldown"]["machines"]),
+                            trunk={m: last[m] for m in METRICS}, cooldown={m: c["cooldown"]["scores"][-1][m]
+                                                                            for m in METRICS},
+                            onset=onset(c["scores"]), train_seconds=c["train_seconds"], folder=d, key=key))
+    return out, unfinished
 
 
 def onset(scores, level=ONSET):
@@ -158,54 +232,210 @@ def summary(values):
 
 
 def models_table(seeds, point):
-    """{model: dict(n, seeds, cpu, point, metrics={metric: summary})} at `point` ('cooldown' | 'trunk')."""
+    """{row: dict(arm, cpu, n, seeds, point, metrics={metric: summary})} at `point` ('cooldown' |
+    'trunk'), a row per (arm, CPU): named by the arm alone when the campaign ran on one CPU."""
+    cpus = {r["cpu"] for r in seeds}
     out = {}
-    for m in dict.fromkeys(r["model"] for r in seeds):
-        rs = sorted((r for r in seeds if r["model"] == m), key=lambda r: r["seed"])
-        out[m] = dict(n=len(rs), seeds=[r["seed"] for r in rs], state_floats=rs[0]["state_floats"],
-                      bounded=rs[0]["bounded"], cpu=" | ".join(sorted({x for r in rs for x in r["machines"]})),
-                      point=point, metrics={k: summary([r[point][k] for r in rs]) for k in METRICS})
+    for arm, cpu in dict.fromkeys((r["arm"], r["cpu"]) for r in seeds):
+        rs = sorted((r for r in seeds if (r["arm"], r["cpu"]) == (arm, cpu)), key=lambda r: r["seed"])
+        out[arm if len(cpus) == 1 else f"{arm} on {cpu}"] = dict(
+            arm=arm, cpu=cpu, n=len(rs), seeds=[r["seed"] for r in rs], state_floats=rs[0]["state_floats"],
+            bounded=rs[0]["bounded"], params=rs[0]["params"], point=point,
+            metrics={k: summary([r[point][k] for r in rs]) for k in METRICS})
     return out
 
 
-def welch(a, b, metric, alpha=ALPHA):
-    """a against b on one metric: the difference of means (a - b), its standard error, Welch's t
-    and degrees of freedom and both one-sided p (scipy.stats.ttest_ind, equal_var=False), and the
-    verdict: 'below' when p(a < b) < alpha, 'above' when p(a > b) < alpha, else 'tie'."""
+def permutation(x, y, limit=PERMUTATIONS, seed=0):
+    """The two-sided permutation p of |mean(x) - mean(y)| over the relabellings of the pooled seeds:
+    every one (itertools.combinations) when there are at most `limit`, else `limit` at random (the
+    observed labelling counted in: (hits + 1) / (limit + 1)); -> (p, exact)."""
+    import numpy as np
+    pool, n = np.array(list(x) + list(y), dtype=float), len(x)
+    total = math.comb(len(pool), n)
+    if total <= limit:
+        idx = np.array(list(itertools.combinations(range(len(pool)), n)))  # (C, n_a) the first side's seeds
+    else:
+        idx = np.argsort(np.random.default_rng(seed).random((limit, len(pool))), axis=1)[:, :n]  # (limit, n_a)
+    first = pool[idx].sum(1)
+    stat = np.abs(first / n - (pool.sum() - first) / len(y))
+    hits = int((stat >= abs(np.mean(x) - np.mean(y)) - 1e-12).sum())  # 1e-12: the same split summed in another order
+    return (hits / total, True) if total <= limit else ((hits + 1) / (limit + 1), False)
+
+
+def floor(n_a, n_b):
+    """The smallest p the two-sided permutation test can give: 2 / C(n_a + n_b, n_a) with equal sides (the
+    observed labelling and its swap give the same |difference|), 1 / C(n_a + n_b, n_a) with unequal ones."""
+    return (2 if n_a == n_b else 1) / math.comb(n_a + n_b, n_a)
+
+
+def holm(ps):
+    """Holm's step-down adjusted p of a family's p values (None: a comparison not run, counted as
+    p = 1, so the family keeps its planned size): the j-th smallest p times (m - j + 1), made
+    non-decreasing, capped at 1."""
+    order = sorted(range(len(ps)), key=lambda i: 1.0 if ps[i] is None else ps[i])
+    out, top = [None] * len(ps), 0.0
+    for j, i in enumerate(order):
+        if ps[i] is not None:
+            top = out[i] = max(top, min(1.0, (len(ps) - j) * ps[i]))
+    return out
+
+
+def welch(x, y, alpha=ALPHA):
+    """x against y (per-seed values): the difference of means (x - y), its standard error, Welch's t,
+    degrees of freedom, two-sided p and both one-sided p (scipy.stats.ttest_ind, equal_var=False),
+    the 1 - alpha Welch interval of the difference, and the permutation p with its floor."""
     from scipy import stats
-    x, y = a["metrics"][metric]["values"], b["metrics"][metric]["values"]
-    se = (a["metrics"][metric]["se"] ** 2 + b["metrics"][metric]["se"] ** 2) ** 0.5
-    diff = a["metrics"][metric]["mean"] - b["metrics"][metric]["mean"]
+    va, vb = stats.tvar(x) / len(x), stats.tvar(y) / len(y)
+    diff, se = sum(x) / len(x) - sum(y) / len(y), math.sqrt(va + vb)
+    p_perm, exact = permutation(x, y)
+    out = dict(diff=diff, se=se, n_a=len(x), n_b=len(y), p_perm=p_perm, perm_exact=exact,
+               perm_floor=floor(len(x), len(y)))
     if se == 0:  # every seed equal on both sides: no spread to test against (hand-made tables only)
-        return dict(metric=metric, diff=diff, se=0.0, ci95=[diff, diff], t=None, df=None, p_below=None, p_above=None,
-                    verdict="tie", n_a=len(x), n_b=len(y), resolvable=None)
-    below = stats.ttest_ind(x, y, equal_var=False, alternative="less")
-    above = stats.ttest_ind(x, y, equal_var=False, alternative="greater")
-    half = stats.t.ppf(0.975, below.df) * se
-    verdict = "below" if below.pvalue < alpha else "above" if above.pvalue < alpha else "tie"
-    return dict(metric=metric, diff=diff, se=se, ci95=[diff - half, diff + half], t=float(below.statistic),
-                df=float(below.df), p_below=float(below.pvalue), p_above=float(above.pvalue), verdict=verdict,
-                n_a=len(x), n_b=len(y), resolvable=resolvable(se, float(below.df), alpha))
+        return dict(out, t=None, df=None, p_welch=None, p_below=None, p_above=None, ci99=[diff, diff])
+    res = stats.ttest_ind(x, y, equal_var=False)
+    half = stats.t.ppf(1 - alpha / 2, res.df) * se
+    return dict(out, t=float(res.statistic), df=float(res.df), p_welch=float(res.pvalue),
+                p_below=float(stats.t.cdf(res.statistic, res.df)), p_above=float(stats.t.sf(res.statistic, res.df)),
+                ci99=[float(diff - half), float(diff + half)])
 
 
-def resolvable(se, df, alpha=ALPHA, power=0.8):
-    """The smallest true gap a one-sided t-test at `alpha` with this standard error and df detects
-    with probability `power` (the noncentral t, scipy): what a 'tie' can and cannot rule out."""
-    from scipy import optimize, stats
-    crit = stats.t.ppf(1 - alpha, df)
-    return float(optimize.brentq(lambda d: stats.nct.sf(crit, df, d / se) - power, 1e-9, 100 * se + 1))
+def verdict(c, alpha=ALPHA):
+    """'below'/'above' where the Holm-adjusted Welch p and the permutation p are both under alpha;
+    'no verdict' where the permutation test cannot get there (its floor above alpha); else 'tie'."""
+    if c["perm_floor"] > alpha:
+        return "no verdict"
+    if c["p_holm"] is not None and c["p_holm"] < alpha and c["p_perm"] < alpha:
+        return "below" if c["diff"] < 0 else "above"
+    return "tie"
 
 
-def comparisons(models):
-    """Each model against GPT, each ingredient against its base (BASES), on every metric; only
-    pairs with MIN_SEEDS seeds or more on each side."""
-    pairs = [(m, "gpt", "against GPT") for m in models if m != "gpt"] + list(BASES)
-    return [dict(a=a, b=b, what=what, **welch(models[a], models[b], k)) for a, b, what in pairs for k in METRICS
-            if a in models and b in models and min(models[a]["n"], models[b]["n"]) >= MIN_SEEDS]
+def planned(campaign, models):
+    """The campaign's families: {family: [(label, first arm, second arm, metric), ...]}. The map's: each
+    arm against GPT and each ingredient against its base, on every metric, one family; the screen's:
+    PLANNED."""
+    if campaign == "screen":
+        return PLANNED
+    arms = list(dict.fromkeys(v["arm"] for v in models.values()))
+    pairs = [("against GPT", a, "gpt") for a in arms if a != "gpt"] + [(w, a, b) for a, b, w in BASES]
+    return {"map": [(w, a, b, k) for w, a, b in pairs for k in METRICS
+                    if a in arms and b in arms and min(n_seeds(models, a), n_seeds(models, b)) >= MIN_SEEDS]}
+
+
+def n_seeds(models, arm):
+    return max((v["n"] for v in models.values() if v["arm"] == arm), default=0)
+
+
+def comparisons(models, families, alpha=ALPHA):
+    """Each planned comparison, per CPU, that has MIN_SEEDS seeds or more a side: welch(), Holm's p
+    over its family (its planned size, per CPU) and the verdict."""
+    out = []
+    for cpu in dict.fromkeys(v["cpu"] for v in models.values()):
+        on = {v["arm"]: v for v in models.values() if v["cpu"] == cpu}
+        for family, plan in families.items():
+            tests = [dict(family=family, what=label, a=a, b=b, metric=k, cpu=cpu,
+                          **welch(on[a]["metrics"][k]["values"], on[b]["metrics"][k]["values"], alpha))
+                     if a in on and b in on and min(on[a]["n"], on[b]["n"]) >= MIN_SEEDS else None
+                     for label, a, b, k in plan]
+            for c, p in zip(tests, holm([c and c["p_welch"] for c in tests])):
+                if c:
+                    c.update(p_holm=p, family_size=len(plan))
+                    out.append(dict(c, verdict=verdict(c, alpha)))
+    return out
+
+
+def stage2(seeds, alpha=ALPHA):
+    """PLAN.md's stage 2: each family-P comparison whose 1 - alpha Welch interval at 3 vs 3 (seeds 0-2)
+    excludes 0, per CPU: its arms get seeds 3 and 4."""
+    out = []
+    for label, a, b, k in PLANNED["P"]:
+        for cpu in dict.fromkeys(r["cpu"] for r in seeds):
+            x, y = ([r["cooldown"][k] for r in seeds if r["arm"] == arm and r["cpu"] == cpu and r["seed"] < 3]
+                    for arm in (a, b))
+            if len(x) == len(y) == 3:
+                c = welch(x, y, alpha)
+                out.append(dict(what=label, a=a, b=b, cpu=cpu, diff=c["diff"], ci99=c["ci99"],
+                                extend=c["ci99"][0] > 0 or c["ci99"][1] < 0))
+    return out
+
+
+def documents(tokens, sep, T):
+    """Each evaluation window's document (batches.eval_windows over the split `tokens`, windows of T
+    targets): the one holding its first target; documents numbered from 0, each followed by `sep`."""
+    import numpy as np
+    from plumbing import batches
+    tokens = np.asarray(tokens)
+    doc = np.concatenate([[0], np.cumsum(tokens == sep)[:-1]])  # each position's document: separators before it
+    starts, _ = batches.eval_windows(len(tokens), T)
+    return doc[starts + 1]
+
+
+def ratios(w, metric):
+    """windows.json's per-window sums -> (loss, targets) per window for one metric (score_totals' split)."""
+    import numpy as np
+    if metric == "all":
+        return np.array(w["loss"]), np.array(w["n"])
+    if metric == "copies":
+        return np.array(w["copy_loss"]), np.array(w["copy_n"])
+    if metric == "copies_far":
+        return np.array(w["bin_loss"][-1]), np.array(w["bin_n"][-1])
+    return np.array(w["loss"]) - np.array(w["copy_loss"]), np.array(w["n"]) - np.array(w["copy_n"])
+
+
+def bootstrap(windows, docs, metric, B=BOOTSTRAP, seed=0):
+    """The standard error of a model's mean over seeds (each seed's loss: its summed window losses over
+    its targets), by resampling the seeds only, the documents only (the same resample for every seed:
+    they are scored on the same split), and both; and the seeds' share of the variance,
+    var_seeds / (var_seeds + var_documents). windows: per seed its windows.json sums; docs: each
+    window's document."""
+    import numpy as np
+    _, doc = np.unique(docs, return_inverse=True)  # the documents that hold a window, 0..D-1
+    D, S = doc.max() + 1, len(windows)
+    num = np.array([np.bincount(doc, ratios(w, metric)[0], D) for w in windows])  # (S, D) summed losses
+    den = np.array([np.bincount(doc, ratios(w, metric)[1], D) for w in windows])  # (S, D) targets
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(D, np.full(D, 1 / D), size=B)  # (B, D) each document's draws
+    picks = rng.integers(0, S, size=(B, S))  # (B, S) each seed's draws
+    kept = (den @ counts.T > 0).all(0)  # resamples where every seed has targets (all but a few tiny hand-made ones)
+    counts, picks, B = counts[kept], picks[kept], int(kept.sum())
+    per = (num @ counts.T) / (den @ counts.T)  # (S, B) each seed's loss on each document resample
+    full = num.sum(1) / den.sum(1)  # (S,)
+    se = dict(seeds=float(full[picks].mean(1).std(ddof=1)), documents=float(per.mean(0).std(ddof=1)),
+              both=float(per[picks, np.arange(B)[:, None]].mean(1).std(ddof=1)))
+    return dict(se=se, seed_share=se["seeds"] ** 2 / (se["seeds"] ** 2 + se["documents"] ** 2), n_seeds=S,
+                n_documents=int(D), replicates=B)
+
+
+def noise(seeds, models, settings, read_split=None):
+    """Per model row and metric the seeds-by-documents bootstrap of its mean (cooldown point), from
+    each seed folder's windows.json; {} for a row whose seeds lack one."""
+    from plumbing import corpus
+    out, docs = {}, None
+    for name, v in models.items():
+        rs = sorted((r for r in seeds if (r["arm"], r["cpu"]) == (v["arm"], v["cpu"])), key=lambda r: r["seed"])
+        paths = [os.path.join(r["folder"], "windows.json") for r in rs]
+        if len(rs) < 2 or not all(map(os.path.exists, paths)):
+            continue
+        windows = []
+        for path, r in zip(paths, rs):
+            try:
+                with open(path) as f:
+                    w = json.load(f)
+            except (OSError, ValueError) as e:
+                raise cli.UserError(f"{path} is not a windows.json ({type(e).__name__}); rerun its scaling.py") from None
+            wrong = tables.shape_error(w, {r["key"]: {"cooldown": WINDOWS}}, path)
+            cli.require(not wrong, "{}: a damaged record; rerun its scaling.py", wrong)
+            windows.append(w[r["key"]]["cooldown"])
+        if docs is None:
+            split = (read_split or corpus.load_split)(settings["data"], "val", tokenizer=settings["tokenizer"])
+            docs = documents(split, corpus.separator(settings["tokenizer"]), settings["block_size"])
+        cli.require(all(len(w["n"]) == len(docs) for w in windows), "{}: windows.json holds another number of "
+                    "windows than the validation split's {}: another split; rerun its scaling.py", paths[0], len(docs))
+        out[name] = {k: bootstrap(windows, docs, k) for k in METRICS}
+    return out
 
 
 def cooldown_effect(seeds):
-    """Per model: the spread (sample std) across seeds of each metric at the trunk's last point and
+    """Per arm: the spread (sample std) across seeds of each metric at the trunk's last point and
     after the cooldown, and the mean change the cooldown makes (cooldown - trunk, paired by seed)."""
     out = {}
     for m, rs in group(seeds).items():
@@ -213,14 +443,13 @@ def cooldown_effect(seeds):
             continue
         out[m] = {k: dict(std_trunk=tables.mean_std([r["trunk"][k] for r in rs])[1],
                           std_cooldown=tables.mean_std([r["cooldown"][k] for r in rs])[1],
-                          change=sum(r["cooldown"][k] - r["trunk"][k] for r in rs) / len(rs)) for k in METRICS
-                  if all(r["trunk"][k] is not None for r in rs)}
+                          change=sum(r["cooldown"][k] - r["trunk"][k] for r in rs) / len(rs)) for k in METRICS}
     return out
 
 
 def onset_test(seeds):
     """Does a seed's copy onset predict its final copy loss (cooldown point)? Pearson's r (scipy)
-    per model, and pooled over models on the deviations from each model's means."""
+    per arm, and pooled over arms on the deviations from each arm's means."""
     from scipy import stats
     out, pooled = {}, ([], [])
     for m, rs in group(seeds).items():
@@ -239,7 +468,10 @@ def onset_test(seeds):
 
 
 def group(seeds):
-    return {m: [r for r in seeds if r["model"] == m] for m in dict.fromkeys(r["model"] for r in seeds)}
+    """{row name: its seeds}, named as models_table names its rows."""
+    one = len({r["cpu"] for r in seeds}) == 1
+    keys = dict.fromkeys((r["arm"], r["cpu"]) for r in seeds)
+    return {a if one else f"{a} on {c}": [r for r in seeds if (r["arm"], r["cpu"]) == (a, c)] for a, c in keys}
 
 
 # ---- the tables and the figure -------------------------------------------------------------
@@ -251,74 +483,105 @@ def pm(s, fmt=".3f"):
 
 
 def seed_lines(res):
-    """map.md's tested part: the seeds' table at both points, the tests, the cooldown, the onsets."""
-    models, n_tests = res["models"], len(res["comparisons"])
+    """map.md's tested part: the seeds' table at both points, the noise, the tests, the cooldown, the onsets."""
+    models, folder = res["models"], CAMPAIGNS[res["campaign"]]
+    lines = ["## The seeds (whole validation split)", ""]
+    if res["unfinished"]:
+        lines += [f"{len(res['unfinished'])} seed folder(s) under {folder} hold no finished curve (not in n): "
+                  + "; ".join(os.path.basename(u.split(":")[0]) for u in res["unfinished"]) + ".", ""]
     if not models:
-        return ["## The seeds", "", f"No seeded curve has finished yet (`python -m dev.seeds --out_dir {SEEDS}`).", ""]
-    lines = ["## The seeds (one machine, whole validation split)", "",
-             "CPU of every curve: " + "; ".join(sorted({v['cpu'] for v in models.values()})) + ". Nats per byte, "
-             "mean ± standard error over the seeds, the 95% interval below each table in map.json.", ""]
+        return lines + [f"No seeded curve has finished yet (`python -m dev.seeds --out_dir {folder}`).", ""]
+    lines += ["CPU of every curve: " + "; ".join(dict.fromkeys(v['cpu'] for v in models.values())) + " (a row per "
+              "arm and CPU; two CPUs are never pooled or tested against each other). Nats per byte, mean ± standard "
+              "error over the seeds, the 95% interval in map.json.", ""]
     for point, table in (("cooldown", models), ("trunk", res["models_trunk"])):
         lines += [f"**At {'the end of the cooldown branch (lr linearly to 0 over the last 20%)' if point == 'cooldown' else 'the constant-lr trunk’s last point'}**, 10M bytes:", ""]
-        lines += tables.md_table(["model", "n", "state floats / layer", *METRICS.values()],
-                                 [[f"`{m}`", v["n"], f"{v['state_floats']:,}" + ("" if v["bounded"] else " (grows)"),
+        lines += tables.md_table(["arm", "n", "params", "state floats / layer", *METRICS.values()],
+                                 [[f"`{m}`", v["n"], f"{v['params']:,}" if v["params"] else None,
+                                   f"{v['state_floats']:,}" + ("" if v["bounded"] else " (grows)"),
                                    *(pm(v["metrics"][k]) for k in METRICS)] for m, v in table.items()])
         lines.append("")
-    lines += [f"**The tests** ({n_tests} comparisons, each Welch's t-test, one-sided, at the cooldown point, of "
-              f"models with {MIN_SEEDS} seeds or more on each side; a "
-              f"verdict only at p < {ALPHA}, else a tie; no correction for the number of comparisons: with "
-              f"Bonferroni's the level would be {ALPHA / max(1, n_tests):.1e}). Difference = first − second, "
-              "negative: the first is lower (better); resolvable: the smallest true gap this test detects with "
-              "80% power (a tie rules out gaps above it, not below):", ""]
-    lines += tables.md_table(["first", "second", "what", "metric", "difference ± SE", "95% interval", "t (df)",
-                              "p below", "p above", "verdict", "resolvable"],
-                             [[f"`{c['a']}`", f"`{c['b']}`", c["what"], METRICS[c["metric"]],
-                               f"{c['diff']:+.3f} ± {c['se']:.3f}", f"[{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]",
+    if res["noise"]:
+        lines += [f"**Seeds or documents?** The standard error of each mean (cooldown point) by a bootstrap "
+                  f"({BOOTSTRAP} resamples) of the seeds only, of the validation documents only (each window given to "
+                  "the document holding its first target; one resample for every seed), and of both; the seeds' "
+                  "share: var_seeds / (var_seeds + var_documents):", ""]
+        lines += tables.md_table(["arm", "metric", "seeds", "documents", "SE: seeds", "SE: documents", "SE: both",
+                                  "seeds' share"],
+                                 [[f"`{m}`", METRICS[k], b["n_seeds"], b["n_documents"], f"{b['se']['seeds']:.4f}",
+                                   f"{b['se']['documents']:.4f}", f"{b['se']['both']:.4f}", f"{b['seed_share']:.0%}"]
+                                  for m, bs in res["noise"].items() for k, b in bs.items()])
+        lines.append("")
+    sizes = ", ".join(f"{f}: {n}" for f, n in res["family_sizes"].items())
+    lines += [f"**The tests** ({len(res['comparisons'])} comparisons run, at the cooldown point, of arms with "
+              f"{MIN_SEEDS} seeds or more a side; families and their planned sizes, {sizes}). Difference = first − "
+              "second (negative: the first's loss is lower); Welch's t-test, two-sided, and Holm's adjustment of its p "
+              "over the family; the permutation test over seed labels (two-sided, |difference of means|, exact: "
+              "every relabelling, else sampled) and its floor, the smallest p it can give (2 / C(n_a + n_b, n_a); 1 / C "
+              "with unequal sides); the 99% Welch interval. "
+              f"Verdict: below/above where Holm's p and the permutation p are both under {ALPHA}; no verdict where "
+              f"the floor is above {ALPHA}; else a tie.", ""]
+    lines += tables.md_table(["family", "first", "second", "what", "metric", "n", "difference ± SE", "99% interval",
+                              "t (df)", "Welch p", "Holm p", "permutation p", "floor", "verdict"],
+                             [[c["family"], f"`{c['a']}`", f"`{c['b']}`", c["what"], METRICS[c["metric"]],
+                               f"{c['n_a']} vs {c['n_b']}", f"{c['diff']:+.3f} ± {c['se']:.3f}",
+                               f"[{c['ci99'][0]:+.3f}, {c['ci99'][1]:+.3f}]",
                                f"{c['t']:.2f} ({c['df']:.1f})" if c["t"] is not None else None,
-                               tables.cell(c["p_below"], ".3g"), tables.cell(c["p_above"], ".3g"),
-                               f"**{c['verdict']}**", tables.cell(c["resolvable"])] for c in res["comparisons"]])
+                               tables.cell(c["p_welch"], ".2g"), tables.cell(c["p_holm"], ".2g"),
+                               f"{c['p_perm']:.3g}" + ("" if c["perm_exact"] else " (sampled)"),
+                               f"{c['perm_floor']:.3g}", f"**{c['verdict']}**"] for c in res["comparisons"]])
+    if res["campaign"] == "screen":
+        ext = [s for s in res["stage2"] if s["extend"]]
+        lines += ["", "**Stage 2** (PLAN.md): the family-P comparisons whose 99% Welch interval at 3 vs 3 (seeds 0-2) "
+                  "excludes 0; their arms get seeds 3 and 4: " + (", ".join(
+                      f"{s['what']} (`{s['a']}` − `{s['b']}`, [{s['ci99'][0]:+.3f}, {s['ci99'][1]:+.3f}])"
+                      for s in ext) or "none") + f" (of {len(res['stage2'])} read at 3 vs 3)."]
     lines += ["", "**What the cooldown does**: the spread (sample std over seeds) at the trunk's last point and "
               "after the cooldown, and the mean change it makes (paired by seed):", ""]
-    lines += tables.md_table(["model", "metric", "std, trunk", "std, cooldown", "mean change"],
+    lines += tables.md_table(["arm", "metric", "std, trunk", "std, cooldown", "mean change"],
                              [[f"`{m}`", METRICS[k], f"{e['std_trunk']:.3f}", f"{e['std_cooldown']:.3f}",
                                f"{e['change']:+.3f}"] for m, es in res["cooldown_effect"].items() for k, e in es.items()])
     lines += ["", f"**Copy onset**: the bytes at which each seed's copy loss (whole split, trunk) first falls below "
               f"{ONSET} nats, and whether it predicts the seed's final copy loss (Pearson's r of log onset against "
               "the cooldown point's copies):", ""]
-    lines += tables.md_table(["model", "onset per seed (M bytes)", "r", "p", "n"],
+    lines += tables.md_table(["arm", "onset per seed (M bytes)", "r", "p", "n"],
                              [[f"`{m}`", ", ".join(f"{r['onset'] / 1e6:.2f}" if r["onset"] else "never"
                                                    for r in sorted(rs, key=lambda r: r["seed"])),
                                *((f"{t['r']:+.2f}", f"{t['p']:.2g}", t["n"]) if (t := res["onset"].get(m)) else
                                  ("—", "—", len(rs)))] for m, rs in group(res["seeds"]).items()])
     if "pooled" in res["onset"]:
         t = res["onset"]["pooled"]
-        lines += ["", f"Pooled over the models (deviations from each model's means): r = {t['r']:+.2f}, p = "
+        lines += ["", f"Pooled over the arms (deviations from each arm's means): r = {t['r']:+.2f}, p = "
                   f"{t['p']:.2g}, n = {t['n']}."]
     return lines + [""]
 
 
-def write_md(res, rows, settings, path):
+def write_md(res, settings, path):
     done = settings["max_tokens"]
-    lines = ["# The map on text: copy loss against state (10M bytes, width 128)", "",
-             "Written by `python -m dev.map --out_dir results/map` from the records under results/map and "
-             "results/scaling/scaling.json; README.md beside this file says what it means. A copy: a byte that it "
-             "and the 8 before it occurred earlier in the window; state: floats per sequence and layer at T = 256 "
-             f"(budget for a bounded reader: {BUDGET:,}, a quarter of GPT's cache).", ""]
+    lines = [f"# The map on text{': the screening of PLAN.md' if res['campaign'] == 'screen' else ''}: copy loss "
+             "against state (10M bytes, width 128)", "",
+             f"Written by `{res['command']}` from the records under {CAMPAIGNS[res['campaign']]}"
+             + (" and results/map, results/scaling/scaling.json" if res["campaign"] == "map" else "") +
+             "; README.md in results/map says what it means. A copy: a byte that it and the 8 before it occurred "
+             f"earlier in the window; state: floats per sequence and layer at T = 256 (budget for a bounded reader: "
+             f"{BUDGET:,}, a quarter of GPT's cache).", ""]
     lines += seed_lines(res)
-    lines += ["## The earlier curves (earlier CPUs, 128 fixed windows; one or two seeds, in no test)", "",
-              f"At the last point of each curve; a curve short of {done / 1e6:.0f}M bytes is marked *.", ""]
-    order = sorted(rows, key=lambda r: (r["loss_copy"] is None, r["loss_copy"] or 0))
-    lines += tables.md_table(
-        ["model", "seed", "bounded", "state floats / layer", "params", "bytes", "all", "copies", "copies 128+ back",
-         "other bytes"],
-        [[f"`{r['model']}`", r["seed"], "yes" if r["bounded"] else "no", f"{r['state_floats']:,}", f"{r['params']:,}",
-          f"{r['tokens'] / 1e6:.1f}M" + ("" if r["tokens"] >= 0.99 * done else " *"), r["val_loss"], r["loss_copy"],
-          r["loss_copy_far"], r["loss_other"]] for r in order])
+    if res["campaign"] == "map":
+        rows = res["rows"]
+        lines += ["## The earlier curves (earlier CPUs, 128 fixed windows; one or two seeds, in no test)", "",
+                  f"At the last point of each curve; a curve short of {done / 1e6:.0f}M bytes is marked *.", ""]
+        order = sorted(rows, key=lambda r: (r["loss_copy"] is None, r["loss_copy"] or 0))
+        lines += tables.md_table(
+            ["model", "seed", "bounded", "state floats / layer", "params", "bytes", "all", "copies",
+             "copies 128+ back", "other bytes"],
+            [[f"`{r['model']}`", r["seed"], "yes" if r["bounded"] else "no", f"{r['state_floats']:,}",
+              f"{r['params']:,}", f"{r['tokens'] / 1e6:.1f}M" + ("" if r["tokens"] >= 0.99 * done else " *"),
+              r["val_loss"], r["loss_copy"], r["loss_copy_far"], r["loss_other"]] for r in order])
     tables.save_text("\n".join(lines) + "\n", path)
 
 
 def plot(res, rows, path):
-    """Copy loss and other-bytes loss against state: each seeded model's mean ± SE (cooldown point)
+    """Copy loss and other-bytes loss against state: each seeded row's mean ± SE (cooldown point)
     with its seeds as faint points; the earlier curves as small hollow markers."""
     plt = tables.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.8), sharex=True)
@@ -340,37 +603,51 @@ def plot(res, rows, path):
     fig.legend([plt.Line2D([], [], color=colors[i % len(colors)], marker="o", ls="") for i in range(len(models))],
                [m + (f" (n = {res['models'][m]['n']})" if m in res["models"] else "") for m in models], fontsize=7,
                loc="center right")
-    fig.suptitle("The map on text at 10M bytes, width 128: filled, seeds on one machine, mean ± SE after the cooldown "
-                 "(faint: each seed); hollow: earlier curves, 128 windows", fontsize=9)
+    fig.suptitle(f"The map on text{' (screen)' if res['campaign'] == 'screen' else ''} at 10M bytes, width 128: "
+                 "filled, seeds on one CPU, mean ± SE after the cooldown (faint: each seed); hollow: earlier curves, "
+                 "128 windows", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.86, 1))  # the right edge for the models' legend
     tables.save_figure(fig, path)
     plt.close(fig)
 
 
-def analyse(root="."):
-    """Everything map.json holds: the earlier rows, the seeds, their statistics and tests."""
-    rows, settings = collect(root)
-    seeds = collect_seeds(root, settings)
+def analyse(root=".", campaign="map", read_split=None):
+    """Everything map.json holds: the earlier rows (the map only), the seeds, their statistics and tests."""
+    rows, settings = collect(root) if campaign == "map" else ([], load(os.path.join(root, REFERENCE))[0])
+    seeds, unfinished = collect_seeds(root, settings, CAMPAIGNS[campaign])
+    for line in unfinished:
+        print(line, file=sys.stderr)
     models = models_table(seeds, "cooldown")
-    tests = comparisons(models)
-    return dict(alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests), models=models,
-                models_trunk=models_table(seeds, "trunk"), comparisons=tests, cooldown_effect=cooldown_effect(seeds),
-                onset=onset_test(seeds), onset_level=ONSET, seeds=seeds, rows=rows), settings
+    families = planned(campaign, models)
+    tests = comparisons(models, families)
+    return dict(campaign=campaign, alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests),
+                family_sizes={f: len(p) for f, p in families.items()},
+                planned={f: [dict(what=w, a=a, b=b, metric=k) for w, a, b, k in p] for f, p in families.items()},
+                models=models, models_trunk=models_table(seeds, "trunk"), comparisons=tests,
+                stage2=stage2(seeds) if campaign == "screen" else None,
+                noise=noise(seeds, models, settings, read_split), cooldown_effect=cooldown_effect(seeds),
+                onset=onset_test(seeds), onset_level=ONSET, seeds=seeds, unfinished=unfinished, rows=rows), settings
 
 
-def main(out_dir):
+def main(out_dir=None, campaign="map"):
+    out_dir = out_dir or os.path.join("out", "map" if campaign == "map" else f"map_{campaign}")
     checkpoint.check_out_dir(out_dir)
-    res, settings = analyse()
+    res, settings = analyse(campaign=campaign)
+    res = dict(command=f"python -m dev.map{'' if campaign == 'map' else ' --campaign ' + campaign} --out_dir {out_dir}",
+               **res)
     checkpoint.make_out_dir(out_dir)
-    tables.save_text(json.dumps(dict(command=f"python -m dev.map --out_dir {out_dir}", **res), indent=1) + "\n",
-                     os.path.join(out_dir, "map.json"))
-    write_md(res, res["rows"], settings, os.path.join(out_dir, "map.md"))
+    text = json.dumps(res, indent=1, allow_nan=False) + "\n"  # a NaN is a bug here: every value was checked
+    write_md(res, settings, os.path.join(out_dir, "map.md"))
     plot(res, res["rows"], os.path.join(out_dir, "map.png"))
-    print(f"wrote {out_dir}/map.md, map.json, map.png ({len(res['seeds'])} seeded curves of {len(res['models'])} "
-          f"models, {len(res['rows'])} earlier curves)")
+    tables.save_text(text, os.path.join(out_dir, "map.json"))  # last: a failure above leaves no new json by an old md
+    print(f"wrote {out_dir}/map.md, map.png, map.json ({len(res['seeds'])} seeded curves of {len(res['models'])} "
+          f"arms, {len(res['rows'])} earlier curves, {len(res['unfinished'])} unfinished seed folders)")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out_dir", default="out/map", help="folder for map.md, map.json, map.png")
-    cli.main_guard(lambda: main(p.parse_args().out_dir), prog="dev/map.py")
+    p.add_argument("--campaign", default="map", choices=CAMPAIGNS, help="which seeds: map (results/map/seeds) or "
+                   "screen (results/map/screen, PLAN.md's families)")
+    p.add_argument("--out_dir", default=None, help="folder for map.md, map.json, map.png (default out/map, "
+                   "out/map_screen)")
+    cli.main_guard(lambda: main(**vars(p.parse_args())), prog="dev/map.py")

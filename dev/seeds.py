@@ -7,20 +7,28 @@ constant lr 2e-3, every point scored on the whole validation split, a cooldown b
 20%), in a folder of its own, OUT/<model>_s<seed>. The jobs run in PLAN's order (what the map needs
 most first: gpt, delta and hybrid_ema_kv seed by seed, then delta_conv, then the gated models),
 `--workers` at a time, each `OMP_NUM_THREADS=1 python scaling.py --models M --widths 128 --seed S
---out_dir OUT/M_sS` in a process of its own. scaling.py resumes: a finished curve costs nothing, a
-stopped one continues from its last point, so the same command continues after a stop (Ctrl-C: one
-line). Each finished curve prints one line (and appends it to OUT/seeds.log) with its wall time.
+--out_dir OUT/M_sS` in a process of its own. An arm at another learning rate than scaling.py's is
+M@LR (`delta@4e-3:0-2`), its folder OUT/M_lrLR_sS (`delta_lr0.004_s0`). scaling.py resumes: a
+finished curve costs nothing, a stopped one continues from its last point, so the same command
+continues after a stop (Ctrl-C, SIGTERM or SIGHUP: one line, each curve saved). A curve dies with
+the driver even when the driver is killed outright (kill -9: Linux's parent-death signal, a
+SIGTERM, so the curve still saves). Each finished curve prints one line (and appends it to
+OUT/seeds.log) with its wall time.
 
 Run (from the repository root)
     python -m dev.seeds --out_dir results/map/seeds            # the committed seeds (hours of CPU)
     python -m dev.seeds --plan delta:0-3 --out_dir out/seeds   # a subset: model:seeds, comma-separated
+    python -m dev.seeds --out_dir results/map/screen --plan "$(python -m dev.seeds --print_plan screen)"
+                                                               # the screening of results/map/PLAN.md
     python -m dev.map --out_dir results/map                    # then the map, with their statistics
 """
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,35 +44,64 @@ SETTINGS = ("--widths", "128")  # everything else: scaling.py's defaults, the co
 PLAN = ",".join([f"{m}:{s}" for s in range(6) for m in ("gpt", "delta", "hybrid_ema_kv")]
                 + [f"delta_conv:{s}" for s in range(6)]
                 + [f"{m}:{s}" for s in range(3) for m in ("gated_delta", "hybrid_gated_delta")])
+# results/map/PLAN.md's screening, in its order: the baselines and H1, H2 seed by seed, then H3's rates, H4,
+# delta_wide (H2's control); seeds 0-2 (the confirmation's are 100 on)
+SCREEN = ",".join([f"{m}:{s}" for s in range(3) for m in ("gpt", "delta", "gated_delta", "gated_delta_ret",
+                                                            "delta_k128_v32", "delta_k128_v64")]
+                  + [f"{m}:{s}" for s in range(3) for m in ("delta@4e-3", "gpt@4e-3", "delta@1e-3", "gpt@1e-3")]
+                  + [f"delta_product:{s}" for s in range(3)] + [f"delta_wide:{s}" for s in range(3)])
+PLANS = {"map": PLAN, "screen": SCREEN}
+ENTRY = re.compile(r"(\w+)(?:@([0-9.]+(?:e-?[0-9]+)?))?:([0-9]+)(?:-([0-9]+))?", re.ASCII)  # MODEL[@LR]:FIRST[-LAST]
+MAX_SEEDS = 1000  # seeds one entry may name
 
 
 def parse_plan(text):
-    """'gpt:0-5,delta:1' -> [(model, seed), ...] in that order; one line for a bad entry."""
+    """'gpt:0-5,delta@4e-3:1' -> [(arm, seed), ...] in that order, an arm being a model of the
+    registry or MODEL@LR (lr a positive number; the model's own name at scaling.py's rate); one
+    line for a bad entry."""
     jobs = []
     for item in filter(None, text.split(",")):
-        model, _, seeds = item.partition(":")
-        lo, _, hi = seeds.partition("-")
-        cli.require(model in registry.MODELS and lo.isdigit() and (not hi or hi.isdigit()),
-                    "--plan entries are MODEL:SEED or MODEL:FIRST-LAST with a model of {}, got {!r}",
-                    " ".join(registry.MODELS), item)
-        jobs += [(model, s) for s in range(int(lo), int(hi or lo) + 1)]
+        m = ENTRY.fullmatch(item.strip())
+        cli.require(m and m[1] in registry.MODELS, "--plan entries are MODEL[@LR]:SEED or MODEL[@LR]:FIRST-LAST with a "
+                    "model of {}, got {!r}", " ".join(registry.MODELS), item)
+        lo, hi = int(m[3]), int(m[4] or m[3])
+        cli.require(lo <= hi <= lo + MAX_SEEDS - 1, "--plan entry {!r} must run FIRST <= LAST, at most {} seeds",
+                    item, MAX_SEEDS)
+        cli.require(m[2] is None or 0 < float(m[2]) <= 10, "--plan entry {!r}: the learning rate must be in (0, 10]",
+                    item)
+        arm = m[1] if m[2] is None else f"{m[1]}@{float(m[2]):g}"
+        jobs += [(arm, s) for s in range(lo, hi + 1)]
     cli.require(jobs and len(set(jobs)) == len(jobs), "--plan must name each (model, seed) once, got {}", text)
     return jobs
+
+
+def split_arm(arm):
+    """'delta@0.004' -> ('delta', 0.004); 'delta' -> ('delta', None): scaling.py's rate."""
+    model, _, lr = arm.partition("@")
+    return model, float(lr) if lr else None
+
+
+def folder(arm, seed):
+    """An arm's seed folder under OUT: <model>_s<seed>, or <model>_lr<lr>_s<seed> at its own rate."""
+    model, lr = split_arm(arm)
+    return f"{model}_s{seed}" if lr is None else f"{model}_lr{lr:g}_s{seed}"
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: scaling.py's folder
 
 
-def command(model, seed, out_dir):
-    return [sys.executable, "scaling.py", "--models", model, *SETTINGS, "--seed", str(seed), "--out_dir",
-            os.path.abspath(os.path.join(out_dir, f"{model}_s{seed}"))]
+def command(arm, seed, out_dir):
+    model, lr = split_arm(arm)
+    return [sys.executable, "scaling.py", "--models", model, *SETTINGS, *(("--lr", f"{lr:g}") if lr else ()),
+            "--seed", str(seed), "--out_dir", os.path.abspath(os.path.join(out_dir, folder(arm, seed)))]
 
 
-def finished(out_dir, model, seed):
-    """Whether OUT/<model>_s<seed>/scaling.json holds the finished curve (its last point and its
+def finished(out_dir, arm, seed):
+    """Whether the arm's seed folder's scaling.json holds the finished curve (its last point and its
     cooldown's): on a fresh clone the run folders (checkpoints) are gone, and scaling.py would train
     the curve again; its record is what the map reads."""
-    path = os.path.join(out_dir, f"{model}_s{seed}", "scaling.json")
+    model = split_arm(arm)[0]
+    path = os.path.join(out_dir, folder(arm, seed), "scaling.json")
     try:
         with open(path) as f:
             res = json.load(f)
@@ -85,7 +122,8 @@ def run(jobs, out_dir, workers):
     """Run the jobs `workers` at a time, in order; a job that fails stops the rest (its last lines shown)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     todo, running, t0 = list(jobs), {}, time.time()
-    before = signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill stops the curves as a Ctrl-C does
+    stops = (signal.SIGTERM, signal.SIGHUP)  # a kill or a closed terminal stops the curves as a Ctrl-C does
+    before = {s: signal.signal(s, signal.default_int_handler) for s in stops}
     try:
         loop(jobs, todo, running, out_dir, workers, env, t0)
     finally:  # Ctrl-C or a failure: each curve still running saves its checkpoint (SIGTERM) before we return
@@ -94,7 +132,17 @@ def run(jobs, out_dir, workers):
         for proc, log, _ in running.values():
             proc.wait()
             log.close()
-        signal.signal(signal.SIGTERM, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def die_with_parent():
+    """In the curve's process, before exec: Linux sends it SIGTERM when the driver dies, however it
+    dies (prctl PR_SET_PDEATHSIG); elsewhere nothing (a kill -9 of the driver then leaves it running)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 @contextlib.contextmanager
@@ -103,7 +151,7 @@ def stop_deferred():
     in a session of its own, is then always in `running` when run's finally stops the curves. (Not
     cli.sigint_held: its mask would pass through exec to the curve, and a SIGTERM is a stop here too.)"""
     held = []
-    before = {s: signal.signal(s, lambda n, frame: held.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    before = {s: signal.signal(s, lambda n, frame: held.append(n)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -117,11 +165,12 @@ def loop(jobs, todo, running, out_dir, workers, env, t0):
     """run's scheduling: start jobs while fewer than `workers` run; report each that ends."""
     while todo or running:
         while todo and len(running) < workers:
-            model, seed = todo.pop(0)
-            log = open(os.path.join(out_dir, f"{model}_s{seed}.log"), "a")
+            arm, seed = todo.pop(0)
+            log = open(os.path.join(out_dir, folder(arm, seed) + ".log"), "a")
             with stop_deferred():  # a stop inside Popen would lose the curve's process: it runs on, out of reach
-                running[(model, seed)] = (subprocess.Popen(command(model, seed, out_dir), stdout=log, stderr=log,
-                                                           env=env, cwd=ROOT, start_new_session=True), log, time.time())
+                running[(arm, seed)] = (subprocess.Popen(command(arm, seed, out_dir), stdout=log, stderr=log, env=env,
+                                                         cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent),
+                                        log, time.time())
         time.sleep(2)
         for job, (proc, log, started) in list(running.items()):
             if proc.poll() is None:
@@ -143,10 +192,15 @@ def loop(jobs, todo, running, out_dir, workers, env, t0):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out_dir", default="out/seeds", help="one scaling.py folder per (model, seed) under it")
-    p.add_argument("--plan", default=PLAN, help="MODEL:SEEDS entries, comma-separated, run in this order")
+    p.add_argument("--plan", default=PLAN, help="MODEL[@LR]:SEEDS entries, comma-separated, run in this order (default: "
+                   "the map's seeds)")
+    p.add_argument("--print_plan", choices=PLANS, help="print a named plan (map: the seeds of the map; screen: "
+                   "results/map/PLAN.md's screening) and exit")
     p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="1..8",
                    help="curves at a time, one thread each")
     a = p.parse_args(argv)
+    if a.print_plan:
+        return print(PLANS[a.print_plan])
     jobs = parse_plan(a.plan)
     checkpoint.make_out_dir(a.out_dir)
     done = [j for j in jobs if finished(a.out_dir, *j)]

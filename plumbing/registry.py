@@ -77,10 +77,21 @@ MODELS = {  # name -> Model(family, overrides); everything else is shared by all
     "hybrid_gated_delta_1": Model("hybrid: GDN, softmax_history, 2 GDN",  # attention in block 1
                                   dict(model="spen", predictor="gated_delta(conv=4),softmax_attn(reads=history),"
                                        "2*gated_delta(conv=4)", context="ema")),
+    # why a bounded reader only ties GPT on copies (results/map/PLAN.md): the gate's init (H1), key rank (H2), more
+    # delta steps per token (H4); the learning rate (H3) is scaling.py's --lr
+    "gated_delta_ret": Model("write, GDN, retention init (dt 1e-4..1e-3)",
+                             dict(model="spen", predictor="gated_delta_ret", reads="state", context="ema", conv=4)),
+    "delta_k128_v32": Model("write, delta, keys 128 / values 32 a head", dict(
+        model="spen", predictor="delta(key_dim=128, value_dim=32)", reads="state", context="ema")),
+    "delta_k128_v64": Model("write, delta, keys 128 / values 64 a head", dict(
+        model="spen", predictor="delta(key_dim=128, value_dim=64)", reads="state", context="ema")),
+    "delta_product": Model("write, DeltaProduct (2 delta steps a token)",
+                           dict(model="spen", predictor="delta_product", reads="state", context="ema")),
     "gpt": Model("tokens (KV cache)", dict(model="gpt")),
 }
 # ablate.py's default: the readers and the ingredients, at its 2 blocks (named here: a new model joins no default)
 ABLATION = ("linear", "linear_attn_state", "softmax_state", "linear_attn_history", "softmax_history", "selective",
             "ema_kv", "delta", "ema_kv_span", "ema_kv_span_norm", "ema_kv_wide", "delta_decay", "delta_norm", "gpt")
 MAP = ("delta_wide", "delta_conv", "ema_kv_conv", "gated_delta", "gated_ema_kv", "gated_delta_wide", "softmax_window",
-       "hybrid_ema_kv", "hybrid_gated_delta", "hybrid_gated_delta_1")  # the map on text: scaling.py curves, 4 blocks
+       "hybrid_ema_kv", "hybrid_gated_delta", "hybrid_gated_delta_1", "gated_delta_ret", "delta_k128_v32",
+       "delta_k128_v64", "delta_product")  # the map on text: scaling.py curves, 4 blocks

@@ -19,7 +19,7 @@ from variants import Reader
 from writes import DeltaRuleState
 
 V = 60  # tiny vocabulary (64 rows)
-EXAMPLES = dict(write_alphas=(0.2,), read_norm=True, conv=2, window=3)  # a new option: add a value here
+EXAMPLES = dict(write_alphas=(0.2,), read_norm=True, conv=2, window=3, key_dim=16, value_dim=4)  # a new option: a value here
 CASES = [(p, r, {}) for p, r in spen.READERS] + [(p, r, {o: EXAMPLES[o]}) for (p, r), c in spen.READERS.items()
                                                 for o in c.options]
 IDS = ["-".join([p, r, *kw]) for p, r, kw in CASES]
