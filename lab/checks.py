@@ -463,29 +463,32 @@ SEED_CASES = (  # (a, b, paired, alpha): seeds spread by 0.2 as the map's copies
     ([0.80, 0.90, 0.85], [0.84, 0.80, 0.95, 0.88, 0.90], False, 0.01),
     ([0.79, 0.938, 0.86, 1.008, 0.90], [0.80, 0.95, 0.87, 1.02, 0.91], True, 0.01),  # the pairs differ by ~0.011
     ([0.80, 0.95, 0.87, 1.02], [1.00, 0.92, 1.07, 0.96], True, 0.01),
-    ([0.795, 0.937, 0.865, 1.007, 0.905], [0.80, 0.95, 0.87, 1.02, 0.91], True, 0.01),  # one-sided p 0.0069
+    ([0.795, 0.937, 0.865, 1.007, 0.905], [0.80, 0.95, 0.87, 1.02, 0.91], True, 0.01),  # two-sided p 0.014: a tie
     ([0.85, 0.86, 0.84, 0.88], [0.79, 0.81, 0.80, 0.82], False, 0.01),  # A clearly above B
     ([0.70, 0.71, 0.72], [0.71, 0.82, 0.74, 0.81, 0.77, 0.72, 0.83, 0.76], False, 0.01),  # Welch's df 8.4, not 2
-    ([0.80, 0.84, 0.82, 0.86], [0.84, 0.90, 0.86, 0.88], False, 0.05))  # p 0.035: below at 0.05, a tie at 0.01
+    ([0.80, 0.84, 0.82, 0.86], [0.85, 0.91, 0.87, 0.89], False, 0.05))  # p 0.034: below at 0.05, a tie at 0.01
 
 
 def check_seed_verdict(fn, stored=None):
-    for a, b, paired, alpha in SEED_CASES:
-        tests = ttests.verdicts(a, b, paired, alpha)
-        (se_right, right), call = tests["right"], f"seed_verdict({a}, {b}, paired={paired}" + (
-            f", alpha={alpha})" if alpha != 0.01 else ")")
-        got = fn(list(a), list(b), paired, alpha) if alpha != 0.01 else fn(list(a), list(b), paired)
+    calls = [fn(list(a), list(b), paired, alpha) if alpha != 0.01 else fn(list(a), list(b), paired)
+             for a, b, paired, alpha in SEED_CASES]
+    for got in calls:
         assert isinstance(got, (tuple, list)) and len(got) == 3, "seed_verdict returns (diff, se, verdict)"
+    tests = [ttests.verdicts(*case) for case in SEED_CASES]
+    # the mistake named is one whose verdicts are the student's on every case, not only on the first that fails
+    same = [message for name, message in ttests.MISTAKES if all(t[name][1] == got[2] for t, got in zip(tests, calls))]
+    for (a, b, paired, alpha), got, test in zip(SEED_CASES, calls, tests):
+        (se_right, right), call = test["right"], f"seed_verdict({a}, {b}, paired={paired}" + (
+            f", alpha={alpha})" if alpha != 0.01 else ")")
         diff, se, said = float(got[0]), float(got[1]), got[2]
         want = sum(a) / len(a) - sum(b) / len(b)
         assert _close(diff, want, 1e-9), f"{call}: diff = {diff:.4g}, expected mean(a) - mean(b) = {want:.4g}"
-        wrong = [message for name, message in ttests.MISTAKES if not _close(tests[name][0], se_right, 1e-6) and
-                 _close(se, tests[name][0], 1e-6)]
+        wrong = [message for name, message in ttests.MISTAKES if not _close(test[name][0], se_right, 1e-6) and
+                 _close(se, test[name][0], 1e-6)]
         assert _close(se, se_right, 1e-6), f"{call}: se = {se:.4g}: " + (wrong[0] if wrong else f"expected "
                                                                           f"{se_right:.4g} (std and var with n - 1)")
-        wrong = [message for name, message in ttests.MISTAKES if tests[name][1] != right and said == tests[name][1]]
-        assert said == right, f"{call}: {said!r}, but the one-sided t-tests give {right!r}" + (
-            f": {wrong[0]}" if wrong else " ('below', 'above' or 'tie')")
+        assert said == right, f"{call}: {said!r}, but the two-sided {'paired' if paired else 'Welch'} t-test " \
+            f"gives {right!r}" + (f": {same[0]}" if same else " ('below', 'above' or 'tie')")
     assert _raises(fn, [0.796], [0.815], False), "seed_verdict([0.796], [0.815]): a verdict from one seed each: no " \
         "spread, no standard error: raise ValueError"
     assert _raises(fn, [0.8], [0.85, 0.86, 0.84], False), "seed_verdict([0.8], [0.85, 0.86, 0.84]): one seed on a " \

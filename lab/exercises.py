@@ -128,17 +128,17 @@ def seed_verdict(a, b, paired, alpha=0.01):
     """Exercise 8 (difficulty ●●○○○, importance ●●●●●, about 8 min). Is model A below model B,
     above it, or is the gap the seeds' noise?
 
-    a, b: lists of per-seed losses of two models (one number per seed). paired: True when seed i
-    of a and seed i of b share their data (the seed fixes the data order): then work with the
-    differences d_i = a_i - b_i; else treat a and b as independent draws (Welch). Return
-    (diff, se, verdict):
+    a, b: lists of per-seed losses of two models (one number per seed). paired: True when a_i and
+    b_i are a matched pair, sharing what moves both losses the same way (their losses correlate
+    across i): then work with the differences d_i = a_i - b_i, which cancel it; else compare the
+    two samples as they are (Welch). Return (diff, se, verdict):
         diff = mean(a) - mean(b)
         se   = std(d) / sqrt(n)                        paired (std with n - 1)
                sqrt(var(a) / n_a + var(b) / n_b)       Welch  (var with n - 1)
-        verdict = "below" if the one-sided t-test's p that A is below B is < alpha,
-                  "above" if the one-sided t-test's p that A is above B is < alpha,
+        verdict = "below" if the two-sided t-test's p is < alpha and mean(a) < mean(b),
+                  "above" if that p is < alpha and mean(a) > mean(b),
                   "tie" otherwise
-    (scipy.stats.ttest_rel, or ttest_ind with equal_var=False, with alternative="less" for below
-    and "greater" for above, give those p.) Raise ValueError if a or b has fewer than 2 seeds (one
-    seed has no spread: no verdict), or paired and len(a) != len(b)."""
+    (scipy.stats.ttest_rel, or ttest_ind with equal_var=False, give that p: their default is two-sided.
+    Not a one-sided p each way: that is a two-sided test at 2 alpha.) Raise ValueError if a or b has
+    fewer than 2 seeds (one seed has no spread: no verdict), or paired and len(a) != len(b)."""
     raise NotImplementedError("exercise 8: seed_verdict")

@@ -1,10 +1,11 @@
-"""Exercise 8's t-tests: the right one (seed_verdict's docstring) and each known wrong one a student
-may write, as the standard error and the verdict ("below", "above", "tie") each gives on the same
-seeds, so that lab/checks.py can name the mistake a wrong answer matches: the verdict at 0.01
-whatever alpha, a test blind to the sign (a p from |t|, or half the two-sided p), a two-sided p
-against alpha, min(n) - 1 degrees of freedom, a pooled variance, a normal p, the population SD,
-the SD for the SE, Welch's SE on paired seeds. Every p comes from scipy (its tests' t and df, its
-t and normal distributions).
+"""Exercise 8's t-tests: the right one (seed_verdict's docstring: the two-sided p of Welch's test, or
+the paired test, against alpha, the direction from the sign of the difference, as dev/map.py's
+verdicts) and each known wrong one a student may write, as the standard error and the verdict
+("below", "above", "tie") each gives on the same seeds, so that lab/checks.py can name the mistake a
+wrong answer matches: the verdict at 0.01 whatever alpha, a one-sided p each way (a two-sided test at
+2 alpha), a two-sided p without its sign, a one-sided p from |t| (or half the two-sided p), min(n) - 1
+degrees of freedom, a pooled variance, a normal p, the population SD, the SD for the SE, Welch's SE on
+paired seeds. Every p comes from scipy (its tests' t and df, its t and normal distributions).
 
     from lab import ttests; ttests.verdicts([0.79, 0.80], [0.84, 0.86], False, 0.01)["right"]
 """
@@ -13,9 +14,12 @@ import torch
 
 MISTAKES = (  # (name, message): the check names the first whose se or verdict a wrong answer matches
     ("alpha", "the verdict at 0.01, not at the alpha passed in"),
-    ("blind", "the verdict ignores the sign of the gap (a p from |t|, or half the two-sided p): test each "
-              "direction, alternative='less' for below and 'greater' for above"),
-    ("two-sided", "a two-sided p compared with alpha: the question has a side; compare each one-sided p with alpha"),
+    ("each way", "a one-sided p each way compared with alpha: that tests at twice the level (a two-sided test at "
+                 "2 alpha): compare the two-sided p with alpha and take the direction from the sign of the difference"),
+    ("blind", "the verdict ignores the sign of the gap (a two-sided p says there is a gap, not which way): 'below' "
+              "when mean(a) < mean(b), 'above' when it is greater"),
+    ("half", "a one-sided p from |t| (or half the two-sided p): blind to the sign and at twice the level: compare "
+             "the two-sided p with alpha and take the direction from the sign of the difference"),
     ("min df", "a t distribution with min(n) - 1 degrees of freedom: Welch's test has its own (scipy's ttest_ind "
                "with equal_var=False computes them)"),
     ("pooled", "a pooled variance (Student's t, equal_var=True): the two models' seeds need not spread alike: use "
@@ -35,17 +39,18 @@ def verdicts(a, b, paired, alpha):
     t, df, var = float(test.statistic), float(test.df), lambda X, u=True: float(X.var(unbiased=u))
     se = lambda u: float((A - B).std(unbiased=u) / n ** 0.5) if paired else (var(A, u) / n + var(B, u) / m) ** 0.5
     pooled = (((n - 1) * var(A) + (m - 1) * var(B)) / (n + m - 2) * (1 / n + 1 / m)) ** 0.5
-    side = lambda below, above, level=alpha: "below" if below < level else "above" if above < level else "tie"
-    directed = lambda x, cdf: side(cdf(x), cdf(-x))  # a one-sided p each way
-    right = directed(t, lambda x: scipy.stats.t.cdf(x, df))
+    signed = lambda p, x, level=alpha: ("below" if x < 0 else "above") if p < level else "tie"
+    two_sided = lambda x, cdf: signed(2 * cdf(-abs(x)), x)  # the two-sided p of statistic x, with x's sign
+    right = signed(float(test.pvalue), t)
     return {"right": (se(True), right),
-            "alpha": (se(True), side(scipy.stats.t.cdf(t, df), scipy.stats.t.sf(t, df), 0.01)),
-            "blind": (se(True), "below" if scipy.stats.t.sf(abs(t), df) < alpha else "tie"),
-            "two-sided": (se(True), ("below" if t < 0 else "above") if test.pvalue < alpha else "tie"),
-            "min df": (se(True), directed(t, lambda x: scipy.stats.t.cdf(x, min(n, m) - 1))),
+            "alpha": (se(True), signed(float(test.pvalue), t, 0.01)),
+            "each way": (se(True), signed(scipy.stats.t.cdf(-abs(t), df), t)),  # the lower one-sided p, i.e. p / 2
+            "blind": (se(True), "below" if test.pvalue < alpha else "tie"),
+            "half": (se(True), "below" if scipy.stats.t.sf(abs(t), df) < alpha else "tie"),
+            "min df": (se(True), two_sided(t, lambda x: scipy.stats.t.cdf(x, min(n, m) - 1))),
             "pooled": (se(True), right) if paired else  # (no pooling of paired seeds)
-            (pooled, directed(diff / pooled, lambda x: scipy.stats.t.cdf(x, n + m - 2))),
-            "normal": (se(True), directed(t, scipy.stats.norm.cdf)),
+            (pooled, two_sided(diff / pooled, lambda x: scipy.stats.t.cdf(x, n + m - 2))),
+            "normal": (se(True), two_sided(t, scipy.stats.norm.cdf)),
             "population": (se(False), right),
             "std": (se(True) * n ** 0.5 if paired else (var(A) + var(B)) ** 0.5, right),
             "welch": ((var(A) / n + var(B) / m) ** 0.5, right)}

@@ -171,8 +171,9 @@ def _delta(read_after=False, use_beta=True, outer="vk", sign=1, in_place=False):
 
 def _verdict(se="right", one_seed=False, p="t"):
     """seed_verdict's wrong answers, each a student's own: the std for the SE, Welch's SE on paired data,
-    the population SD, a pooled variance, a one-seed verdict; p from a normal, two-sided, from |t| (the
-    sign lost), with min(n) - 1 degrees of freedom, or at 0.01 whatever alpha."""
+    the population SD, a pooled variance, a one-seed verdict; p from a normal, one-sided each way (a
+    two-sided test at 2 alpha), two-sided without its sign, one-sided from |t| (the sign lost), with
+    min(n) - 1 degrees of freedom, or at 0.01 whatever alpha."""
     import scipy.stats
 
     def fn(a, b, paired, alpha=0.01):
@@ -195,11 +196,13 @@ def _verdict(se="right", one_seed=False, p="t"):
         df = min(n, m) - 1 if p == "min df" else df
         cdf = scipy.stats.norm.cdf if p == "normal" else lambda x: scipy.stats.t.cdf(x, df)
         level = 0.01 if p == "alpha" else alpha
-        if p == "two-sided":
-            return diff, err, ("below" if t < 0 else "above") if 2 * cdf(-abs(t)) < level else "tie"
+        if p == "each way":  # the one-sided t-tests below and above, each at alpha
+            return diff, err, "below" if cdf(t) < level else "above" if cdf(-t) < level else "tie"
+        if p == "blind":  # the two-sided p, its sign dropped
+            return diff, err, "below" if 2 * cdf(-abs(t)) < level else "tie"
         if p == "|t|":
             return diff, err, "below" if cdf(-abs(t)) < level else "tie"
-        return diff, err, "below" if cdf(t) < level else "above" if cdf(-t) < level else "tie"
+        return diff, err, ("below" if t < 0 else "above") if 2 * cdf(-abs(t)) < level else "tie"
     return fn
 
 
@@ -246,8 +249,9 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("seed_verdict", _verdict(se="pooled"), "pooled variance"),
     ("seed_verdict", _verdict(one_seed=True), "one seed"),
     ("seed_verdict", _verdict(p="normal"), "a normal p"),
-    ("seed_verdict", _verdict(p="two-sided"), "two-sided p"),
-    ("seed_verdict", _verdict(p="|t|"), "ignores the sign"),
+    ("seed_verdict", _verdict(p="each way"), "twice the level"),
+    ("seed_verdict", _verdict(p="blind"), "ignores the sign"),
+    ("seed_verdict", _verdict(p="|t|"), "one-sided p from |t|"),
     ("seed_verdict", _verdict(p="min df"), "min(n) - 1 degrees"),
     ("seed_verdict", _verdict(p="alpha"), "not at the alpha passed in"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
