@@ -430,14 +430,24 @@ text = W.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 #
 # Two runs of one model that differ only in their seed land apart: on copies, by as much as the
 # gaps between models. A comparison is therefore a test, not two numbers: per model n seeds, the
-# mean and its standard error, and a one-sided t-test of "A is below B" at a stated level
-# (alpha = 0.01); a gap the test cannot tell from the noise is a **tie**.
+# mean and its standard error, and a two-sided t-test of "A and B differ" at a stated level
+# (alpha = 0.01), the direction read from the sign of the difference; a gap the test cannot tell
+# from the noise is a **tie**, and its interval says which gaps it leaves open. (A one-sided test
+# each way at alpha is a two-sided test at 2 alpha.)
 #
 # **Exercise 8** (`seed_verdict`; difficulty ●●○○○, importance ●●●●●, ~8 min). Turn per-seed
 # losses into a verdict: the difference of means, its standard error (paired when seed i of both
-# models shares its data, else Welch), and "below", "above" or "tie". The cell then runs it on the copy
-# losses of the plain delta rule and GPT from results/map/map.json (Welch: the map's runs are
-# independent draws).
+# models is a matched pair, else Welch), and "below", "above" or "tie". The cell then runs it on the
+# copy losses of the plain delta rule and GPT from results/map/map.json, unpaired.
+#
+# Paired or not? In the map the seed fixes the data order *and* the initialisation draw of every
+# model, but the models' parameters differ, so one draw means different initial weights in each:
+# seed s of GPT and seed s of delta are a matched pair only if their losses move together across
+# seeds. Pairing would then remove that shared seed effect from the difference; without one it
+# removes nothing and about halves the degrees of freedom (n - 1 for n pairs). The cell prints the
+# correlation from the file, with the p of r = 0 beside it. The map (and this cell) use Welch's
+# unpaired test: it needs no shared effect, and it also compares arms with different numbers of
+# seeds, which no pairing can.
 
 # %%
 import lab.seeds as S  # noqa: E402  (the seeded map: every number below is read from its file)
@@ -446,13 +456,22 @@ ex = H.exercises()
 seeded = S.load()
 a, b = S.values(seeded, "delta"), S.values(seeded, "gpt")
 print("loss on copies per seed (nats/byte): delta", [round(x, 3) for x in a], "| gpt", [round(x, 3) for x in b])
+if S.seeded(seeded):
+    r, p, n = S.correlation(seeded, "delta", "gpt", "copies")
+    print(f"seed by seed, delta's and gpt's copy losses correlate at r = {r:+.2f} (n = {n} seeds, p = {p:.2g})")
 if check("seed_verdict", ex.seed_verdict) and min(len(a), len(b)) >= 2:
     diff, se, said = ex.seed_verdict(a, b, paired=False)
-    print(f"delta - gpt on copies: {diff:+.3f} ± {se:.3f} nats/byte: {said} at alpha = 0.01")
+    print(f"delta - gpt on copies: {diff:+.3f} ± {se:.3f} nats/byte: {said} at alpha = 0.01 (two-sided Welch)")
 
 # %% [markdown]
 # The map's own verdicts, for GPT, the plain delta rule, with a convolution, and the hybrid
-# (`S.show` prints the file's table and one sentence per test; a model the file lacks is named):
+# (`S.show` prints the file's table, which reading the verdicts are, and one sentence per test;
+# a model the file lacks is named). The map makes 32 comparisons, not one: at alpha = 0.01 each, a
+# few would come out "below" by chance alone, so each Welch p is adjusted for the family (Holm's
+# correction, the family's size in each sentence), and an exact permutation p over the seed labels,
+# which assumes no distribution, must agree. With 3 seeds a side no relabelling gives a permutation
+# p under 0.1: that is **no verdict**, too few seeds for a distribution-free test at this level,
+# whatever the t-test says.
 
 # %%
 S.show();

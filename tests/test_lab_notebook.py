@@ -69,6 +69,11 @@ def test_the_reference_run_executes_the_notebook_in_smoke_mode_from_an_empty_cac
     assert str(tmp_path) not in text and "$LAB_OUT" in text  # the machine's paths as placeholders
     assert "activity only" in text and "loss on copies per seed" in text
     assert any(w in text for w in ("no per-model statistics", " is below ", "a tie at", "no test yet"))  # section 7
+    if seeded:  # section 7 as the map prints it: the reading, every test's sentence, the seeds' correlation
+        m = seeds.load(seeds.MAP)
+        assert seeds.reading(m) in text and all(line in text for line in seeds.summary(m)[1])
+        r, p, n = seeds.correlation(m, "delta", "gpt", "copies")
+        assert f"correlate at r = {r:+.2f} (n = {n} seeds, p = {p:.2g})" in text
     assert "results/scaling: SPEN ema_kv" in byte[0] and "copies 128+ bytes back" in byte[0]
 
 
@@ -104,6 +109,9 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert out.count("[not yet]") == len(checks.CHECKS) and "[pass]" not in out
     assert "verdict: within A" in out and "verdict at N = 8" in out and "| this run (SPEN linear)" in out
+    from lab import seeds
+    m = seeds.load(seeds.MAP)  # section 7 reads the file whatever the exercises' state
+    assert not seeds.seeded(m) or "delta's and gpt's copy losses correlate at r = " in out
 
 
 @pytest.mark.parametrize("call, flag", [
