@@ -73,7 +73,7 @@ def reading(m, models=CORE):
             f"Every test is two-sided at alpha = {m['alpha']:g}; the file's {m['n_comparisons']} comparisons form "
             f"families ({families} comparisons), and Holm's correction adjusts each Welch p for its family. "
             f"'below' or 'above' needs the adjusted p and the exact permutation p (over the seed labels) both "
-            f"under alpha; 'no verdict' where too few seeds let the permutation p reach it.")
+            f"under alpha; 'no verdict' where the seeds are too few for the permutation p ever to get under it.")
 
 
 def correlation(m, a="delta", b="gpt", metric="copies"):
@@ -142,8 +142,8 @@ def discussion(path=MAP):
         f"No comparison on copies has {m['min_seeds']} seeds a side yet"
     return ("Read the verdicts, not the curves. " + copies + ". A gap is judged against the standard error "
             "of the difference and its 99% interval, not against the seeds' spread: the SD says how far one seed "
-            "lands from another, the SE how far a mean of n seeds may land from its own, and a tie leaves open "
-            "every gap in its interval. Which ingredient causes a gap is a question these runs do not test (the "
+            "lands from another, the SE (about the SD over the root of the seeds' number) how far a difference of "
+            "means may land from the one more seeds would give, and a tie leaves open every gap in its interval. Which ingredient causes a gap is a question these runs do not test (the "
             "map compares models, not decays).")
 
 
