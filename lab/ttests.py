@@ -27,7 +27,7 @@ MISTAKES = (  # (name, message): the check names the first whose se or verdict a
     ("normal", "a normal p: use a t distribution with its df (scipy's tests do)"),
     ("population", "the population SD (dividing by n): use n - 1 (torch's std and var do; numpy's need ddof=1)"),
     ("std", "the standard deviation, not the standard error of the mean difference: divide by sqrt(n)"),
-    ("welch", "Welch's: it ignores the pairing; seed i of a and of b share their data: use d_i = a_i - b_i, se = "
+    ("welch", "Welch's: it ignores the pairing; a_i and b_i are a matched pair: use d_i = a_i - b_i, se = "
               "std(d) / sqrt(n)"))
 
 
