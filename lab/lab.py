@@ -445,7 +445,7 @@ text = W.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 # seed s of GPT and seed s of delta are a matched pair only if their losses move together across
 # seeds. Pairing would then remove that shared seed effect from the difference; without one it
 # removes nothing and about halves the degrees of freedom (n - 1 for n pairs). The cell prints the
-# correlation from the file, with the p of r = 0 beside it. The map (and this cell) use Welch's
+# correlation from the file, with the p of no correlation beside it. The map (and this cell) use Welch's
 # unpaired test: it needs no shared effect, and it also compares arms with different numbers of
 # seeds, which no pairing can.
 
@@ -466,12 +466,13 @@ if check("seed_verdict", ex.seed_verdict) and min(len(a), len(b)) >= 2:
 # %% [markdown]
 # The map's own verdicts, for GPT, the plain delta rule, with a convolution, and the hybrid
 # (`S.show` prints the file's table, which reading the verdicts are, and one sentence per test;
-# a model the file lacks is named). The map makes 32 comparisons, not one: at alpha = 0.01 each, a
-# few would come out "below" by chance alone, so each Welch p is adjusted for the family (Holm's
-# correction, the family's size in each sentence), and an exact permutation p over the seed labels,
-# which assumes no distribution, must agree. With 3 seeds a side no relabelling gives a permutation
-# p under 0.1: that is **no verdict**, too few seeds for a distribution-free test at this level,
-# whatever the t-test says.
+# a model the file lacks is named). The map makes many comparisons, not one (the line under the
+# table says how many): the more tests each at alpha, the likelier a "below" from the noise
+# somewhere, so each Welch p is adjusted for its family (Holm's correction; the family's size is in
+# each sentence), and an exact permutation p over the seed labels, which assumes no distribution,
+# must agree. With 3 seeds a side no relabelling gives a permutation p under 0.1 (2 of the 20 ways
+# to split 6 seeds into 3 and 3): that is **no verdict**, too few seeds for a distribution-free
+# test at this level, whatever the t-test says.
 
 # %%
 S.show();
