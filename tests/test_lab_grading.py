@@ -296,17 +296,18 @@ def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
 
 
 def test_the_reference_runs_seed_numbers_are_the_committed_maps():
-    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses and exercise 8's
+    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses, their correlation and exercise 8's
     verdict as the notebook prints them from results/map/map.json: a seed added to the map without them
     updated fails here."""
     m = seeds.load(seeds.MAP)
     a, b = seeds.values(m, "delta"), seeds.values(m, "gpt")
     diff, se, said = solutions.seed_verdict(a, b, paired=False)
+    r = seeds.correlation(m, "delta", "gpt", "copies")[0]
     for doc in ("README.md", "INSTRUCTOR.md"):
         with open(os.path.join(LAB, doc)) as f:
             text = " ".join(f.read().split())  # line breaks as spaces
         for stated in (f"delta {[round(x, 3) for x in a]}", f"gpt {[round(x, 3) for x in b]}",
-                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}"):
+                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}", f"correlation across seeds r = {r:+.2f}"):
             assert stated in text, (doc, stated)
 
 
