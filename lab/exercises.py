@@ -10,11 +10,11 @@ when the runtime resets: download it (right-click it in the file browser) before
 
 Check everything at once, outside the notebook: `python -m lab.grader` (one line per exercise).
 """
-import torch  # noqa: F401  (what the solutions use: torch, math, zlib, bz2, lzma, ema)
+import torch  # noqa: F401  (what the answers may use: torch, math, zlib, bz2, lzma, ema)
 
 
 def effective_window(alpha, mass=0.9):
-    """Exercise 1 (difficulty ●●○○○, importance ●●●○○, about 8 min).
+    """Exercise 1 (difficulty ●●○○○, importance ●●●○○, about 7 min).
     The effective window of an EMA trace of decay `alpha`.
 
     The trace h_t = (1 - a) h_{t-1} + a x_t weighs the input j steps back by a (1 - a)^j.
@@ -27,7 +27,7 @@ def effective_window(alpha, mass=0.9):
 
 
 def same_state(alphas, x):
-    """Exercise 2 (difficulty ●●●○○, importance ●●●●○, about 10 min). Two pasts, one state.
+    """Exercise 2 (difficulty ●●●○○, importance ●●●●○, about 9 min). Two pasts, one state.
 
     x: a float64 tensor (T,), one channel's inputs x_0 .. x_{T-1}. The S traces' state after them
     is V @ x with V = ema.trace_map(alphas, T), V[s, j] = a_s (1 - a_s)^(T-1-j). Return another
@@ -38,7 +38,7 @@ def same_state(alphas, x):
 
 
 def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
-    """Exercise 3 (difficulty ●●●○○, importance ●●●○○, about 10 min).
+    """Exercise 3 (difficulty ●●●○○, importance ●●●○○, about 9 min).
     A linear probe: how much of a label can a linear map read?
 
     X_* (N, F) float features, y_* (N,) int labels in [0, R). Fit on the training rows only:
@@ -50,7 +50,7 @@ def probe_accuracy(X_train, y_train, X_test, y_test, l2=1e-3):
 
 
 def mqar_sequence(keys, values, slots, T, blank):
-    """Exercise 4 (difficulty ●●○○○, importance ●●○○○, about 8 min).
+    """Exercise 4 (difficulty ●●○○○, importance ●●○○○, about 6 min).
     One multi-query associative recall sequence, as recall.mqar builds it.
 
     keys, values, slots: int tensors (N,). Return idx (T,) and targets (T,), both torch.long:
@@ -62,7 +62,7 @@ def mqar_sequence(keys, values, slots, T, blank):
 
 
 def binding(acc, N):
-    """Exercise 5a (difficulty ●○○○○, importance ●●●○○, about 3 min).
+    """Exercise 5a (difficulty ●○○○○, importance ●●●○○, about 2 min).
     The binding score of a recall accuracy `acc` at N pairs:
     0 at 1/N (a reader that knows which values occur but not which key each belongs to), 1 at
     perfect recall, linear in between (negative below 1/N). Raise ValueError if N < 2."""
@@ -80,7 +80,7 @@ def recalled_pairs(acc, N):
     raise NotImplementedError("exercise 5b: recalled_pairs")
 
 
-ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 8 min). What does
+ANSWER_5C = """Exercise 5c (written; difficulty ●●●○○, importance ●●●●●, about 7 min). What does
 softmax_state hold, and why does its recall not grow with more decays? (Two or three sentences
 here; your instructor has a model answer and the rubric.)
 """
@@ -101,7 +101,7 @@ def ema_kv_step(q, k, v, M, alphas):
 
 
 def delta_step(q, k, v, beta, M):
-    """Exercise 6b (difficulty ●●●○○, importance ●●●●●, about 6 min). One token of the delta rule
+    """Exercise 6b (difficulty ●●●○○, importance ●●●●●, about 5 min). One token of the delta rule
     (DeltaNet): no decay; the state is corrected toward this token's value at this token's key.
 
     q, k: unit float64 tensors (D,), v (D,), beta a number in (0, 1], M (D, D) value index first
@@ -125,18 +125,20 @@ def compressor_nats_per_byte(data):
 
 
 def seed_verdict(a, b, paired, alpha=0.01):
-    """Exercise 8 (difficulty ●●○○○, importance ●●●●●, about 8 min). Is model A below model B, or
-    is the gap the seeds' noise?
+    """Exercise 8 (difficulty ●●○○○, importance ●●●●●, about 8 min). Is model A below model B,
+    above it, or is the gap the seeds' noise?
 
-    a, b: lists of per-seed losses of two models (one number per seed). paired: True when seed i
-    of a and seed i of b share their data (the seed fixes the data order): then work with the
-    differences d_i = a_i - b_i; else a and b are independent draws (Welch). Return
-    (diff, se, verdict):
+    a, b: lists of per-seed losses of two models (one number per seed). paired: True when a_i and
+    b_i are a matched pair, sharing what moves both losses the same way (their losses correlate
+    across i): then work with the differences d_i = a_i - b_i, which cancel it; else compare the
+    two samples as they are (Welch). Return (diff, se, verdict):
         diff = mean(a) - mean(b)
         se   = std(d) / sqrt(n)                        paired (std with n - 1)
                sqrt(var(a) / n_a + var(b) / n_b)       Welch  (var with n - 1)
-        verdict = "below" if the one-sided t-test's p that A is below B is < alpha, else "tie"
-    (scipy.stats.ttest_rel, or ttest_ind with equal_var=False, both with alternative="less", give
-    that p.) Raise ValueError if a or b has fewer than 2 seeds (one seed has no spread: no verdict),
-    or paired and len(a) != len(b)."""
+        verdict = "below" if the two-sided t-test's p is < alpha and mean(a) < mean(b),
+                  "above" if that p is < alpha and mean(a) > mean(b),
+                  "tie" otherwise
+    (scipy.stats.ttest_rel, or ttest_ind with equal_var=False, give that p: their default is two-sided.
+    Not a one-sided p each way: that is a two-sided test at 2 alpha.) Raise ValueError if a or b has
+    fewer than 2 seeds (one seed has no spread: no verdict), or paired and len(a) != len(b)."""
     raise NotImplementedError("exercise 8: seed_verdict")

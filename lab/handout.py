@@ -8,11 +8,12 @@ the notebook beside it. Markdown files lose their instructor-only passages (betw
 
 Students upload the zip to Colab's file panel (or unzip it locally) and open lab.ipynb; the setup
 cell unpacks it. With --repo_url the setup cell clones instead, and that route cannot hand out the
-answers: --branch names a branch that this command makes in this repository, holding exactly the
-zip's files in one commit without parents (no history: the answers are in none of its objects),
-which the instructor pushes, and only it, to the students' repository (`git push URL BRANCH`); the
-setup cell clones that branch. A URL that is one of this repository's own remotes (which hold the
-answers) is refused, and so is a --branch name that an existing branch of this history has.
+answers: --branch (with --repo_url only) names a branch that this command makes in this repository,
+holding exactly the zip's files in one commit without parents (no history: the answers are in none
+of its objects), which the instructor pushes, and only it, to the students' repository (`git push
+URL BRANCH`); the setup cell clones that branch. A URL that is one of this repository's own remotes
+(which hold the answers) is refused, and so is a --branch name that git refuses or that an existing
+branch of this history has, each in one line before anything is written.
 """
 from plumbing import cli
 
@@ -84,15 +85,18 @@ def git(root, *args, stdin=None, env=None):
 
 def check_route(root, repo_url, branch):
     """The --repo_url route's refusals, each one line: no branch named, a URL of this repository's own
-    remotes, a branch name that a branch of this history has, or no git checkout here."""
+    remotes, a branch name git refuses (`git check-ref-format`) or that a branch of this history has,
+    or no git checkout here."""
     cli.require(bool(branch), "--repo_url needs --branch: the students' branch that lab.handout makes (the "
                 "handout's files, no history), the one the setup cell clones")
-    cli.require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", branch) and ".." not in branch, "--branch {!r} is not "
-                "a branch name", branch)
     try:
         remotes = git(root, "remote", "-v").split()
     except (OSError, subprocess.CalledProcessError):
         raise cli.ConfigError("--repo_url makes a students' branch with git: run it in a git checkout") from None
+    refused = subprocess.run(["git", "check-ref-format", f"refs/heads/{branch}"], cwd=root, capture_output=True)
+    cli.require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", branch) and not refused.returncode, "--branch {!r} is "
+                "not a name git takes for a branch (letters, digits, . _ / -; no '..', no '.lock' or '/' at the end, "
+                "no '/.' or '//')", branch)
     cli.require(repo_url.rstrip("/") not in {r.rstrip("/") for r in remotes}, "--repo_url {} is a remote of this "
                 "repository, whose history holds the answers: give the students' repository (push only --branch "
                 "there)", repo_url)
@@ -129,7 +133,9 @@ def main(argv=None):
     p.add_argument("--branch", default="", help="with --repo_url: the students' branch to make here and push there")
     args = p.parse_args(argv)
     checkpoint.check_out_dir(args.out_dir)  # a file, or a read-only folder: one line, nothing written
-    if args.repo_url:
+    cli.require(args.repo_url or not args.branch, "--branch names the students' branch of the --repo_url route: "
+                "give --repo_url too (without it, hand out the zip)")
+    if args.repo_url:  # every refusal before the zip is written
         check_route(ROOT, args.repo_url, args.branch)
     files = contents(ROOT, args.repo_url, args.branch)
     os.makedirs(args.out_dir, exist_ok=True)

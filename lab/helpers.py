@@ -1,10 +1,8 @@
 """What the lab notebook calls for sections 1 to 4 (lab/write.py: 5 and 6), and the lab's own
-plumbing (sizes, output folder, background runs, figures, tables, answers): thin wrappers over
-the repository's own functions (ema, grammar, spcn, probe, recall, plumbing), so the notebook's
-cells stay short and run the same code as the commands. Every size comes from SIZES: LAB_SMOKE=1 picks tiny ones
-(CI runs the whole notebook so, in seconds, through the same code path). A bad argument (an
-unknown variant, zero steps, a bad environment value) is one cli.ConfigError line, printed
-without a traceback in the notebook (`one_line_errors`, installed on import).
+plumbing (sizes, output folder, background runs, figures, tables, answers, the hand-in): thin
+wrappers over the repository's own functions, so the notebook's cells stay short and run the same
+code as the commands. Every size comes from SIZES (LAB_SMOKE=1: tiny ones, CI's). A bad argument or
+environment value is one cli.ConfigError line, no traceback in the notebook (`one_line_errors`).
 
 Environment (`environment`): LAB_SMOKE=1 tiny sizes; LAB_OUT where outputs go (default out/lab
 in the repository; a folder this process can write in); LAB_SOLUTIONS=1 the notebook uses
@@ -17,6 +15,8 @@ of a token's embedding, S decays (traces), K key ids, M value ids.
 import contextlib
 import hashlib
 import importlib
+import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -64,7 +64,8 @@ def environment(env):
     line: LAB_THREADS a whole number >= 1 (unset or empty: every core), LAB_OUT a folder this
     process can write in (checkpoint.check_out_dir: not a file, not read-only)."""
     threads = env.get("LAB_THREADS") or ""
-    cli.require(threads.isdigit() and 1 <= int(threads) <= 1024 or not threads,  # 99999 threads: torch segfaults
+    cli.require(threads.isascii() and threads.isdigit() and 1 <= int(threads) <= 1024 or not threads,  # '²' is a
+                # digit to isdigit() but not to int(); 99999 threads: torch segfaults
                 "LAB_THREADS must be a whole number of cores from 1 to 1024 (or unset: all), got {!r}", threads)
     out = os.path.abspath(env.get("LAB_OUT") or os.path.join(ROOT, "out", "lab"))
     checkpoint.check_out_dir(out, flag="LAB_OUT")
@@ -133,6 +134,24 @@ def exercises():
     if not _ANSWERS:
         return module
     return types.SimpleNamespace(**{**{k: v for k, v in vars(module).items() if not k.startswith("__")}, **_ANSWERS})
+
+
+def hand_in():
+    """What to hand in and how: lab/exercises.py, the one file the grader reads (no `@H.answer` cell is
+    in it), and the exercises a cell answers while the file still holds their stub. -> their names."""
+    path = os.path.join(ROOT, "lab", "exercises.py")
+    spec = importlib.util.spec_from_file_location("_handed_in", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the file as the grader imports it: no cell's answer on top
+    stub = lambda v: str(v).startswith("Exercise 5c (written") or callable(v) and "NotImplementedError" in \
+        inspect.getsource(v)
+    missing = sorted(n for n in _ANSWERS if stub(getattr(module, n, None)))
+    print(f"Hand in {path}: the grader reads this file only (every function, and ANSWER_5C as its text), never the "
+          "notebook. Check it as the grader will: !python -m lab.grader lab/exercises.py")
+    if missing:
+        print(f"Answered in a notebook cell but still the stub in the file: {', '.join(missing)}: copy each cell's "
+              "function (or text) into lab/exercises.py, or it is graded as not written.")
+    return missing
 
 
 # ---- long runs in the background ----------------------------------------------------------------------

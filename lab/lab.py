@@ -29,7 +29,7 @@
 # | 0-5 | setup; **start the long runs** | the two cells below start recall, the write points and the byte run in the background (about 7.5 min of one core) | | | |
 # | 5-12 | 1. the trace and its window | the impulse response | `effective_window` (7) | ●●○○○ | ●●●○○ |
 # | 12-21 | 2. two pasts, one state | two sequences, one state | `same_state` (9) | ●●●○○ | ●●●●○ |
-# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features (about 1.5 min, here) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
+# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features, here: 1.5 min on an idle laptop, 3.5 on a busy one (write exercise 3 while the probe runs) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
 # | 32-50 | 4. content: associative recall | `recall.py --quick` (background) | `mqar_sequence` (6), `binding` and `recalled_pairs` (5), a written answer (7) | ●●○○○ | ●●●●○ |
 # | 50-62 | 5. the write | the untrained write (seconds); four trained points (background) | `ema_kv_step` and `delta_step` (11) | ●●●○○ | ●●●●● |
 # | 62-70 | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (background) | `compressor_nats_per_byte` (5) | ●○○○○ | ●●○○○ |
@@ -53,6 +53,12 @@
 # idle) deletes it and your `lab/exercises.py` with it. Download the file before you stop
 # (right-click it in the file browser, Download), or write your answers in `@H.answer` cells,
 # which are saved with the notebook.
+#
+# **What to hand in: `lab/exercises.py`**, and nothing else: the grader (`python -m lab.grader
+# lab/exercises.py`, what your instructor runs) reads that file only, every function and the
+# written answer `ANSWER_5C` as its text. An answer written in an `@H.answer` cell is not in the
+# file: copy it there before you hand in. The last cell of the notebook (`H.hand_in()`) names any
+# exercise that a cell answers while the file still holds its stub.
 #
 # Plain-text twin: `lab/lab.py` (jupytext percent format) is the source of this notebook;
 # `lab/README.md` says how to regenerate it.
@@ -154,7 +160,7 @@ H.start_background();
 print(H.impulse_response(H.ALPHAS, T=6))  # rows: t = 0..5 steps back; columns: a = 0.5, 0.1, 0.02
 
 # %% [markdown]
-# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~8 min). How many of
+# **Exercise 1** (`effective_window`; difficulty ●●○○○, importance ●●●○○, ~7 min). How many of
 # the most recent inputs hold 90% of a trace's weight? That is its *effective window*: a fast
 # trace (0.5) is a few tokens wide, the slowest (0.02) about a hundred. Read the docstring in
 # `lab/exercises.py`, write it, run:
@@ -181,7 +187,7 @@ print(V)
 print("rank", int(torch.linalg.matrix_rank(V)), "of", V.shape[1], "inputs")
 
 # %% [markdown]
-# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~10 min). Construct a second
+# **Exercise 2** (`same_state`; difficulty ●●●○○, importance ●●●●○, ~9 min). Construct a second
 # past with exactly the same state.
 
 # %%
@@ -210,7 +216,8 @@ print("largest difference of the final states:", r["final_gap"])
 # Two small grammars (`grammar.py`, 147 words, 20 roles) and SPCN (`spcn.py`), a Hebbian column
 # network whose only context is multi-timescale traces. A linear probe reads each word's role from
 # the network's activity alone (*instantaneous*) or from activity plus its traces. The quick run
-# below (`python probe.py --quick`, about a minute on one busy core) ends with a verdict line and
+# below (`python probe.py --quick`: a minute on an idle laptop, nearly 3 on a busy 2-core one; read
+# exercise 3 below and write it in `lab/exercises.py` while it runs) ends with a verdict line and
 # the lab's figure of its probes; expect about 0.54 -> 0.99 (the full run, 3 seeds: 0.527 -> 0.998).
 #
 # Key to its terms. *within*: probes fit on Grammar A, tested on A; *transfer*: fit on A, tested
@@ -232,7 +239,7 @@ res_probe = H.run_probe(H.probe_config())
 # content lost, seen from the other side. The line above the figure prints the bars' numbers.
 
 # %% [markdown]
-# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~10 min). Write a
+# **Exercise 3** (`probe_accuracy`; difficulty ●●●○○, importance ●●●○○, ~9 min). Write a
 # linear probe (ridge regression onto one-hot labels), then use it on an SPCN's features: does
 # your probe see the same lift? (It reads 0.52 -> 0.93 here: ridge, not the run's logistic probes.)
 
@@ -257,7 +264,7 @@ if probed:
 print(H.show_mqar(N=4, T=16))
 
 # %% [markdown]
-# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~8 min). Build one such
+# **Exercise 4** (`mqar_sequence`; difficulty ●●○○○, importance ●●○○○, ~6 min). Build one such
 # sequence from its keys, values and query positions; the check compares yours with
 # `recall.mqar`'s.
 
@@ -278,7 +285,7 @@ res_recall = H.run_recall(H.recall_config())
 
 # %% [markdown]
 # **Exercise 5** (`binding` and `recalled_pairs`; difficulty ●○○○○ and ●●○○○, importance ●●●○○,
-# ~6 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
+# ~5 min). An accuracy of 1/N is what a reader scores that knows *which* values occurred but
 # not which key each belongs to. Score how far above that each reader is, and how many pairs that
 # is worth. `recalled_pairs` counts the pairs a reader knows *beyond the last one*, which comes
 # free: a perfect reader at N = 8 shows 7.00, because knowing 7 pairs leaves one value for the
@@ -292,7 +299,7 @@ if check("binding", ex.binding) & check("recalled_pairs", ex.recalled_pairs):
     H.recall_table(res_recall, ex.binding, ex.recalled_pairs)
 
 # %% [markdown]
-# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~8 min). `softmax_state`
+# **Exercise 5c** (written; difficulty ●●●○○, importance ●●●●●, ~7 min). `softmax_state`
 # keeps S x C = 192 float32 numbers per layer: 6,144 bits, against the 48 bits (log2 64 per pair) that 8
 # pairs of 64 values need. Room is not what it lacks. **What does it hold, and why does its recall
 # not grow with more decays?** Write two or three sentences in `ANSWER_5C` of `lab/exercises.py`
@@ -314,7 +321,7 @@ print(H.exercises().ANSWER_5C)
 # whose rules `writes.py` holds, one token at a time in `writes.ema_kv_step` and `writes.delta_rule_step`
 # (which the autograder does not let your answers call).
 #
-# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~12 min).
+# **Exercise 6** (`ema_kv_step` and `delta_step`; difficulty ●●●○○, importance ●●●●●, ~11 min).
 # Write the two rules yourself, one token each: read the state as it came in, then write. For
 # `ema_kv`, `y = Σ_s M[s]ᵀ q`, then `M[s] ← (1 - a_s) M[s] + a_s k vᵀ`; for `delta`, `y = M q`, then
 # `M ← M + β (v - M k) kᵀ`. The checks run your steps over a sequence and compare them with the
@@ -395,10 +402,14 @@ W.plot_bytes(run, y);
 # 128 on these bytes, 128 windows of 256): GPT, SPEN's `linear` reader, and the two write readers
 # of section 5 on real text, `ema_kv` and `delta`, whose state *can* bind a byte to its context.
 # Look at the **gap** (all other bytes minus copies) and the far copies (128 or more bytes back),
-# and at where each model wins: the cell after the table says it in words, from the same file.
+# and at where each model wins: the cell after the table says it in words, from the same file, and why
+# these copy losses differ from section 7's.
 
 # %%
 W.split_table(W.loss_split(run["ckpt"]), run["step"] * run["tokens_per_step"], run.get("val_loss"))
+
+# %%
+W.split_words()  # the committed rows in words, and why their copy losses are not section 7's
 
 # %% [markdown]
 # The committed rows above are one curve each: one draw of a seed. Whether a write reader is
@@ -419,14 +430,24 @@ text = W.generate(run["ckpt"], start="The list")  # sample.py prints the sample 
 #
 # Two runs of one model that differ only in their seed land apart: on copies, by as much as the
 # gaps between models. A comparison is therefore a test, not two numbers: per model n seeds, the
-# mean and its standard error, and a one-sided t-test of "A is below B" at a stated level
-# (alpha = 0.01); a gap the test cannot tell from the noise is a **tie**.
+# mean and its standard error, and a two-sided t-test of "A and B differ" at a stated level
+# (alpha = 0.01), the direction read from the sign of the difference; a gap the test cannot tell
+# from the noise is a **tie**, and its interval says which gaps it leaves open. (A one-sided test
+# each way at alpha is a two-sided test at 2 alpha.)
 #
 # **Exercise 8** (`seed_verdict`; difficulty ●●○○○, importance ●●●●●, ~8 min). Turn per-seed
 # losses into a verdict: the difference of means, its standard error (paired when seed i of both
-# models shares its data, else Welch), and "below" or "tie". The cell then runs it on the copy
-# losses of the plain delta rule and GPT from results/map/map.json (Welch: the map's runs are
-# independent draws).
+# models is a matched pair, else Welch), and "below", "above" or "tie". The cell then runs it on the
+# copy losses of the plain delta rule and GPT from results/map/map.json, unpaired.
+#
+# Paired or not? In the map the seed fixes the data order *and* the initialisation draw of every
+# model, but the models' parameters differ, so one draw means different initial weights in each:
+# seed s of GPT and seed s of delta are a matched pair only if their losses move together across
+# seeds. Pairing would then remove that shared seed effect from the difference; without one it
+# removes nothing and about halves the degrees of freedom (n - 1 for n pairs). The cell prints the
+# correlation from the file, with the p of no correlation beside it. The map (and this cell) use Welch's
+# unpaired test: it needs no shared effect, and it also compares arms with different numbers of
+# seeds, which no pairing can.
 
 # %%
 import lab.seeds as S  # noqa: E402  (the seeded map: every number below is read from its file)
@@ -435,13 +456,23 @@ ex = H.exercises()
 seeded = S.load()
 a, b = S.values(seeded, "delta"), S.values(seeded, "gpt")
 print("loss on copies per seed (nats/byte): delta", [round(x, 3) for x in a], "| gpt", [round(x, 3) for x in b])
+if S.seeded(seeded):
+    r, p, n = S.correlation(seeded, "delta", "gpt", "copies")
+    print(f"seed by seed, delta's and gpt's copy losses correlate at r = {r:+.2f} (n = {n} seeds, p = {p:.2g})")
 if check("seed_verdict", ex.seed_verdict) and min(len(a), len(b)) >= 2:
     diff, se, said = ex.seed_verdict(a, b, paired=False)
-    print(f"delta - gpt on copies: {diff:+.3f} ± {se:.3f} nats/byte: {said} at alpha = 0.01")
+    print(f"delta - gpt on copies: {diff:+.3f} ± {se:.3f} nats/byte: {said} at alpha = 0.01 (two-sided Welch)")
 
 # %% [markdown]
 # The map's own verdicts, for GPT, the plain delta rule, with a convolution, and the hybrid
-# (`S.show` prints the file's table and one sentence per test; a model the file lacks is named):
+# (`S.show` prints the file's table, which reading the verdicts are, and one sentence per test;
+# a model the file lacks is named). The map makes many comparisons, not one (the line under the
+# table says how many): the more tests each at alpha, the likelier a "below" from the noise
+# somewhere, so each Welch p is adjusted for its family (Holm's correction; the family's size is in
+# each sentence), and an exact permutation p over the seed labels, which assumes no distribution,
+# must agree. With 3 seeds a side no relabelling gives a permutation p under 0.1 (2 of the 20 ways
+# to split 6 seeds into 3 and 3): that is **no verdict**, too few seeds for a distribution-free
+# test at this level, whatever the t-test says.
 
 # %%
 S.show();
@@ -466,3 +497,9 @@ S.show();
 #   (7 variants), `python frontier.py` (the map: 132 runs), `python train.py --preset cpu_bytes`,
 #   `python ablate.py --preset cpu_bytes`, `python scaling.py`; their READMEs under `results/`
 #   hold the numbers, hardware and times.
+
+# %% [markdown]
+# **Hand in** `lab/exercises.py` (the section "What to hand in" at the top says why this file):
+
+# %%
+H.hand_in();

@@ -10,10 +10,12 @@ everything it started, and each slow cell's time.
 lab/INSTRUCTOR.md says what to expect in it, and how close a student's run should come.
 """
 import argparse
+import asyncio
 import datetime
 import json
 import os
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -63,6 +65,8 @@ def main(argv=None):
     p.add_argument("--lab_out", default=None, help="LAB_OUT of the run, an empty folder (default: a temporary one)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run")
     args = p.parse_args(argv)
+    if args.lab_out:
+        checkpoint.check_out_dir(args.lab_out, "--lab_out")  # a file, a read-only folder: one line
     cli.require(not (args.lab_out and os.path.isdir(args.lab_out) and os.listdir(args.lab_out)),
                 "--lab_out {} is not empty: the reference runs from an empty one", args.lab_out)
     cli.require(not os.path.isdir(args.out), "--out must name a file (.ipynb), got the folder {}", args.out)
@@ -72,9 +76,24 @@ def main(argv=None):
     nb = nbformat.read(os.path.join(LAB, "lab.ipynb"), as_version=4)
     with tempfile.TemporaryDirectory() as tmp:
         kernel_env(tmp, args.lab_out or os.path.join(tmp, "out"))
+        from lab import helpers
+        helpers.environment(os.environ)  # the LAB_* variables the kernel gets: a bad one is one line here
         t0, cpu0 = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        NotebookClient(nb, timeout=args.timeout, kernel_name="python3",
-                       resources={"metadata": {"path": LAB}}).execute()
+        # a terminal's Ctrl-C reaches the kernel too (one process group) and stops its cell, or kills it. nbclient's
+        # own SIGINT handler tears the kernel down mid-run and then fails in its cleanup (an AssertionError): once
+        # the kernel runs, this one replaces it and only notes the signal, and whatever nbclient then raises
+        # (CellExecutionError, DeadKernelError) becomes main_guard's one line and exit 130
+        interrupted = []
+        note = lambda **kw: asyncio.get_event_loop().add_signal_handler(signal.SIGINT, interrupted.append, True)
+        try:
+            NotebookClient(nb, timeout=args.timeout, kernel_name="python3", on_notebook_start=note,
+                           resources={"metadata": {"path": LAB}}).execute()
+        except BaseException:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        if interrupted:  # the cell that took it finished anyway: this is not the notebook's whole run
+            raise KeyboardInterrupt
         wall, cpu1 = time.time() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
         out_dir = os.environ["LAB_OUT"]
     cpu = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime

@@ -100,9 +100,9 @@ def seed_verdict(a, b, paired, alpha=0.01):
     if min(len(a), len(b)) < 2 or paired and len(a) != len(b):
         raise ValueError(f"a verdict needs 2+ seeds a side (paired: as many), got {len(a)} and {len(b)}")
     if paired:
-        d = a - b
-        se, p = float(d.std() / len(d) ** 0.5), scipy.stats.ttest_rel(a, b, alternative="less").pvalue
+        se, test = float((a - b).std() / len(a) ** 0.5), scipy.stats.ttest_rel(a, b)
     else:
-        se = float((a.var() / len(a) + b.var() / len(b)) ** 0.5)
-        p = scipy.stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue
-    return float(a.mean() - b.mean()), se, "below" if p < alpha else "tie"
+        se, test = float((a.var() / len(a) + b.var() / len(b)) ** 0.5), scipy.stats.ttest_ind(a, b, equal_var=False)
+    # the two-sided p says whether there is a gap at alpha, the sign of the difference which way
+    verdict = ("below" if a.mean() < b.mean() else "above") if test.pvalue < alpha else "tie"
+    return float(a.mean() - b.mean()), se, verdict

@@ -293,6 +293,29 @@ def split_table(s, tokens, val_loss=None, scaling=SCALING):
            "copies 128+ bytes back"], rows)
 
 
+def split_words(scaling=SCALING):
+    """split_table's committed rows in words, from the same file: which model is lowest on copies
+    and on the far copies, whose gap is widest, and why these copy losses are not section 7's."""
+    with open(scaling) as f:
+        data = json.load(f)
+    last = {label: data["curves"][name]["copy"][-1] for name, label in SCALED if name in data["curves"]}
+    if not last:
+        print(f"{os.path.relpath(scaling, H.ROOT)} holds none of these models' curves")
+        return
+    copies = min(last, key=lambda m: last[m]["loss_copy"])
+    far = min((m for m in last if _far(last[m]) is not None), key=lambda m: _far(last[m]), default=None)
+    gap = max(last, key=lambda m: last[m]["loss_other"] - last[m]["loss_copy"])
+    s = data["settings"]
+    print(f"results/scaling at its last points: lowest on copies {copies} ({last[copies]['loss_copy']:.3f} "
+          "nats/byte)" + (f"; on copies 128+ bytes back {far} ({_far(last[far]):.3f})" if far else "")
+          + f"; widest gap (all other bytes minus copies) {gap} ({last[gap]['loss_other'] - last[gap]['loss_copy']:.3f}).")
+    print(f"Each row is one curve (seed {s['seed']}) read at its last point ({data['schedule']}) on {s['hit_seqs']} "
+          f"windows of {s['block_size']} bytes, about {last[copies]['copy_fraction'] * s['hit_seqs'] * s['block_size']:,.0f}"
+          " of them copies. Section 7's per-seed copy losses come from other runs, read after a short cooldown (which "
+          "lowers every loss) on the whole validation split (far more copies): the numbers of one are not the "
+          "other's. Compare models within one table, and read their gaps through section 7's tests.")
+
+
 def generate(ckpt, start="The list", **overrides):
     """sample.py on the checkpoint: one sample (H.SIZES['sample'] bytes), its text."""
     import sample

@@ -113,6 +113,14 @@ def _probe_std_without_eps(X_train, y_train, X_test, y_test, l2=1e-3):
     return _score(W, Zt, y_test)
 
 
+def _probe_centred_targets(X_train, y_train, X_test, y_test, l2=1e-3):
+    """One-hot targets minus their mean: each class's score lowered by its frequency."""
+    Z, Zt = (_with_one(X).double() for X in _standardise(X_train, X_test))
+    Y = _onehot(y_train, y_test)
+    W = torch.linalg.solve(Z.T @ Z + l2 * len(Z) * torch.eye(Z.shape[1], dtype=Z.dtype), Z.T @ (Y - Y.mean(0)))
+    return _score(W, Zt, y_test)
+
+
 def _probe_harmless(X_train, y_train, X_test, y_test, l2=1e-3):
     """Right, written otherwise: the population std, float32, the ridge as an augmented lstsq."""
     Z, Zt = (_with_one(X).float() for X in _standardise(X_train.float(), X_test.float(), pop=True))
@@ -162,17 +170,39 @@ def _delta(read_after=False, use_beta=True, outer="vk", sign=1, in_place=False):
 
 
 def _verdict(se="right", one_seed=False, p="t"):
-    """seed_verdict's wrong answers: the std for the SE, Welch's SE on paired data, a one-seed verdict, a normal p."""
+    """seed_verdict's wrong answers, each a student's own: the std for the SE, Welch's SE on paired data,
+    the population SD, a pooled variance, a one-seed verdict; p from a normal, one-sided each way (a
+    two-sided test at 2 alpha), two-sided without its sign, one-sided from |t| (the sign lost), with
+    min(n) - 1 degrees of freedom, or at 0.01 whatever alpha."""
+    import scipy.stats
+
     def fn(a, b, paired, alpha=0.01):
-        import scipy.stats
-        if one_seed and len(a) < 2:
+        if one_seed and min(len(a), len(b)) < 2:
             return a[0] - b[0], 0.0, "below" if a[0] < b[0] else "tie"
-        diff, right, _ = solutions.seed_verdict(a, b, paired and se != "welch", alpha)
         A, B = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
-        err = float((A - B).std() if paired else (A.var() + B.var()) ** 0.5) if se == "std" else right
-        z = diff / err
-        below = scipy.stats.norm.cdf(z) < alpha if p == "normal" else solutions.seed_verdict(a, b, paired, alpha)[2] == "below"
-        return diff, err, "below" if below else "tie"
+        n, m, diff = len(a), len(b), float(A.mean() - B.mean())
+        if paired and se != "welch":
+            err, df = float((A - B).std(unbiased=se != "population") / n ** 0.5), n - 1
+        elif se == "pooled":
+            err = float((((n - 1) * A.var() + (m - 1) * B.var()) / (n + m - 2) * (1 / n + 1 / m)) ** 0.5)
+            df = n + m - 2
+        else:
+            u = se != "population"
+            va, vb = A.var(unbiased=u) / n, B.var(unbiased=u) / m
+            err, df = float((va + vb) ** 0.5), float((va + vb) ** 2 / (va ** 2 / (n - 1) + vb ** 2 / (m - 1)))
+        t = diff / err
+        if se == "std":
+            err = float((A - B).std()) if paired else float((A.var() + B.var()) ** 0.5)
+        df = min(n, m) - 1 if p == "min df" else df
+        cdf = scipy.stats.norm.cdf if p == "normal" else lambda x: scipy.stats.t.cdf(x, df)
+        level = 0.01 if p == "alpha" else alpha
+        if p == "each way":  # the one-sided t-tests below and above, each at alpha
+            return diff, err, "below" if cdf(t) < level else "above" if cdf(-t) < level else "tie"
+        if p == "blind":  # the two-sided p, its sign dropped
+            return diff, err, "below" if 2 * cdf(-abs(t)) < level else "tie"
+        if p == "|t|":
+            return diff, err, "below" if cdf(-abs(t)) < level else "tie"
+        return diff, err, ("below" if t < 0 else "above") if 2 * cdf(-abs(t)) < level else "tie"
     return fn
 
 
@@ -189,7 +219,8 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("probe_accuracy", _probe_without_intercept, "without an intercept"),
     ("probe_accuracy", _probe_test_statistics, "their own mean"),
     ("probe_accuracy", _probe_all_statistics, "together"),
-    ("probe_accuracy", _probe_std_without_eps, "+ 1e-3"),  # divides by zero on a feature constant in training
+    ("probe_accuracy", _probe_std_without_eps, "+ 1e-3"),
+    ("probe_accuracy", _probe_centred_targets, "centred"),  # divides by zero on a feature constant in training
     ("mqar_sequence", _mqar_values_first, "value first"),
     ("binding", lambda acc, N: acc - 1 / N, "rescale"),  # not rescaled
     ("recalled_pairs", lambda acc, N: acc * N, "free guess"),
@@ -201,7 +232,10 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("ema_kv_step", _ema_kv(outer="vk"), "writes v k^T"),
     ("ema_kv_step", _ema_kv(order="My"), "returns (M_new, y)"),
     ("ema_kv_step", _ema_kv(in_place=True), "in place"),  # section 5's runner would carry one state over
-    ("ema_kv_step", _ema_kv(float32=True), "float32"),
+    ("ema_kv_step", _ema_kv(float32=True), "torch.tensor(alphas, dtype=M.dtype)"),  # float64 out, float32 inside
+    ("ema_kv_step", lambda *a: tuple(t.float() for t in solutions.ema_kv_step(*a)), "returns y as float32"),
+    ("delta_step", lambda *a: tuple(t.float() for t in solutions.delta_step(*a)), "returns y as float32"),
+    ("delta_step", lambda q, k, v, beta, M: solutions.delta_step(q, k, v, torch.tensor(beta), M), "float32 rounding"),
     ("effective_window", lambda a, mass=0.9: max(1, math.floor(math.log(1 - mass) / math.log(1 - a)) + 1),
      "one too many"),  # floor + 1: right except at an exact boundary (0.75 at a = 0.5: 3, not 2)
     ("delta_step", _delta(read_after=True), "after writing"),
@@ -211,17 +245,30 @@ WRONG = [  # plausible mistakes, each of which its check must catch with a messa
     ("delta_step", _delta(in_place=True), "in place"),
     ("seed_verdict", _verdict(se="std"), "standard deviation"),
     ("seed_verdict", _verdict(se="welch"), "ignores the pairing"),
+    ("seed_verdict", _verdict(se="population"), "population SD"),
+    ("seed_verdict", _verdict(se="pooled"), "pooled variance"),
     ("seed_verdict", _verdict(one_seed=True), "one seed"),
-    ("seed_verdict", _verdict(p="normal"), "not a normal"),
+    ("seed_verdict", _verdict(p="normal"), "a normal p"),
+    ("seed_verdict", _verdict(p="each way"), "twice the level"),
+    ("seed_verdict", _verdict(p="blind"), "ignores the sign"),
+    ("seed_verdict", _verdict(p="|t|"), "one-sided p from |t|"),
+    ("seed_verdict", _verdict(p="min df"), "min(n) - 1 degrees"),
+    ("seed_verdict", _verdict(p="alpha"), "not at the alpha passed in"),
     ("compressor_nats_per_byte", lambda data: solutions.compressor_nats_per_byte(data)
      | {"zlib": 8 * math.log(2) * len(zlib.compress(data)) / len(data)}, "strongest setting"),  # zlib's default level
 ]
 
 
+WITHHELD = ("solutions", "snapshot", "INSTRUCTOR", "reference.ipynb", "tests/")  # what the handout leaves out
+
+
 @pytest.mark.parametrize("name, wrong, says", WRONG, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)])
 def test_each_check_names_a_wrong_answer(name, wrong, says):
+    """One line naming the mistake, and the exercise's name in it once."""
     passed, message = checks.verdict(name, wrong)
     assert passed is False and says in message and "\n" not in message
+    assert checks.said(name, passed, message).count(name) == 1, checks.said(name, passed, message)
+    assert not [w for w in WITHHELD if w in message]  # a student's copy lacks them
 
 
 def _same(a, b):
@@ -248,12 +295,13 @@ def test_the_checks_call_no_reference_implementation(monkeypatch):
     passes the solution and fails the stub, and lab/checks.py imports neither module."""
     import recall
     import writes
-    from lab import grader
+    from lab import serve
 
     def refuse(*args, **kwargs):
         raise RuntimeError("a check called the reference")
-    for module, attr in grader.GUARDED:
-        monkeypatch.setattr({"writes": writes, "recall": recall}[module], attr, refuse)
+    for file, attr in serve.GUARDED:
+        if file in ("writes.py", "recall.py"):  # the exercises' answers (the checks' own t-tests are lab/ttests.py)
+            monkeypatch.setattr({"writes.py": writes, "recall.py": recall}[file], attr, refuse)
     for name in checks.CHECKS:
         assert checks.verdict(name, getattr(solutions, name)) == (True, ""), name
         assert checks.verdict(name, getattr(exercises, name)) == (False, "not written yet (the stub raises "
@@ -307,6 +355,7 @@ def test_the_autograder_passes_the_solutions_and_fails_the_stubs_one_line_each()
         assert lines[-1].startswith("[read] ANSWER_5C")
     assert "10 of 10 exercises pass" in good.stdout and "0 of 3 exercises pass" in bad.stdout
     assert "not written yet" in bad.stdout and "the stub" in bad.stdout.splitlines()[-2]
+    assert not [w for w in WITHHELD if w in good.stdout + bad.stdout]  # every line a student sees
     assert run(os.path.join(LAB, "nowhere.py")).returncode == 2
 
 
@@ -330,7 +379,7 @@ def test_a_crash_is_named_by_its_call_and_an_unknown_name_is_not_a_crash(monkeyp
     assert checks.check("effective_window", lambda alpha, mass=0.9: math.log(alpha - alpha)) is False
     assert checks.check("nope", solutions.binding) is False
     crash, unknown = capsys.readouterr().out.splitlines()
-    assert crash == "[not yet] effective_window: effective_window(0.5, 0.5) raised ValueError: math domain error"
+    assert crash == "[not yet] effective_window(0.5, 0.5) raised ValueError: math domain error"  # the name once
     assert unknown.startswith("[no such exercise] nope: 'nope' is not one of effective_window, ")
 
 

@@ -24,7 +24,8 @@ LAB = os.path.join(ROOT, "lab")
 SOLVED = open(os.path.join(LAB, "solutions.py")).read()
 SUBMISSIONS = {  # a student's file -> what the grader must say of binding and delta_step, the two graded here
     "tamper": (SOLVED.replace("def binding(acc, N):\n", "def binding(acc, N):\n    raise NotImplementedError\n") + "\nimport lab.checks as _c\n_c.verdict = lambda name, fn: "
-               "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["calls recorded", "calls recorded"]),
+               "(True, '')\n_c.CHECKS = {}\nprint('[pass] binding')\n", ["not written yet", None]),  # its process's
+    # checks are not the grader's: the stub fails, the solution passes
     "exit": ("import sys\nsys.exit(0)\n" + SOLVED, ["stopped the grader", "stopped the grader"]),
     "loop": ("while True:\n    pass\n" + SOLVED, ["did not finish within", "did not finish within"]),
     "mixed": (SOLVED.replace("    return y, M + beta", "    import os; os._exit(3)\n    return y, M + beta"),
@@ -77,35 +78,74 @@ def _metrics(values):
     return dict(mean=mean, se=se, ci95=[mean - 2 * se, mean + 2 * se], values=values)
 
 
-MAP = dict(alpha=0.01, min_seeds=3, n_comparisons=2, models={  # a hand-made seeded map: delta and gpt, no hybrid_ema_kv
-    "gpt": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
+_TEST = dict(n_a=3, n_b=3, perm_floor=0.1, family_size=3)  # dev.map's fields of one comparison, 3 vs 3 seeds
+MAP = dict(alpha=0.01, min_seeds=3, n_comparisons=3, family_sizes=dict(map=3), models={  # a hand-made seeded map:
+    "gpt": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(  # delta and gpt, no hybrid_ema_kv
         all=_metrics([1.39, 1.40, 1.38]), copies=_metrics([0.815, 0.80, 0.83]))),
     "delta": dict(n=3, seeds=[0, 1, 2], cpu="Xeon", point="cooldown", metrics=dict(
         all=_metrics([1.30, 1.31, 1.29]), copies=_metrics([0.96, 0.796, 0.88])))},
-    comparisons=[dict(a="delta", b="gpt", metric="all", diff=-0.09, se=0.008, t=-11.0, df=4.0, p_below=0.0002,
-                      p_above=0.9998, verdict="below", n_a=3, n_b=3),
-                 dict(a="delta", b="gpt", metric="copies", diff=0.0637, se=0.049, t=1.3, df=2.2, p_below=0.84,
-                      p_above=0.16, verdict="tie", n_a=3, n_b=3)])
+    comparisons=[dict(_TEST, a="delta", b="gpt", metric="all", diff=-0.09, se=0.008, t=-11.0, df=4.0, p_welch=0.0004,
+                      p_perm=0.004, p_holm=0.0012, ci99=[-0.13, -0.05], verdict="below", perm_floor=0.004),
+                 dict(_TEST, a="delta", b="gpt", metric="copies", diff=0.0637, se=0.049, t=1.3, df=2.2, p_welch=0.32,
+                      p_perm=0.3, p_holm=0.64, ci99=[-0.31, 0.44], verdict="tie", perm_floor=0.004),
+                 dict(_TEST, a="delta", b="gpt", metric="other", diff=-0.02, se=0.004, t=-5.0, df=3.9, p_welch=0.0078,
+                      p_perm=0.1, p_holm=0.016, ci99=[-0.041, -0.0006], verdict="no verdict")])
 
 
 def test_section_6_says_the_seeded_maps_verdicts_and_only_those(tmp_path, capsys):
-    """Every number and verdict of section 6 and of the discussion's answer comes from map.json."""
+    """Every number and verdict of section 6 and of the discussion's answer comes from map.json: per test the
+    difference ± SE, the two-sided Welch p, the permutation p, Holm's p and the family's size, the 99% interval
+    (what a tie or no verdict leaves open), and why no verdict."""
     path = tmp_path / "map.json"
     path.write_text(json.dumps(MAP))
     rows, said = seeds.summary(seeds.load(str(path)))
     assert [r[:3] for r in rows] == [["gpt", 3, "0, 1, 2"], ["delta", 3, "0, 1, 2"]]
     assert rows[1][3] == f"{1.30:.3f} ± {MAP['models']['delta']['metrics']['all']['se']:.3f}" and rows[1][5] == "-"
-    assert "delta is below gpt (one-sided p = 0.0002 < 0.01)" in said[0] and "+0.064 ± 0.049" in said[1]
-    assert "a tie at 0.01" in said[1] and "n = 3 and 3 seeds" in said[1]
+    assert "delta is below gpt" in said[0] and "two-sided Welch p = 0.0004, permutation p = 0.004, Holm-adjusted " \
+        "p = 0.0012 over the family's 3 comparisons; 99% interval [-0.130, -0.050]" in said[0]
+    assert "+0.064 ± 0.049" in said[1] and "n = 3 and 3 seeds" in said[1]
+    assert "a tie at 0.01: a gap between -0.310 and +0.440 is not ruled out" in said[1] and "excludes 0" not in said[1]
+    assert "no verdict" in said[2] and "under 0.1, above 0.01: too few seeds" in said[2] and "below" not in said[2]
+    assert "a gap between -0.041 and -0.001 is not ruled out (that interval, uncorrected" in said[2]
     assert said[-1] == "not in the map: delta_conv, hybrid_ema_kv"
     answer = seeds.discussion(str(path))
     assert "a tie at 0.01" in answer and "because" not in answer and "below gpt" not in answer
+    assert "standard error of the difference" in answer and "within the seeds' spread" not in answer
     assert seeds.values(MAP, "delta") == [0.96, 0.796, 0.88]
+    assert seeds.show(str(path)) == said and "cooldown point on the whole validation split" in capsys.readouterr().out
     old = tmp_path / "old.json"  # the file before the seeded map: its rows only
     old.write_text(json.dumps(dict(rows=[dict(model="gpt", seed=1, loss_copy=0.8), dict(model="gpt", seed=0,
                                                                                       loss_copy=0.815)])))
     assert seeds.show(str(old)) == [seeds.summary({})[1][0]] and len(capsys.readouterr().out.splitlines()) == 1
     assert seeds.values(seeds.load(str(old)), "gpt") == [0.815, 0.8]
+    one_sided = {k: v for k, v in MAP.items() if k != "family_sizes"}  # the map before its two-sided statistics
+    assert seeds.summary(one_sided) == ([], [seeds.summary({})[1][0]])
+
+
+def test_section_7_prints_the_committed_maps_tests_and_the_seeds_correlation():
+    """Each sentence of section 7 holds its comparison's numbers from results/map/map.json (two-sided Welch p,
+    permutation p, Holm's p over the family, the 99% interval); the reading and the family are said; the
+    correlation the notebook prints is Pearson's over the two models' shared seeds in the file."""
+    import scipy.stats
+    m = seeds.load(seeds.MAP)
+    rows, said = seeds.summary(m)
+    tests = [c for n in seeds.CORE[1:] for k, _ in seeds.METRICS for c in m["comparisons"]
+             if (c["a"], c["b"], c["metric"]) == (n, "gpt", k)]
+    assert len(said) == len(tests) > 0
+    for c, line in zip(tests, said):
+        for x in ("p_welch", "p_perm", "p_holm"):
+            assert f"{c[x]:.2g}" in line, (x, line)
+        assert f"{c['family_size']} comparisons" in line and f"[{c['ci99'][0]:+.3f}, {c['ci99'][1]:+.3f}]" in line
+        assert ("below gpt" in line) == (c["verdict"] == "below") and c["verdict"] in line
+    assert f"{m['models']['gpt']['point']} point on the whole validation split" in seeds.reading(m)
+    assert f"map: {m['family_sizes']['map']} comparisons" in seeds.reading(m) and "Holm" in seeds.reading(m)
+    r, p, n = seeds.correlation(m, "delta", "gpt", "copies")
+    want = scipy.stats.pearsonr(seeds.values(m, "delta"), seeds.values(m, "gpt"))
+    assert n == len(set(m["models"]["delta"]["seeds"]) & set(m["models"]["gpt"]["seeds"])) and abs(r - want.statistic) < 1e-12 and abs(p - want.pvalue) < 1e-12
+    with open(os.path.join(LAB, "lab.py")) as f:
+        notebook = f.read()
+    assert "S.correlation(seeded, \"delta\", \"gpt\", \"copies\")" in notebook
+    assert "independent draws" not in notebook and "one-sided t-test of" not in notebook
 
 
 WITHHELD = [os.path.basename(p) for p in handout.HELD_BACK] + ["LAB_SOLUTIONS", "lab.reference", "lab.snapshot"]
@@ -165,9 +205,13 @@ def test_the_repo_url_route_makes_a_students_branch_without_history(tmp_path, mo
     teacher = "https://example.org/teacher.git/"
     for argv, says in (([url], "--branch"), ([teacher, "--branch", "b"], "remote of this repository"),
                        ([url, "--branch", "main"], "a branch of this history"),
-                       ([url, "--branch", "a..b"], "not a branch name")):
+                       ([url, "--branch", "a..b"], "not a name git takes"),
+                       ([url, "--branch", "students.lock"], "not a name git takes"),  # git's refusals, which once came
+                       ([url, "--branch", "students/"], "not a name git takes"),  # as a traceback after the zip
+                       ([url, "--branch", "a/.b"], "not a name git takes"), ([url, "--branch", "a//b"], "not a name"),
+                       (["", "--branch", "students"], "give --repo_url too")):
         with pytest.raises(cli.UserError, match=says) as e:
-            handout.main(["--out_dir", out, "--repo_url", *argv])
+            handout.main(["--out_dir", out, "--repo_url", *argv])  # nothing written, the zip neither
         assert "\n" not in str(e.value) and not os.path.exists(out)
     archive = handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])
     handout.main(["--out_dir", out, "--repo_url", url, "--branch", "students"])  # made again: refused never
@@ -243,7 +287,7 @@ def test_finished_background_runs_survive_a_kernel_restart(tmp_path, monkeypatch
 def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
     """A model with too few seeds for the map's test (map.json's min_seeds) gets one sentence, no verdict."""
     stat = lambda v: dict(mean=v, se=0.01, ci95=[v - 0.03, v + 0.03], values=[v, v])
-    m = dict(alpha=0.01, min_seeds=3, n_comparisons=0, comparisons=[],
+    m = dict(alpha=0.01, min_seeds=3, n_comparisons=0, comparisons=[], family_sizes={},
              models={n: dict(n=k, seeds=list(range(k)), metrics={key: stat(0.7) for key, _ in seeds.METRICS})
                      for n, k in (("gpt", 6), ("delta", 2))})
     rows, said = seeds.summary(m, models=("gpt", "delta"))
@@ -252,15 +296,59 @@ def test_section_7_names_the_maps_seed_rule_where_a_model_has_no_test():
 
 
 def test_the_reference_runs_seed_numbers_are_the_committed_maps():
-    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses and exercise 8's
+    """lab/README.md's and the kit's reference run state section 7's per-seed copy losses, their correlation and exercise 8's
     verdict as the notebook prints them from results/map/map.json: a seed added to the map without them
     updated fails here."""
     m = seeds.load(seeds.MAP)
     a, b = seeds.values(m, "delta"), seeds.values(m, "gpt")
     diff, se, said = solutions.seed_verdict(a, b, paired=False)
+    r = seeds.correlation(m, "delta", "gpt", "copies")[0]
     for doc in ("README.md", "INSTRUCTOR.md"):
         with open(os.path.join(LAB, doc)) as f:
             text = " ".join(f.read().split())  # line breaks as spaces
         for stated in (f"delta {[round(x, 3) for x in a]}", f"gpt {[round(x, 3) for x in b]}",
-                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}"):
+                       f"{diff:+.3f} ± {se:.3f} nats/byte, a {said}", f"correlation across seeds r = {r:+.2f}"):
             assert stated in text, (doc, stated)
+
+
+def test_one_set_of_minutes_everywhere():
+    """The exercises' labels (lab/exercises.py, the notebook), the plan's tables (the notebook, lab/README.md, the kit)
+    and the sentences under them give the same minutes: 67 of writing in 90."""
+    import re
+    import jupytext
+    labels = [int(m) for m in re.findall(r"about (\d+) min", open(os.path.join(LAB, "exercises.py")).read())]
+    notebook = "\n".join(c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells)
+    assert sum(labels) == 67 and sum(int(m) for m in re.findall(r"~(\d+) min", notebook)) == 67, labels
+    for name, text in (("lab.py", notebook), ("README.md", open(os.path.join(LAB, "README.md")).read()),
+                       ("INSTRUCTOR.md", open(os.path.join(LAB, "INSTRUCTOR.md")).read())):
+        rows = [line for line in text.splitlines() if re.match(r"(# )?\| \d+-\d+ \|", line)]
+        spans = [int(b) - int(a) for a, b in (re.match(r"(?:# )?\| (\d+)-(\d+)", r).groups() for r in rows)]
+        writing = [int(m) for r in rows for m in re.findall(r"\((\d+)\)", r)]
+        assert sum(spans) == 90 and sum(writing) == 67, (name, spans, writing)
+        assert "5 + 7 + 9 + 11 + 18 + 12 + 8 + 10 + 10 = 90 minutes" in " ".join(text.split()), name
+
+
+def test_the_hand_in_cell_names_an_answer_that_is_only_in_a_cell(monkeypatch, capsys):
+    """H.hand_in() says the file is what the grader reads, and names an exercise answered in an @H.answer cell
+    while lab/exercises.py still holds its stub (the grader would fail it as not written)."""
+    monkeypatch.setattr(helpers, "_ANSWERS", {})
+    assert helpers.hand_in() == [] and "lab.grader lab/exercises.py" in capsys.readouterr().out
+    helpers.answer(solutions.binding)
+    helpers.answer(ANSWER_5C=solutions.ANSWER_5C)
+    assert helpers.hand_in() == ["ANSWER_5C", "binding"] and "still the stub in the file" in capsys.readouterr().out
+
+
+def test_section_6_says_its_rows_in_words_and_why_they_are_not_section_7s(capsys):
+    """The cell after the copy-split table exists (lab/lab.py) and says, from results/scaling's file, the lowest copy
+    loss and why its 128-window, constant-lr numbers differ from section 7's cooldown ones on the whole split."""
+    import jupytext
+    from lab import write
+    cells = [c.source for c in jupytext.read(os.path.join(LAB, "lab.py")).cells]
+    table = next(i for i, c in enumerate(cells) if c.startswith("W.split_table("))
+    assert cells[table + 1].startswith("W.split_words()")
+    write.split_words()
+    out = capsys.readouterr().out
+    scaling = json.load(open(write.SCALING))
+    gpt = scaling["curves"]["gpt_c128"]["copy"][-1]["loss_copy"]
+    assert f"({gpt:.3f} nats/byte)" in out and f"{scaling['settings']['hit_seqs']} windows" in out
+    assert "cooldown" in out and "whole validation split" in out and scaling["schedule"] in out

@@ -69,6 +69,11 @@ def test_the_reference_run_executes_the_notebook_in_smoke_mode_from_an_empty_cac
     assert str(tmp_path) not in text and "$LAB_OUT" in text  # the machine's paths as placeholders
     assert "activity only" in text and "loss on copies per seed" in text
     assert any(w in text for w in ("no per-model statistics", " is below ", "a tie at", "no test yet"))  # section 7
+    if seeded:  # section 7 as the map prints it: the reading, every test's sentence, the seeds' correlation
+        m = seeds.load(seeds.MAP)
+        assert seeds.reading(m) in text and all(line in text for line in seeds.summary(m)[1])
+        r, p, n = seeds.correlation(m, "delta", "gpt", "copies")
+        assert f"correlate at r = {r:+.2f} (n = {n} seeds, p = {p:.2g})" in text
     assert "results/scaling: SPEN ema_kv" in byte[0] and "copies 128+ bytes back" in byte[0]
 
 
@@ -104,6 +109,9 @@ def test_the_twin_runs_as_a_script_with_the_stubs(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert out.count("[not yet]") == len(checks.CHECKS) and "[pass]" not in out
     assert "verdict: within A" in out and "verdict at N = 8" in out and "| this run (SPEN linear)" in out
+    from lab import seeds
+    m = seeds.load(seeds.MAP)  # section 7 reads the file whatever the exercises' state
+    assert not seeds.seeded(m) or "delta's and gpt's copy losses correlate at r = " in out
 
 
 @pytest.mark.parametrize("call, flag", [
@@ -136,6 +144,7 @@ def test_helpers_refuse_bad_input_in_one_line(call, flag):
 @pytest.mark.parametrize("env, says", [
     (dict(LAB_THREADS="abc"), "LAB_THREADS"), (dict(LAB_THREADS="-2"), "LAB_THREADS"),
     (dict(LAB_THREADS="0"), "LAB_THREADS"), (dict(LAB_THREADS="99999"), "LAB_THREADS"),
+    (dict(LAB_THREADS="²"), "LAB_THREADS"), (dict(LAB_THREADS="٣"), "LAB_THREADS"),  # digits to isdigit(), not ASCII
     (dict(LAB_OUT=__file__), "is a file"),
     (dict(LAB_OUT=os.path.join(__file__, "out")), "inside the file"),
 ])
@@ -154,6 +163,45 @@ def test_the_script_twin_says_a_bad_environment_value_in_one_line():
     r = subprocess.run([sys.executable, "lab/lab.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "LAB_THREADS": "abc", "LAB_SMOKE": "1"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "LAB_THREADS" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("case", ["lab_out is a file", "LAB_THREADS=abc", "LAB_THREADS=²"])
+def test_the_reference_run_refuses_a_bad_setting_in_one_line_before_any_kernel(case, tmp_path, monkeypatch):
+    """python -m lab.reference: a --lab_out that is a file, or a LAB_THREADS the kernel would refuse, is one
+    line before the kernel starts (once a traceback from inside nbclient), and nothing is written."""
+    from lab import reference
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setattr(os, "environ", {**os.environ, "LAB_THREADS": case.split("=")[1] if "=" in case else "1"})
+    argv = ["--out", str(tmp_path / "ref.ipynb")] + (["--lab_out", str(tmp_path / "a_file")] if "file" in case else [])
+    with pytest.raises(cli.UserError, match="--lab_out" if "file" in case else "LAB_THREADS") as e:
+        reference.main(argv)
+    assert "\n" not in str(e.value) and sorted(os.listdir(tmp_path)) == ["a_file"]
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_while_the_reference_runs_its_cells_is_one_line(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the process group: the kernel gets it too) while the cells run: the one
+    line and exit 130 (once nbclient's DeadKernelError and AssertionError tracebacks, exit 1), no notebook
+    written, no kernel left."""
+    import signal
+    import subprocess
+    import time
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "lab.reference", "--out", str(tmp_path / "ref.ipynb"), "--lab_out",
+                          str(out), "--timeout", "120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True, env={**os.environ, "LAB_SMOKE": "1", "MPLBACKEND": "Agg"})
+    t0 = time.time()
+    while not (out / "background").is_dir() and time.time() - t0 < 200:  # the setup cell has run
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "lab.reference: interrupted (Ctrl-C)"
+    assert not (tmp_path / "ref.ipynb").exists()
+    time.sleep(1)
+    with pytest.raises(ProcessLookupError):  # the kernel was in the command's process group: none of it is left
+        os.killpg(p.pid, 0)
 
 
 def test_a_read_only_lab_out_is_one_line(tmp_path, monkeypatch):
