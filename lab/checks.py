@@ -45,13 +45,11 @@ class Crashed(Exception):
 
 
 class TimedOut(BaseException):
-    """The student's function ran past LIMIT_S (a BaseException: a student's `except Exception`
-    cannot swallow it)."""
+    """The student's function ran past LIMIT_S (a BaseException: `except Exception` cannot swallow it)."""
 
 
 def _brief(x):
-    """An argument as a message shows it: a tensor of up to 8 elements in full, a larger one and
-    bytes by their size only."""
+    """An argument as a message shows it: a tensor of up to 8 elements in full, more, or bytes, by size."""
     if isinstance(x, torch.Tensor):
         return f"tensor({x.tolist()})" if x.numel() <= 8 else f"<tensor {tuple(x.shape)}>"
     return f"<{len(x):,} bytes>" if isinstance(x, bytes) else repr(x)

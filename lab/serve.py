@@ -9,8 +9,8 @@ raised, which argument it changed in place, and which of the repository's own an
     (lab.grader runs it so, in the sandbox; not a command)
 
 The guard on the repository's answers is a profile hook, on while the student's function runs: it
-notes every call of a function named as one of GUARDED in a file of that name (writes' steps and
-loops, recall.binding, recall.mqar, dev/map.py's welch, lab/ttests.py's verdicts, plumbing's
+notes every call of a function named as one of GUARDED in a file of that name (the rules' steps and
+loops, recall.binding, recall.mqar, dev/map_stats.py's welch, lab/ttests.py's verdicts, plumbing's
 compressor_yardsticks), whichever way the module was loaded (imported, reloaded, or loaded by its
 path), and of any function of a file named as one the handout holds back. Code copied into the
 student's file, or a file that turns the hook off, is not seen (the instructor's kit says what else
@@ -26,8 +26,8 @@ import threading
 
 import torch
 
-GUARDED = {("writes.py", "ema_kv_step"), ("writes.py", "ema_kv_ref"), ("writes.py", "delta_rule_step"),
-           ("writes.py", "delta_rule_ref"), ("recall.py", "binding"), ("recall.py", "mqar"), ("map.py", "welch"),
+GUARDED = {("rules.py", "ema_kv_step"), ("rules.py", "ema_kv_ref"), ("rules.py", "delta_rule_step"),
+           ("rules.py", "delta_rule_ref"), ("recall.py", "binding"), ("recall.py", "mqar"), ("map_stats.py", "welch"),
            ("ttests.py", "verdicts"), ("ngram.py", "compressor_yardsticks")}
 HELD_BACK = ("solutions.py", "snapshot.py")  # the instructor's files (lab.handout): any function of theirs
 

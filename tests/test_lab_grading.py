@@ -32,7 +32,7 @@ SUBMISSIONS = {  # a student's file -> what the grader must say of binding and d
               [None, "status 3"]),
     "reference": (SOLVED.replace("y = M @ q  #", "import writes; return tuple(t[0, 0] for t in writes.delta_rule_step("
                                  "q[None, None], k[None, None], v[None, None], torch.tensor([[beta]], dtype=M.dtype), "
-                                 "M[None, None]))  #"), [None, "calls writes.delta_rule_step"]),
+                                 "M[None, None]))  #"), [None, "calls rules.delta_rule_step"]),
 }
 
 
