@@ -1,4 +1,4 @@
-"""The grader's sandbox (lab/grader.py, lab/serve.py): a tamper file of each kind that issue 52 names,
+"""The grader's sandbox (lab/grader.py, lab/serve.py): a tamper file of each kind a review of the grader found,
 kept here as fixtures, scores nothing, leaves the grading folder (this repository and the folder of
 the submission) byte for byte as it was, and leaves no process behind; a file that loops at import
 costs one limit for all its exercises; a SIGTERM or SIGHUP to the grader ends every child.
