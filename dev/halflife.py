@@ -63,15 +63,22 @@ def trained_lives(model, tokens, T):
     return [math.log(2) / x for p in heads(model) for x in (-seen[id(p)]).mean((0, 2)).tolist()]  # (H,) per block
 
 
+def arm_seed(name):
+    """A seed folder's name (dev.seeds.folder's) -> (arm, seed): delta_lr0.004_s2 -> ('delta@0.004', 2);
+    None for another name."""
+    m = re.fullmatch(r"(.+?)(?:_lr([0-9.e+-]+))?_s(\d+)", name)
+    return m and (m[1] if m[2] is None else f"{m[1]}@{float(m[2]):g}", int(m[3]))
+
+
 def read_folder(folder, val, T):
     """(arm, seed, {'init': [...], 'trained': [...], 'point': 'cooldown' | 'trunk'}) of one seed folder,
     or None when it holds no gated model or no checkpoint yet."""
-    m = re.fullmatch(r"(.+)_s(\d+)", os.path.basename(folder))
+    named = arm_seed(os.path.basename(folder))
     ckpts = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt")))
     point = "cooldown"
     if not ckpts:
         ckpts, point = sorted(glob.glob(os.path.join(folder, "runs", "*_c128", "ckpt_last.pt"))), "trunk"
-    if not m or not ckpts:
+    if not named or not ckpts:
         return None
     model, ckpt = checkpoint.load_model(ckpts[-1])
     if not heads(model):
@@ -79,8 +86,7 @@ def read_folder(folder, val, T):
     Config, Model = checkpoint.MODELS[ckpt["kind"]]
     torch.manual_seed(ckpt["train"]["seed"])  # train.py's seeded build: the init this run started from
     init = Model(Config(**ckpt["config"]))
-    return m[1], int(m[2]), dict(init=init_lives(init), trained=trained_lives(model, val, T), point=point,
-                                 step=ckpt["step"])
+    return *named, dict(init=init_lives(init), trained=trained_lives(model, val, T), point=point, step=ckpt["step"])
 
 
 def summary(lives):

@@ -1,6 +1,6 @@
 """dev/halflife.py: a gated head's half-life read from its parameters (init) and from its gates on
 text (trained) agree when the gate ignores its input; a model without a gate has no heads to read;
-a folder of no seeds is one line."""
+a seed folder's name reads back as dev.seeds wrote it; a folder of no seeds is one line."""
 import math
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import spen
-from dev import halflife
+from dev import halflife, seeds
 from plumbing import cli
 
 
@@ -38,3 +38,9 @@ def test_a_folder_without_seeds_is_one_line(tmp_path):
     with pytest.raises(cli.UserError) as e:
         halflife.main(["--seeds", str(tmp_path), "--out_dir", str(tmp_path / "out")])
     assert "\n" not in str(e.value) and "dev.seeds" in str(e.value)
+
+
+def test_a_seed_folder_reads_back_as_its_arm():
+    for arm, seed in [("delta", 0), ("gated_delta_ret", 12), ("delta@0.004", 2), ("gpt@0.001", 1)]:
+        assert halflife.arm_seed(seeds.folder(arm, seed)) == (arm, seed)
+    assert halflife.arm_seed("runs") is None
