@@ -29,7 +29,7 @@
 # | 0-5 | setup; **start the long runs** | the two cells below start recall, the write points and the byte run in the background (about 7.5 min of one core) | | | |
 # | 5-12 | 1. the trace and its window | the impulse response | `effective_window` (7) | ●●○○○ | ●●●○○ |
 # | 12-21 | 2. two pasts, one state | two sequences, one state | `same_state` (9) | ●●●○○ | ●●●●○ |
-# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features, here: 1.5 min on an idle laptop, 3.5 on a busy one (write exercise 3 while the probe runs) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
+# | 21-32 | 3. structure: the role probe | `probe.py --quick` and SPCN features, here, in the foreground (write exercise 3 while the probe runs) | `probe_accuracy` (9) | ●●●○○ | ●●●○○ |
 # | 32-50 | 4. content: associative recall | `recall.py --quick` (background) | `mqar_sequence` (6), `binding` and `recalled_pairs` (5), a written answer (7) | ●●○○○ | ●●●●○ |
 # | 50-62 | 5. the write | the untrained write (seconds); four trained points (background) | `ema_kv_step` and `delta_step` (11) | ●●●○○ | ●●●●● |
 # | 62-70 | 6. bytes: loss, yardsticks, a sample | a 500-step SPEN on bytes (background) | `compressor_nats_per_byte` (5) | ●○○○○ | ●●○○○ |
