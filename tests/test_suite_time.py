@@ -4,6 +4,7 @@ number of busy processes in it) and when it fails (one line, nothing recorded)."
 
 import json
 import os
+import time
 
 import pytest
 
@@ -30,7 +31,14 @@ def test_busy_processes_run_beside_the_suite_and_end_with_it(tmp_path, monkeypat
     tiny = tmp_path / "test_tiny.py"
     tiny.write_text("def test_one():\n    assert True\n")
     seen, real = [], suite_time.run
-    monkeypatch.setattr(suite_time, "run", lambda *a: seen.append(busy()) or real(*a))
+
+    def run(*a):  # the busy processes as the suite starts, once both have exec'd (a loaded machine is slow to)
+        end = time.monotonic() + 30
+        while len(busy()) < 2 and time.monotonic() < end:
+            time.sleep(0.05)
+        seen.append(busy())
+        return real(*a)
+    monkeypatch.setattr(suite_time, "run", run)
     argv = ["--busy", "2", "--runs", "all", "--tests", str(tiny), "--out_dir"]
     suite_time.main(argv + [str(tmp_path / "out")])
     rec = json.loads((tmp_path / "out" / "suite_busy2.json").read_text())
