@@ -7,11 +7,11 @@ batch and context of train.py is in bounds one by one, and some of them together
 any machine has (`--n_embd 65536`: a 13 GB embedding alone; `--batch_size 1048576`: terabytes of
 logits). train.py calls `check` first thing in a run; `--no-memory_check` skips it.
 
-Shape glossary: P parameters, B micro-batch, T context, C width, L blocks, V vocabulary, S traces.
+Shape glossary: P parameters, B micro-batch, T context, C width, L blocks, V vocabulary, S traces, F FFN width.
 
 The estimate (bytes; 4 per float: fp32 weights, an fp32 optimizer; autocast's bf16 copies are
-left out, so it stays below what a run takes):
-    parameters        P                   the weights
+left out, so it stays below what a run takes), from the model's config (no model is built):
+    parameters        P                   the weights, at least the token table and the FFNs: V C + 2 F C L
     training state    3 P                 their gradients and AdamW's two moments (training only)
     logits            2 B T V             the logits and their gradient (evaluation: the logits)
     activations       (4 + S) B T C L     what each block keeps for its backward: the FFN's 4C-wide
@@ -30,16 +30,23 @@ from plumbing import cli
 FLOAT = 4  # bytes of an fp32 number
 
 
-def need(model, batch_size, block_size, training=True):
-    """{term: bytes} of the estimate (see the docstring) and 'total'. model: the run's model, built
-    on the meta device (sizes only: nothing allocated)."""
-    P, V, C, L = model.num_params(), model.config.vocab_size, model.config.n_embd, model.config.n_layer
-    S = len(getattr(model.config, "alphas", ()) or ())  # SPEN's traces; GPT has none
+def need(config, batch_size, block_size, training=True):
+    """{term: bytes} of the estimate (see the docstring) and 'total'. config: the run's model config (SPEN's
+    or GPT's), read for its sizes: no model is built."""
+    P, V, C, L = params(config), config.vocab_size, config.n_embd, config.n_layer
+    S = len(getattr(config, "alphas", ()) or ())  # SPEN's traces; GPT has none
     tokens = batch_size * block_size
     terms = dict(parameters=P * FLOAT, training_state=3 * P * FLOAT if training else 0,
                  logits=(2 if training else 1) * tokens * V * FLOAT,
                  activations=(4 + S) * tokens * C * L * FLOAT if training else tokens * C * FLOAT)
     return dict(terms, total=sum(terms.values()))
+
+
+def params(config):
+    """A floor of the model's parameters: the token table (V C) and each block's FFN (2 F C, F = 4C unless
+    the config says), which SPEN and GPT both have; the rest (mixing, attention, norms) is left out."""
+    C = config.n_embd
+    return config.vocab_size * C + config.n_layer * 2 * (getattr(config, "ffn_hidden", None) or 4 * C) * C
 
 
 def capacity(device):
@@ -89,22 +96,18 @@ def gib(n):
     return f"{n / 2 ** 30:,.1f} GiB"
 
 
-def check(build, batch_size, block_size, device, eval_only=False, flag="--no-memory_check"):
+def check(config, batch_size, block_size, device, eval_only=False, flag="--no-memory_check"):
     """One cli.ConfigError line, with the estimate and its terms, when need() exceeds capacity(device);
-    else the estimate (or None when the capacity cannot be read). build(): the run's model, called
-    here on the meta device, so nothing is allocated."""
-    import torch
+    else the estimate (or None when the capacity cannot be read). config: the run's model config."""
     have, what = capacity(device)
     if have is None:
         return None
-    with torch.device("meta"):
-        model = build()
-    est = need(model, batch_size, block_size, not eval_only)
+    est = need(config, batch_size, block_size, not eval_only)
     if est["total"] <= have:
         return est
     terms = sorted((v, k) for k, v in est.items() if k != "total" and v >= 2 ** 26)  # from 0.1 GiB
     parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for v, k in reversed(terms))
-    raise cli.ConfigError(f"this configuration needs at least {gib(est['total'])} ({parts}; {model.num_params():,} "
+    raise cli.ConfigError(f"this configuration needs at least {gib(est['total'])} ({parts}; at least {params(config):,} "
                           f"parameters, {batch_size} x {block_size} tokens per micro-batch), more than the "
                           f"{gib(have)} of {what}; lower --batch_size (raise --grad_accum), --block_size, --n_embd or "
                           f"--n_layer, or pass {flag} to try anyway")

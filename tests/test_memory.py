@@ -35,7 +35,7 @@ def test_a_size_that_cannot_fit_is_refused_before_anything_is_allocated(what, tm
 def test_the_estimate_is_a_floor_and_the_flag_overrides_it(tmp_path, monkeypatch):
     cfg = train.make_config("cpu_bytes", n_layer=1, n_embd=16, max_iters=2, eval_interval=2, eval_iters=1,
                             out_dir=str(tmp_path / "a"))
-    est = memory.check(lambda: train.build_model(cfg, seeded=False), cfg.batch_size, cfg.block_size, "cpu")
+    est = memory.check(train.model_config(cfg), cfg.batch_size, cfg.block_size, "cpu")
     assert 0 < est["total"] < 2 ** 30 and est["total"] == sum(v for k, v in est.items() if k != "total")
     monkeypatch.setattr(memory, "capacity", lambda device: (est["total"] - 1, "a small machine"))
     with pytest.raises(cli.ConfigError, match="a small machine"):
