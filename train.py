@@ -27,7 +27,7 @@ windows of its whole val split (or --eval_tokens), every token once, eval.json.
 Speed: one host sync per step (loss, grad norm, stop flag); a failed --compile logs one warning and trains
 eagerly; ms/step, MFU and ETA skip runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes a missing cache first.
 
-Faults: inputs, and the memory the sizes need (plumbing/memory.py), are checked before anything is written or
+Faults: inputs, and the memory the sizes need (runtime.check_memory), are checked before anything is written or
 allocated; a user's mistake is one line (exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss
 stops before its update; Ctrl-C or SIGTERM, between micro-batches, saves ckpt_last and exits 130. What a crash,
 kill -9 or full disk leaves and how --resume goes on (lock, run.json, atomic writes, records read back checked):
@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, runtime
+from plumbing import batches, checkpoint, cli, corpus, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
@@ -356,7 +356,7 @@ def start(cfg, place, stack, tokens=None):
     checkpoint.check_out_dir(cfg.out_dir)
     config = model_config(cfg)
     if cfg.memory_check and cfg.init_from != "gpt2":  # a size that cannot fit: one line, before any allocation
-        memory.check(config, cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
+        runtime.check_memory(config, cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
     model, ckpt, cfg = load_model(cfg, config)  # built (and so checked by the model) once
     if tokens is not None:
         data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
