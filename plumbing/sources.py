@@ -45,8 +45,6 @@ this file.
 import ast
 import codecs
 import glob
-import itertools
-import math
 import os
 import re
 import socket
@@ -69,7 +67,6 @@ HUB = {
                         splits={"train": "train", "val": "test"}),
 }
 DATASETS = ["builtin", *HUB, "files:PATH"]
-VAL_EVERY = 10  # carved sources: document i goes to 'val' when i % VAL_EVERY == 0
 FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
@@ -95,7 +92,7 @@ def splits_of(name):
 
 
 def is_carved(name, files=None):
-    """Whether source `name` yields one stream that carve() cuts into 'train' and 'val'."""
+    """Whether source `name` yields one stream that shards.carve cuts into 'train' and 'val'."""
     return name == "builtin" or files is not None or "carve" in HUB.get(name, {})
 
 
@@ -107,34 +104,6 @@ def documents(name, files=None, folder=None, hf_split="train"):
     if files is not None:
         return _file_documents(files)
     return _hub_documents(name, folder, hf_split)
-
-
-def carve(encoded, start=0):
-    """Route the encoded documents (token id arrays, each ending in its separator) of a carved
-    source to 'train' / 'val': returns (iterator of (split, ids), rule), rule a line for meta.json.
-
-    VAL_EVERY documents or more: document i is val iff i % VAL_EVERY == 0. Fewer (known after
-    reading VAL_EVERY documents at most): val is the last tenth of the tokens, at least one,
-    cut mid-document if need be, so a single document does not end up all in val.
-    start > 0: `encoded` begins at document `start` of a source known to have VAL_EVERY
-    documents or more (a resumed build)."""
-    head = list(itertools.islice(encoded, 0 if start else VAL_EVERY))
-    if start or len(head) >= VAL_EVERY:
-        pieces = (("val" if i % VAL_EVERY == 0 else "train", ids)
-                  for i, ids in enumerate(itertools.chain(head, encoded), start))
-        return pieces, f"document i in val iff i % {VAL_EVERY} == 0"
-    total = sum(len(ids) for ids in head)
-    cut = total - math.ceil(total / VAL_EVERY)  # first val token
-    train, val, pos = [], [], 0
-    for ids in head:
-        k = min(max(cut - pos, 0), len(ids))  # tokens of this document before the cut
-        if k > 0:
-            train.append(("train", ids[:k]))
-        if k < len(ids):
-            val.append(("val", ids[k:]))
-        pos += len(ids)
-    rule = f"fewer than {VAL_EVERY} documents: val = the last 1/{VAL_EVERY} of the tokens"
-    return iter(val + train), rule  # val first: a max_tokens cap on train cannot starve it
 
 
 # ----------------------------------------------------------------------------- builtin

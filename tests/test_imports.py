@@ -269,5 +269,5 @@ def test_the_data_path_runs_one_way():
     assert got == DATA_PATH
     for (m, other), allowed in TAKEN.items():
         assert names_used(m, other) <= allowed, f"{m} uses {sorted(names_used(m, other) - allowed)} of {other}"
-    assert {"documents", "carve"} <= names_used("plumbing.corpus", "plumbing.sources")
-    assert {"building", "Writer", "commit"} <= names_used("plumbing.corpus", "plumbing.shards")
+    assert {"documents"} <= names_used("plumbing.corpus", "plumbing.sources")
+    assert {"building", "Writer"} <= names_used("plumbing.corpus", "plumbing.shards")
