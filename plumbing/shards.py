@@ -111,7 +111,7 @@ def json_tmp(path, obj):
     """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure).
 
     The one JSON writer of the cache: meta.json is written this way and renamed only in
-    commit()'s swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
+    Writer.commit's swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
     tmp = _tmp(path)
     try:
         with open(tmp, "w") as f:

@@ -22,20 +22,20 @@ Sources (`name`):
                 UTF-8 (a file that is not is named, with the `iconv` line that converts it).
 
 Splits: 'train' and 'val'. builtin, files: and fineweb-edu carve 'val' themselves:
-  - VAL_EVERY = 10 documents or more: every 10th document (index 0, 10, 20, ...) goes to
+  - shards.VAL_EVERY = 10 documents or more: every 10th document (index 0, 10, 20, ...) goes to
     'val' (fineweb-edu until 'val' holds 10M tokens, after which those go to 'train');
   - fewer documents (a single-line text file, a handful of rows): 'val' is the last tenth
     of the token stream (at least one token), cut mid-document if need be, 'train' the rest.
 
 Terms: a document is one str of text (a pydoc topic, a module's docstrings, a row, a piece
 of a .txt file, a wikitext article); a split is 'train' or 'val'; a carved source
-(is_carved: builtin, files:, fineweb-edu) yields one stream that carve() cuts into both
+(is_carved: builtin, files:, fineweb-edu) yields one stream that shards.carve cuts into both
 splits; the others map each split to a hub split (HUB[name]['splits']).
 
 Use: corpus.py's prepare, the one caller (nothing here calls back), calls resolve(name) to
-validate a name (and list its files), splits_of(name), hub_unreachable() before any hub call,
-documents(...) for the texts of a build and carve() on their tokens (carve(..., start) when a
-build resumes); none of this runs on a cache hit, and `datasets` is imported only when text
+validate a name (and list its files) and splits_of(name) at its door, hub_unreachable() before any hub call,
+and documents(...) for the texts of a build (their tokens are routed to the splits by
+shards.carve); only resolve and splits_of run on a cache hit, and `datasets` is imported only when text
 must be read. A hub failure is one of two one-line errors: 'offline (no network)' (hub_error:
 the hub cannot be reached) or 'the hub answered with an error' (hub_answered_error: a rate
 limit, a 5xx, a dropped stream; the same command resumes). Nothing to run here: `python
