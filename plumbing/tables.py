@@ -6,8 +6,8 @@ the one writer of their results JSON: the command that reproduces the run and it
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
 leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way (`pyplot`: matplotlib drawing
 into files, imported only when a figure is made).
-records.load_record reads such a JSON back for a command that adds to it (ablate.py's rows), refusing
-one of other settings in one line. `shape_error` says where a JSON read back
+records.load_record reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
+curves), refusing one of other settings in one line. `shape_error` says where a JSON read back
 departs from the shape its reader needs (a list where a number should be, a null accuracy, a
 truncated record, a NaN): every results file a command reads is checked so, and refused in one
 line naming it, instead of a traceback from deep inside a table (plumbing/records.py holds the
