@@ -299,20 +299,14 @@ FLOAT_BYTES = 4  # bytes of an fp32 number
 def memory_need(config, batch_size, block_size, training=True):
     """{term: bytes} of the estimate (the table above) and 'total'. config: the run's model config (SPEN's
     or GPT's), read for its sizes: no model is built."""
-    P, V, C, L = param_floor(config), config.vocab_size, config.n_embd, config.n_layer
+    V, C, L = config.vocab_size, config.n_embd, config.n_layer
+    P = V * C + L * 2 * (getattr(config, "ffn_hidden", None) or 4 * C) * C  # a floor: the table and the FFNs only
     S = len(getattr(config, "alphas", ()) or ())  # SPEN's traces; GPT has none
     tokens = batch_size * block_size
     terms = dict(parameters=P * FLOAT_BYTES, training_state=3 * P * FLOAT_BYTES if training else 0,
                  logits=(2 if training else 1) * tokens * V * FLOAT_BYTES,
                  activations=(4 + S) * tokens * C * L * FLOAT_BYTES if training else tokens * C * FLOAT_BYTES)
     return dict(terms, total=sum(terms.values()))
-
-
-def param_floor(config):
-    """A floor of the model's parameters: the token table (V C) and each block's FFN (2 F C, F = 4C unless
-    the config says), which SPEN and GPT both have; the rest (mixing, attention, norms) is left out."""
-    C = config.n_embd
-    return config.vocab_size * C + config.n_layer * 2 * (getattr(config, "ffn_hidden", None) or 4 * C) * C
 
 
 def memory_capacity(device):
@@ -372,7 +366,7 @@ def check_memory(config, batch_size, block_size, device, eval_only=False, flag="
         return est
     terms = sorted((v, k) for k, v in est.items() if k != "total" and v >= 2 ** 26)  # from 0.1 GiB
     parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for v, k in reversed(terms))
-    raise cli.ConfigError(f"this configuration needs at least {gib(est['total'])} ({parts}; at least {param_floor(config):,} "
+    raise cli.ConfigError(f"this configuration needs at least {gib(est['total'])} ({parts}; at least {est['parameters'] // FLOAT_BYTES:,} "
                           f"parameters, {batch_size} x {block_size} tokens per micro-batch), more than the "
                           f"{gib(have)} of {what}; lower --batch_size (raise --grad_accum), --block_size, --n_embd or "
                           f"--n_layer, or pass {flag} to try anyway")
