@@ -21,6 +21,8 @@ Shapes (`shape_error`):
 
     recs = records.read_jsonl(path, records.METRICS)   # [] when there is none; one line when damaged
     run = records.read_json(path, SHAPE, fix="delete it and run the same command again")
+    rows = records.load_record(path, cfg, "variants", "an ablation")  # a results JSON a command adds to
+                                                       # (ablate.py's rows, scaling.py's curves): its settings too
 
 Run: nothing to run; tests/test_records.py damages each kind of record by hand.
 """
