@@ -71,7 +71,7 @@ cli.exit_on_ctrl_c(__name__, "ablate.py")  # until main_guard; the imports below
 import numpy as np
 import torch
 
-from plumbing import ablate_report, checkpoint, cli, corpus, grid, ngram, records, registry, repeats, tables
+from plumbing import checkpoint, cli, corpus, grid, ngram, records, registry, repeats, tables
 import content
 import train
 
@@ -333,8 +333,8 @@ def earlier_rows(cfg):
     invocation does not run (their run folders hold checkpoints, which git ignores: on a fresh clone a
     committed row lives only there). An ablate.json made with other settings is refused in one line:
     its rows would not compare with this invocation's, and replacing them would lose them."""
-    rows = tables.load_record(os.path.join(cfg.out_dir, "ablate.json"), cfg, "variants", "an ablation",
-                              same=SAME_ABLATION, shape=tables.Each(ROW))
+    rows = records.load_record(os.path.join(cfg.out_dir, "ablate.json"), cfg, "variants", "an ablation",
+                               same=SAME_ABLATION, shape=tables.Each(ROW))
     return {n: dict(r, carried=True) for n, r in rows.items() if n not in cfg.models}
 
 
@@ -406,11 +406,11 @@ def main(cfg):
     records = run_all(cfg, jobs)
     res = summarize(cfg, records, yardsticks, yardstick_split, time.time() - t0, yardstick_copy, earlier)
     checkpoint.atomic_json(res, os.path.join(cfg.out_dir, "ablate.json"))
-    ablate_report.write_md(res, os.path.join(cfg.out_dir, "ablate.md"))
-    ablate_report.plot_curves(res, os.path.join(cfg.out_dir, "curves.png"))
-    ablate_report.plot_hits(res, os.path.join(cfg.out_dir, "hits.png"))
+    tables.ablate_md(res, os.path.join(cfg.out_dir, "ablate.md"))
+    tables.ablate_curves(res, os.path.join(cfg.out_dir, "curves.png"))
+    tables.ablate_hits(res, os.path.join(cfg.out_dir, "hits.png"))
     if all("copy" in v for v in res["variants"].values()):
-        ablate_report.plot_copy(res, os.path.join(cfg.out_dir, "copy.png"))
+        tables.ablate_copy(res, os.path.join(cfg.out_dir, "copy.png"))
     with open(os.path.join(cfg.out_dir, "ablate.md")) as f:
         print(f.read(), flush=True)
     if cfg.content:

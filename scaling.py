@@ -353,7 +353,7 @@ CURVE = dict(model=str, width=int, params=(int, type(None)), train_seconds=N,
              points=[dict(step=STEP, tokens=records.Range(N, 0), val_loss=LOSS)],
              copy=[dict(step=STEP, tokens=records.Range(N, 0), loss_copy=records.MAYBE_LOSS,
                         loss_other=records.MAYBE_LOSS, by_distance=list)])
-# what the tables and the figure read from a recorded curve (tables.load_record checks it)
+# what the tables and the figure read from a recorded curve (records.load_record checks it)
 SAME_CURVES = ("out_dir", "train", "models", "widths", "max_tokens", "first_tokens", "points", "cooldown")
 # settings that do not change a curve's trunk (the budget, the points read along it, where a branch leaves it)
 
@@ -363,8 +363,8 @@ def recorded_curves(cfg):
     ignores: on a fresh clone a committed curve lives only here). One made with other settings is
     refused in one line: its curves would not compare with this invocation's, its run folders would
     be resumed under the new settings, and rewriting it would lose them."""
-    return tables.load_record(os.path.join(cfg.out_dir, "scaling.json"), cfg, "curves", "a scaling record",
-                              same=SAME_CURVES, shape=tables.Each(CURVE))
+    return records.load_record(os.path.join(cfg.out_dir, "scaling.json"), cfg, "curves", "a scaling record",
+                               same=SAME_CURVES, shape=tables.Each(CURVE))
 
 
 def collect(cfg, yardsticks, train_tokens, seconds, recorded):

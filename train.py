@@ -27,7 +27,7 @@ windows of its whole val split (or --eval_tokens), every token once, eval.json.
 Speed: one host sync per step (loss, grad norm, stop flag); a failed --compile logs one warning and trains
 eagerly; ms/step, MFU and ETA skip runtime.WARMUP_STEPS steps. torchrun: rank 0 tokenizes a missing cache first.
 
-Faults: inputs, and the memory the sizes need (plumbing/memory.py), are checked before anything is written or
+Faults: inputs, and the memory the sizes need (runtime.check_memory), are checked before anything is written or
 allocated; a user's mistake is one line (exit 2 for a flag, else 1), a bug keeps its traceback; a non-finite loss
 stops before its update; Ctrl-C or SIGTERM, between micro-batches, saves ckpt_last and exits 130. What a crash,
 kill -9 or full disk leaves and how --resume goes on (lock, run.json, atomic writes, records read back checked):
@@ -58,12 +58,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from plumbing import batches, checkpoint, cli, corpus, memory, runtime
+from plumbing import batches, checkpoint, cli, corpus, runtime
 import lm
 from plumbing.evaluate import (count_yardsticks, estimate_loss, eval_names, evaluate_checkpoint, load_data,
                                wait_for_caches)
-import gpt
-import spen
 import variants
 from gpt import GPTConfig
 from spen import CONTEXTS, PREDICTORS, READS, TRACE_METHODS, SPENConfig
@@ -166,11 +164,10 @@ class TrainConfig:
             "--eval_only needs a trained model: --init_from PATH|gpt2, or --resume")
         req(bool(self.out_dir), "--out_dir must not be empty")
         req(all(eval_names(self)), "--eval_data {!r} has an empty name in its comma list", self.eval_data)
-        if self.init_from == "scratch" or self.resume:
-            try:
-                model_config(self)  # the model's own checks (e.g. linear + history) as one line
-            except ValueError as e:
-                raise cli.ConfigError(f"model settings: {e}") from None
+        unused = [f"--{f.name}" for f in fields(self) if self.model == "gpt" and f.name in SPEN_ONLY and
+                  getattr(self, f.name) != f.default and (self.init_from == "scratch" or self.resume)]
+        req(not unused, "model settings: {}: SPEN only; --model gpt has no such part: drop it (or --model spen)",
+            ", ".join(unused))  # as a SPEN reader refuses an option it does not use
 
 
 READER_FLAGS = tuple(f.name for f in fields(TrainConfig) if f.name in variants.ReaderOptions.__dataclass_fields__)
@@ -196,43 +193,47 @@ PRESETS = {
 
 
 def make_config(preset="130m", **overrides):
-    """TrainConfig(defaults < PRESETS[preset] < overrides); raises cli.ConfigError."""
-    return cli.build(TrainConfig, PRESETS, preset, **overrides)
+    """TrainConfig(defaults < PRESETS[preset] < overrides) whose model the model's own checks accept (built on
+    the meta device: nothing allocated); raises cli.ConfigError. The command line checks it once, as it builds."""
+    cfg = cli.build(TrainConfig, PRESETS, preset, **overrides)
+    if cfg.init_from == "scratch" or cfg.resume:
+        with torch.device("meta"):
+            build_model(cfg, seeded=False)
+    return cfg
 
 
 def model_config(cfg):
-    """The model's config from a TrainConfig, checked (spen.check, gpt.check: a ValueError line)."""
+    """The model's config from a TrainConfig; the model checks it as it is built (spen.check, gpt.check)."""
     shape = dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head, block_size=cfg.block_size,
                  dropout=cfg.dropout, vocab_size=corpus.vocab_size(cfg.tokenizer))
-    if cfg.model == "gpt":  # a SPEN-only option set is refused, as a SPEN reader refuses an option it does not use
-        unused = [f"--{f.name}" for f in fields(cfg) if f.name in SPEN_ONLY and getattr(cfg, f.name) != f.default]
-        if unused:
-            raise ValueError(f"{', '.join(unused)}: SPEN only; --model gpt has no such part: drop it (or --model spen)")
-        config = GPTConfig(**shape)
-        gpt.check(config)
-        return config
-    config = SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
-                        trace_method=cfg.trace_method, **{k: getattr(cfg, k) for k in READER_FLAGS})
-    spen.check(config)
-    return config
+    if cfg.model == "gpt":  # SPEN's own flags are at their defaults (TrainConfig refuses others)
+        return GPTConfig(**shape)
+    return SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
+                      trace_method=cfg.trace_method, **{k: getattr(cfg, k) for k in READER_FLAGS})
 
 
-def build_model(cfg, seeded=True):
-    """A freshly initialised model for cfg, seeded by cfg.seed: the one way a command gets a model
-    from a TrainConfig. seeded=False leaves the RNG alone: a model built under torch.device("meta")
-    for its sizes, inside a run that has seeded already."""
+def build_model(cfg, seeded=True, config=None):
+    """A freshly initialised model for cfg (config: its model_config, if made already), seeded by cfg.seed:
+    the one way a command gets a model from a TrainConfig. seeded=False leaves the RNG alone: a model built
+    under torch.device("meta") for its sizes, inside a run that has seeded already. A config the model's own
+    checks refuse (a ValueError naming its config's field, e.g. linear + history) is one line."""
     Config, Model = checkpoint.MODELS[cfg.model]
     if seeded:
         torch.manual_seed(cfg.seed)
-    return Model(model_config(cfg))
+    try:
+        return Model(config or model_config(cfg))
+    except ValueError as e:
+        if not str(e).startswith(Config.__name__ + "."):  # not the config's check: a bug keeps its traceback
+            raise
+        raise cli.ConfigError(f"model settings: {e}") from None
 
 
 # ---- the model: scratch, resume, a checkpoint, or GPT-2 ------------------------------------
 
 
-def load_model(cfg):
-    """(model, checkpoint dict or None, cfg) for every way a run can start. With a checkpoint,
-    the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
+def load_model(cfg, config):
+    """(model, checkpoint dict or None, cfg) for every way a run can start; config: cfg's model_config. With a
+    checkpoint, the model settings of cfg are replaced by the checkpoint's, so logs and saves are true."""
     if cfg.init_from == "gpt2":
         model = runtime.load_gpt2("gpt2")
         return model, None, replace(cfg, model="gpt", n_layer=12, n_embd=768, dropout=0.0, tokenizer="gpt2",
@@ -241,13 +242,13 @@ def load_model(cfg):
         path = start_path(cfg)
         ckpt = checkpoint.load(path)  # parse_args' read, if it made one (keep=True)
         if cfg.resume:  # the folder's own run (run.json's; without one, the model cfg asks for)
-            checkpoint.check_run(cfg.out_dir, ckpt, path, checkpoint.identity(cfg.model, asdict(model_config(cfg))))
+            checkpoint.check_run(cfg.out_dir, ckpt, path, checkpoint.identity(cfg.model, asdict(config)))
         model = checkpoint.build(ckpt, path)
         saved = {k: ckpt["train"][k] for k in MODEL_FIELDS if k in ckpt["train"]}
         if ckpt["kind"] == "gpt":  # a learned position table: no context beyond its rows
             saved["block_size"] = min(cfg.block_size, model.config.block_size)
         return model, (ckpt if cfg.resume else None), replace(cfg, **saved)
-    return build_model(cfg), None, cfg
+    return build_model(cfg, config=config), None, cfg
 
 
 def start_path(cfg):
@@ -259,10 +260,10 @@ def merge_checkpoint_settings(typed):
     """--resume / --init_from on the command line: the checkpoint's settings under the flags
     typed; a typed model-shape flag that contradicts the checkpoint is refused."""
     preset, settings = typed.get("preset") or "130m", {k: v for k, v in typed.items() if k != "preset"}
+    if not (settings.get("resume") or settings.get("init_from", "scratch") not in ("scratch", "gpt2")):
+        return cli.build(TrainConfig, PRESETS, preset, **settings)  # the model checks itself as start builds it
     # the model flags typed are checked once merged with the checkpoint's (a --predictor list is the folder's depth)
-    base = make_config(preset, **{k: v for k, v in settings.items() if k not in MODEL_FIELDS})
-    if not (base.resume or (base.init_from not in ("scratch", "gpt2"))):
-        return make_config(preset, **settings)
+    base = cli.build(TrainConfig, PRESETS, preset, **{k: v for k, v in settings.items() if k not in MODEL_FIELDS})
     path = start_path(base)
     saved = checkpoint.load(path, keep=True)["train"]  # kept: the run reads its weights from this read
     clash = [f"--{k} {typed[k]} (checkpoint: {saved.get(k)})" for k in MODEL_FIELDS
@@ -353,9 +354,10 @@ def start(cfg, place, stack, tokens=None):
     was made -> (cfg with the checkpoint's settings, model on its device, checkpoint or None,
     (train tokens, {corpus: val tokens}), folder, yardsticks)."""
     checkpoint.check_out_dir(cfg.out_dir)
+    config = model_config(cfg)
     if cfg.memory_check and cfg.init_from != "gpt2":  # a size that cannot fit: one line, before any allocation
-        memory.check(lambda: build_model(cfg, False), cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
-    model, ckpt, cfg = load_model(cfg)
+        runtime.check_memory(config, cfg.batch_size, cfg.block_size, place.device, cfg.eval_only)
+    model, ckpt, cfg = load_model(cfg, config)  # built (and so checked by the model) once
     if tokens is not None:
         data = tokens[0], {eval_names(cfg)[0]: tokens[1]}
     else:

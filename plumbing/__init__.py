@@ -5,8 +5,7 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
 
     cli           a script's settings as one dataclass, its flags, its one-line errors
     checkpoint    the run folder: the --out_dir check, atomic checkpoints, the lock, metrics.jsonl
-    runtime       where a run computes (device, dtype, a training process's rank), how fast (MFU), its log's header
-    memory        will a run fit: its memory estimate against the device's, before anything is allocated
+    runtime       where a run computes (device, dtype, a training process's rank), will it fit, how fast (MFU), its log's header
     registry      the named models every experiment reads (name -> Model(family, config overrides))
     grid          the grid commands' run cache, and the worker pool that trains a few runs at a time
     tables        results as files: tables, figures, the results JSON, mean ± std; probe, recall, scaling's reports
@@ -19,7 +18,6 @@ share, one idea per module (tests/test_imports.py holds this index to the folder
     ngram         the unigram, bigram and trigram yardsticks
     repeats       which tokens an in-context copy could predict, and the loss split on them
     timing        how bench.py measures: timers, memory readings, its sections on a training step, its tables
-    ablate_report  the ablate.md and figures (curves, hits, copy) ablate.py writes, from its ablate.json dict
 
 Importing the package imports none of them.
 """

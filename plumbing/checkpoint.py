@@ -466,14 +466,17 @@ class RunFolder:
     def open_metrics(self, keep_upto):
         """Keep the records up to step keep_upto, then append to metrics.jsonl. keep_upto -1, a fresh
         start: the folder's checkpoints go first (step 0 would replace them), so that none outlives
-        its records if this run dies before its first checkpoint."""
+        its records if this run dies before its first checkpoint, then its records (none is kept)."""
         if self.master:
             old = [n for n in ("ckpt_last.pt", "ckpt_best.pt") if keep_upto < 0 and os.path.exists(self.path(n))]
             for name in old:
                 os.remove(self.path(name))
             if old:
                 self.log(f"a fresh start (no --resume): removed the previous run's {' and '.join(old)}")
-            rewrite_metrics(self.path("metrics.jsonl"), keep_upto)
+            if keep_upto >= 0:
+                rewrite_metrics(self.path("metrics.jsonl"), keep_upto)
+            elif os.path.exists(self.path("metrics.jsonl")):
+                os.remove(self.path("metrics.jsonl"))
             self.metrics = self.open_appending("metrics.jsonl")
 
     def record(self, rec):

@@ -303,15 +303,15 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     _checked(tokenizer)
     if max_tokens is not None and max_tokens < 1:
         raise cli.UserError(f"max_tokens must be >= 1 or None, got {max_tokens}")
-    files = sources.resolve(name)
+    files, has = sources.resolve(name), sources.splits_of(name)  # what the source is, asked once at the door
     folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
-    wanted = list(splits or sources.splits_of(name))
-    bad = [s for s in wanted if s not in sources.splits_of(name)]
+    wanted = list(splits or has)
+    bad = [s for s in wanted if s not in has]
     if bad:
-        raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {sources.splits_of(name)}")
-    if os.path.isdir(folder):
-        shards.remove_temps(folder, stale=True)
-    if _holds(read_meta(folder), wanted, force):
+        raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {has}")
+    cached = _holds(read_meta(folder), wanted, force)
+    shards.remove_temps(folder, stale=True)  # a killed process's temp files, hit or not
+    if cached:
         return folder  # a cache hit: no lock taken
     reason = sources.hub_unreachable() if name in sources.HUB else None
     if reason:
@@ -345,15 +345,10 @@ def _streams(name, files, wanted, old, force, max_tokens):
 def _build(name, files, folder, partial, old, streams, tokenizer, max_tokens, num_proc, shard_tokens, progress):
     """Build `streams` into `folder` (prepare holds its lock, `partial`) and swap them in with
     meta.json (prepare's docstring says what the settings do). A failed build keeps the tokens it wrote
-    (the same command resumes from them) and says so; it leaves no temp file behind, and a
-    failed first build no empty folder."""
+    (the same command resumes from them) and says so (shards.building removes its temp files, and
+    the folder of a failed first build)."""
     identity = dict(cache=os.path.basename(folder), tokenizer=tokenizer, streams=streams,
-                    val_every=sources.VAL_EVERY, format=1)
-    created = not os.path.isdir(folder)
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise shards.write_failed(folder, e) from e
+                    val_every=shards.VAL_EVERY, format=1)
     t0 = time.time()
     try:
         with shards.Writer(folder, identity, shard_tokens, progress,
@@ -365,8 +360,7 @@ def _build(name, files, folder, partial, old, streams, tokenizer, max_tokens, nu
                 raise sources.DataUnavailable(f"dataset '{name}' gave no tokens for split '{split}' "
                                               f"({info['documents']} documents); give it more text")
         meta = _meta(name, files, old, done, writer.state["rule"], tokenizer, max_tokens, time.time() - t0)
-        shards.commit(folder, partial, done, meta)
-        shutil.rmtree(partial, ignore_errors=True)
+        writer.commit(meta)
     except BaseException as e:
         kept = shards.kept_tokens(partial)
         if not kept:
@@ -378,17 +372,12 @@ def _build(name, files, folder, partial, old, streams, tokenizer, max_tokens, nu
             print(f"data.py: the {kept:,} tokens built so far are kept in {partial}: the same command "
                   "resumes from there", file=sys.stderr)
         raise
-    finally:
-        shards.remove_temps(folder, stale=False)  # whatever this build left: nothing on success
-        if created and not os.listdir(folder):  # a failed first build leaves no empty folder
-            os.rmdir(folder)
 
 
 def _tokenize(name, files, writer, tokenizer, num_proc):
     """The data path, once per stream, from where the build stands (writer.state): the source's
     documents (sources.documents) -> their token ids (_encoded, on num_proc processes) -> the
-    split files (writer.write; a carved source's pieces routed to 'train' and 'val' by
-    sources.carve on the way)."""
+    split files (writer.write, which routes a carved source's documents to 'train' and 'val')."""
     encode = functools.partial(_encode_batch, tokenizer=tokenizer)  # picklable: to the workers
     for j, stream in enumerate(writer.identity["streams"]):
         if j < writer.state["stream"]:
@@ -396,12 +385,8 @@ def _tokenize(name, files, writer, tokenizer, num_proc):
         skip = writer.state["documents"]  # read by an interrupted run: read again here, not encoded
         docs = (d for d in sources.documents(name, files, writer.folder, stream["hf_split"]) if d and d.strip())
         encoded = _encoded(itertools.islice(docs, skip, None), encode, num_proc)
-        if stream["carve"]:
-            pieces, rule = sources.carve(encoded, start=skip)
-        else:
-            pieces, rule = ((stream["stop"], ids) for ids in encoded), "hub split"
         try:
-            writer.write(j, pieces, rule)
+            writer.write(j, encoded)
         finally:
             encoded.close()  # stops the encoding processes of a stream left early
 

@@ -21,6 +21,8 @@ Shapes (`shape_error`):
 
     recs = records.read_jsonl(path, records.METRICS)   # [] when there is none; one line when damaged
     run = records.read_json(path, SHAPE, fix="delete it and run the same command again")
+    rows = records.load_record(path, cfg, "variants", "an ablation")  # a results JSON a command adds to
+                                                       # (ablate.py's rows, scaling.py's curves): its settings too
 
 Run: nothing to run; tests/test_records.py damages each kind of record by hand.
 """
@@ -28,6 +30,8 @@ Run: nothing to run; tests/test_records.py damages each kind of record by hand.
 import json
 import math
 import os
+import dataclasses
+from dataclasses import dataclass
 
 from plumbing import cli
 
@@ -35,25 +39,24 @@ NUMBER = (int, float)  # a finite JSON number (bool aside)
 NULL = type(None)
 
 
+@dataclass(frozen=True)
 class Each:
     """A shape: a dict (JSON object) whose every value has `shape`."""
-
-    def __init__(self, shape):
-        self.shape = shape
+    shape: object
 
 
+@dataclass(frozen=True)
 class Opt:
     """A shape inside {key: shape}: the key may be absent; when present its value has `shape`."""
-
-    def __init__(self, shape):
-        self.shape = shape
+    shape: object
 
 
+@dataclass(frozen=True)
 class Range:
     """A shape: a value of `types` (a type or a tuple, as above) that, unless None, lies in [lo, hi]."""
-
-    def __init__(self, types, lo, hi=math.inf):
-        self.types, self.lo, self.hi = types, lo, hi
+    types: object
+    lo: float
+    hi: float = math.inf
 
 
 STEP = Range(int, 0)  # a step or a count
@@ -171,3 +174,28 @@ def read_json(path, shape, fix, what="a saved run"):
     if wrong:
         raise cli.UserError(f"{path} is not {what} ({wrong}); {fix}")
     return value
+
+
+def load_record(path, cfg, part, what, same=(), shape=dict):
+    """res[part] of the results JSON at path ({} when there is none), written by an earlier
+    invocation of the same command with cfg's settings, the keys in `same` aside. A corrupt file, one
+    whose part has not the `shape` its reader needs (shape_error), or one of other settings is one
+    line (cli.UserError) naming it: its rows would not compare with this invocation's, and
+    rewriting it would lose them. what: how to call it ('an ablation')."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError) as e:  # truncated, empty, not UTF-8, a folder
+        raise cli.UserError(f"{path} is not {what} ({type(e).__name__}: {' '.join(str(e).split())}); move it away "
+                            "or use another --out_dir") from None
+    wrong = shape_error(old, {"settings": dict, part: shape}, "the file")
+    if wrong:
+        raise cli.UserError(f"{path} is not {what} ({wrong}); move it away or use another --out_dir")
+    settings, body = cli.current_names(type(cfg), old["settings"]), old[part]  # a renamed field read as it is now
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
+    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now if k not in same and settings.get(k) != now[k]]
+    cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,
+                what, ", ".join(differ))
+    return body

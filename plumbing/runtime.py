@@ -1,7 +1,8 @@
 """Where a run computes and how fast: the device and autocast dtype, where one process of a training
 run sits (Placement: its DDP rank and world, read once by train.py's setup; the process group starts
 later, start_group, once every rank has its data), MFU against an exact table of GPU peaks, step timing (Speed), the glibc allocator setting bench.py
-measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load,
+measures, the one-line notes for a GPU torch cannot see or hub weights that cannot load, whether a
+configuration's memory fits the device's (check_memory: an estimate from the model's config, before any allocation),
 StopFlag (Ctrl-C or SIGTERM stops train.py's loop before its next micro-batch) and
 compiled_or_eager (torch.compile, or one warning and the eager model).
 train.py, sample.py, bench.py and the experiment scripts use it; the models (lm.py, spen.py,
@@ -9,7 +10,7 @@ gpt.py) do not.
 
 Run: nothing to run; tests/test_runtime.py checks every function here (Speed: tests/test_syncs.py;
 StopFlag: tests/test_train.py's Ctrl-C tests and tests/test_stop.py; compiled_or_eager: tests/test_syncs.py's
---compile test).
+--compile test; check_memory: tests/test_memory.py).
 """
 
 import ctypes
@@ -273,6 +274,102 @@ class StopFlag:
     def restore(self):
         for s, h in self.old.items():
             signal.signal(s, h)
+
+
+# ---- will a run fit: the memory a configuration needs, against the device's, before any allocation ----
+#
+# train.py calls check_memory first thing in a run (--no-memory_check skips it): every width, batch and
+# context is in bounds one by one, and some together need more than any machine has (--n_embd 65536: a 13 GB
+# embedding alone; --batch_size 1048576: terabytes of logits), one line here, not an allocator traceback later.
+# P parameters, B micro-batch, T context, C width, L blocks, V vocabulary, S traces, F FFN width.
+# The estimate (bytes; 4 per float: fp32 weights, an fp32 optimizer; autocast's bf16 copies are
+# left out, so it stays below what a run takes), from the model's config (no model is built):
+#     parameters        P                   the weights, at least the token table and the FFNs: V C + 2 F C L
+#     training state    3 P                 their gradients and AdamW's two moments (training only)
+#     logits            2 B T V             the logits and their gradient (evaluation: the logits)
+#     activations       (4 + S) B T C L     what each block keeps for its backward: the FFN's 4C-wide
+#                                           hidden layer and SPEN's S traces (evaluation: B T C, one
+#                                           block's output at a time)
+# Each term is a floor of the real figure (no attention matrix, no temporaries), so a configuration
+# refused here could not run; one that passes may still not fit, and then fails as before.
+
+FLOAT_BYTES = 4  # bytes of an fp32 number
+
+
+def memory_need(config, batch_size, block_size, training=True):
+    """{term: bytes} of the estimate (the table above) and 'total'. config: the run's model config (SPEN's
+    or GPT's), read for its sizes: no model is built."""
+    V, C, L = config.vocab_size, config.n_embd, config.n_layer
+    P = V * C + L * 2 * (getattr(config, "ffn_hidden", None) or 4 * C) * C  # a floor: the table and the FFNs only
+    S = len(getattr(config, "alphas", ()) or ())  # SPEN's traces; GPT has none
+    tokens = batch_size * block_size
+    terms = dict(parameters=P * FLOAT_BYTES, training_state=3 * P * FLOAT_BYTES if training else 0,
+                 logits=(2 if training else 1) * tokens * V * FLOAT_BYTES,
+                 activations=(4 + S) * tokens * C * L * FLOAT_BYTES if training else tokens * C * FLOAT_BYTES)
+    return dict(terms, total=sum(terms.values()))
+
+
+def memory_capacity(device):
+    """(bytes, what they are) of the memory a run on `device` can use: a CUDA GPU's memory, else the
+    smallest of the machine's physical memory (os.sysconf), this process's cgroup limit and what its
+    address-space limit (`ulimit -v`) leaves. (None, '') where none can be read."""
+    if str(device).startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        return props.total_memory, f"the {props.name}'s memory"
+    try:
+        total, what = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's memory"
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return None, ""
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:  # cgroup v2: a container's limit ("max": none)
+            limit = cli.whole(f.read().strip())  # None: "max", no limit
+        if limit is not None and limit < total:
+            total, what = limit, "this container's memory limit"
+    except OSError:
+        pass
+    left = address_space_left()
+    if left is not None and left < total:
+        total, what = left, "address space this process's limit leaves (ulimit -v)"
+    return total, what
+
+
+def address_space_left():
+    """Bytes this process may still map under its address-space limit (RLIMIT_AS, `ulimit -v`: every
+    mapping counts, the interpreter's and torch's own too), or None without a limit."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/statm") as f:  # its first field: the pages mapped now
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc (macOS): the limit alone
+        mapped = 0
+    return max(0, limit - mapped)
+
+
+def gib(n):
+    return f"{n / 2 ** 30:,.1f} GiB"
+
+
+def check_memory(config, batch_size, block_size, device, eval_only=False, flag="--no-memory_check"):
+    """One cli.ConfigError line, with the estimate and its terms, when memory_need() exceeds memory_capacity(device);
+    else the estimate (or None when the capacity cannot be read). config: the run's model config."""
+    have, what = memory_capacity(device)
+    if have is None:
+        return None
+    est = memory_need(config, batch_size, block_size, not eval_only)
+    if est["total"] <= have:
+        return est
+    terms = sorted((v, k) for k, v in est.items() if k != "total" and v >= 2 ** 26)  # from 0.1 GiB
+    parts = ", ".join(f"{k.replace('_', ' ')} {gib(v)}" for v, k in reversed(terms))
+    raise cli.ConfigError(f"this configuration needs at least {gib(est['total'])} ({parts}; at least {est['parameters'] // FLOAT_BYTES:,} "
+                          f"parameters, {batch_size} x {block_size} tokens per micro-batch), more than the "
+                          f"{gib(have)} of {what}; lower --batch_size (raise --grad_accum), --block_size, --n_embd or "
+                          f"--n_layer, or pass {flag} to try anyway")
 
 
 # ---- where one process of a training run sits (train.py's setup) ---------------------------

@@ -7,7 +7,8 @@ stream to disk so that a build stopped at any point (an error, Ctrl-C, kill -9) 
 It is the last step of the data path, called by corpus.py's prepare and calling nothing back:
 prepare takes the lock (building), opens a Writer on what the cache holds (its identity),
 reads each stream's documents from sources.py, encodes them and hands the token ids to
-Writer.write, then commit()s; corpus.py owns the finished cache's layout and meta.json.
+Writer.write (which routes a carved stream's documents to 'train' and 'val': carve), then
+commit()s; corpus.py owns the finished cache's layout and meta.json.
 
 Layout of a build in progress, beside its cache folder <key>/:
   <key>.partial/<split>.bin       uint16 token ids, appended in document order
@@ -23,7 +24,7 @@ disk and manifest.json is replaced (temp file + rename). A Writer opened again w
 identity cuts each .bin back to the tokens recorded and says how many documents of its stream
 were read, which the caller skips (it reads them, it does not encode them), so the build ends
 byte-identical to one that never stopped; a manifest of another identity, or files shorter than
-it records, start the build afresh. commit() renames the finished files into <key>/ with
+it records, start the build afresh. Writer.commit renames the finished files into <key>/ with
 meta.json last. A failed write (full disk, no permission) raises CacheWriteError, one line.
 Messages begin 'data.py:', the command users run.
 
@@ -33,7 +34,9 @@ and after SIGKILL, the lock, progress lines) and tests/test_data.py (full disk, 
 import contextlib
 import errno
 import glob
+import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -45,6 +48,7 @@ from plumbing import sources  # its DataUnavailable only: a build calls nothing 
 SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many tokens (64 MiB)
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
 WAIT_S = 1800.0         # how long a second caller waits for another process's build of the same cache
+VAL_EVERY = 10          # carved sources: document i goes to 'val' when i % VAL_EVERY == 0
 
 
 class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
@@ -107,7 +111,7 @@ def json_tmp(path, obj):
     """Write obj to <path>.tmp<pid>, flushed to disk; return that path (removed on failure).
 
     The one JSON writer of the cache: meta.json is written this way and renamed only in
-    commit()'s swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
+    Writer.commit's swap, which a write-and-rename helper (checkpoint.atomic_json) cannot do."""
     tmp = _tmp(path)
     try:
         with open(tmp, "w") as f:
@@ -189,7 +193,9 @@ def building(folder):
     kill -9 of this one; the kernel drops it when the process ends, however. The holder removes
     the partial folder (lock file included) when its build is done: a process that opened the
     removed file locks the new one instead (the inode check). Left with nothing but its lock
-    file (no build was needed, or none got as far as writing), the folder is removed on exit."""
+    file (no build was needed, or none got as far as writing), the folder is removed on exit.
+    It makes the cache folder (a one-line CacheWriteError if it cannot) and, on exit, removes this
+    process's temp files there and the folder itself if a failed first build left it empty."""
     import fcntl
     partial = folder + ".partial"
     deadline, said = time.monotonic() + WAIT_S, False
@@ -221,13 +227,49 @@ def building(folder):
         except FileNotFoundError:
             pass
         f.close()  # a finished build removed the file we locked: lock the one there now
+    created = not os.path.isdir(folder)
     try:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise write_failed(folder, e) from e
         remove_temps(partial, stale=True)
         yield partial
     finally:
+        remove_temps(folder, stale=False)  # whatever this build left: nothing on success
+        if created and os.path.isdir(folder) and not os.listdir(folder):  # a failed first build: no empty folder
+            os.rmdir(folder)
         if os.path.isdir(partial) and os.listdir(partial) == ["lock"]:
             shutil.rmtree(partial, ignore_errors=True)
         f.close()
+
+def carve(encoded, start=0):
+    """Route the encoded documents (token id arrays, each ending in its separator) of a carved
+    source to 'train' / 'val': returns (iterator of (split, ids), rule), rule a line for meta.json.
+
+    VAL_EVERY documents or more: document i is val iff i % VAL_EVERY == 0. Fewer (known after
+    reading VAL_EVERY documents at most): val is the last tenth of the tokens, at least one,
+    cut mid-document if need be, so a single document does not end up all in val.
+    start > 0: `encoded` begins at document `start` of a source known to have VAL_EVERY
+    documents or more (a resumed build)."""
+    head = list(itertools.islice(encoded, 0 if start else VAL_EVERY))
+    if start or len(head) >= VAL_EVERY:
+        pieces = (("val" if i % VAL_EVERY == 0 else "train", ids)
+                  for i, ids in enumerate(itertools.chain(head, encoded), start))
+        return pieces, f"document i in val iff i % {VAL_EVERY} == 0"
+    total = sum(len(ids) for ids in head)
+    cut = total - math.ceil(total / VAL_EVERY)  # first val token
+    train, val, pos = [], [], 0
+    for ids in head:
+        k = min(max(cut - pos, 0), len(ids))  # tokens of this document before the cut
+        if k > 0:
+            train.append(("train", ids[:k]))
+        if k < len(ids):
+            val.append(("val", ids[k:]))
+        pos += len(ids)
+    rule = f"fewer than {VAL_EVERY} documents: val = the last 1/{VAL_EVERY} of the tokens"
+    return iter(val + train), rule  # val first: a max_tokens cap on train cannot starve it
+
 
 class Writer:
     """The split files of a build, <folder>.partial/<split>.bin, that token ids are appended to.
@@ -287,15 +329,19 @@ class Writer:
             except OSError:
                 pass
 
-    def write(self, j, pieces, rule):
-        """Append stream j's pieces, (split, uint16 ids) in document order, to the split files;
-        rule: how its splits were carved (a line for meta.json). A stream resumed mid-way gets
-        the pieces after the documents `state` says it read. Caps: caps[split] max tokens (None:
+    def write(self, j, encoded):
+        """Append stream j's documents, uint16 ids in document order, to the split files: a hub split's
+        to its split, a carved stream's routed by carve (its rule, a line for meta.json, kept in state).
+        A stream resumed mid-way gets the documents after those `state` says it read. Caps: caps[split] max tokens (None:
         all), a piece cut to fit; a full 'val' overflows into 'train'; the stream ends when its
         stop split is full or its pieces run out. Every shard_tokens tokens (at a document
         boundary) and at the end, the files are flushed and the state recorded (_checkpoint)."""
         stream, state = self.identity["streams"][j], self.state
         stats, caps, stop = state["splits"], stream["caps"], stream["stop"]
+        if stream["carve"]:
+            pieces, rule = carve(encoded, start=state["documents"])
+        else:
+            pieces, rule = ((stop, ids) for ids in encoded), "hub split"
         label = f"{os.path.basename(self.folder)} {'train+val' if stream['carve'] else stop}"
         meter = _Progress(label, self.progress, caps[stop], self.documents, enabled=self.progress > 0)
         # documents map 1:1 to pieces, except under carve's few-documents rule (never checkpointed)
@@ -338,24 +384,24 @@ class Writer:
         except OSError as e:
             raise write_failed(self.folder, e) from e
 
+    def commit(self, meta):
+        """Swap the finished <partial>/<split>.bin files and meta in, then remove the partial build.
 
-def commit(folder, partial, splits, meta):
-    """Swap freshly built <partial>/<split>.bin files and meta in.
-
-    The new meta.json is written as a temp file first (the last write that needs disk space;
-    if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
-    renamed over the old ones and the new meta.json renamed in: a crash between these renames
-    leaves no meta.json, which reads as 'not built' and is rebuilt, never as a finished
-    cache with the wrong files."""
-    path = os.path.join(folder, "meta.json")
-    try:
-        meta_tmp = json_tmp(path, meta)
-    except OSError as e:
-        raise write_failed(folder, e) from e
-    _remove(path)
-    for s in splits:
-        os.replace(os.path.join(partial, f"{s}.bin"), os.path.join(folder, f"{s}.bin"))
-    os.replace(meta_tmp, path)
+        The new meta.json is written as a temp file first (the last write that needs disk space;
+        if it fails nothing has been touched). Then the old meta.json is withdrawn, the .bin files
+        renamed over the old ones and the new meta.json renamed in: a crash between these renames
+        leaves no meta.json, which reads as 'not built' and is rebuilt, never as a finished
+        cache with the wrong files."""
+        path = os.path.join(self.folder, "meta.json")
+        try:
+            meta_tmp = json_tmp(path, meta)
+        except OSError as e:
+            raise write_failed(self.folder, e) from e
+        _remove(path)
+        for s in self.state["splits"]:
+            os.replace(os.path.join(self.partial, f"{s}.bin"), os.path.join(self.folder, f"{s}.bin"))
+        os.replace(meta_tmp, path)
+        shutil.rmtree(self.partial, ignore_errors=True)
 
 
 def kept_tokens(partial):

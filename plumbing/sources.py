@@ -22,20 +22,20 @@ Sources (`name`):
                 UTF-8 (a file that is not is named, with the `iconv` line that converts it).
 
 Splits: 'train' and 'val'. builtin, files: and fineweb-edu carve 'val' themselves:
-  - VAL_EVERY = 10 documents or more: every 10th document (index 0, 10, 20, ...) goes to
+  - shards.VAL_EVERY = 10 documents or more: every 10th document (index 0, 10, 20, ...) goes to
     'val' (fineweb-edu until 'val' holds 10M tokens, after which those go to 'train');
   - fewer documents (a single-line text file, a handful of rows): 'val' is the last tenth
     of the token stream (at least one token), cut mid-document if need be, 'train' the rest.
 
 Terms: a document is one str of text (a pydoc topic, a module's docstrings, a row, a piece
 of a .txt file, a wikitext article); a split is 'train' or 'val'; a carved source
-(is_carved: builtin, files:, fineweb-edu) yields one stream that carve() cuts into both
+(is_carved: builtin, files:, fineweb-edu) yields one stream that shards.carve cuts into both
 splits; the others map each split to a hub split (HUB[name]['splits']).
 
 Use: corpus.py's prepare, the one caller (nothing here calls back), calls resolve(name) to
-validate a name (and list its files), splits_of(name), hub_unreachable() before any hub call,
-documents(...) for the texts of a build and carve() on their tokens (carve(..., start) when a
-build resumes); none of this runs on a cache hit, and `datasets` is imported only when text
+validate a name (and list its files) and splits_of(name) at its door, hub_unreachable() before any hub call,
+and documents(...) for the texts of a build (their tokens are routed to the splits by
+shards.carve); only resolve and splits_of run on a cache hit, and `datasets` is imported only when text
 must be read. A hub failure is one of two one-line errors: 'offline (no network)' (hub_error:
 the hub cannot be reached) or 'the hub answered with an error' (hub_answered_error: a rate
 limit, a 5xx, a dropped stream; the same command resumes). Nothing to run here: `python
@@ -45,8 +45,6 @@ this file.
 import ast
 import codecs
 import glob
-import itertools
-import math
 import os
 import re
 import socket
@@ -69,7 +67,6 @@ HUB = {
                         splits={"train": "train", "val": "test"}),
 }
 DATASETS = ["builtin", *HUB, "files:PATH"]
-VAL_EVERY = 10  # carved sources: document i goes to 'val' when i % VAL_EVERY == 0
 FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
@@ -95,7 +92,7 @@ def splits_of(name):
 
 
 def is_carved(name, files=None):
-    """Whether source `name` yields one stream that carve() cuts into 'train' and 'val'."""
+    """Whether source `name` yields one stream that shards.carve cuts into 'train' and 'val'."""
     return name == "builtin" or files is not None or "carve" in HUB.get(name, {})
 
 
@@ -107,34 +104,6 @@ def documents(name, files=None, folder=None, hf_split="train"):
     if files is not None:
         return _file_documents(files)
     return _hub_documents(name, folder, hf_split)
-
-
-def carve(encoded, start=0):
-    """Route the encoded documents (token id arrays, each ending in its separator) of a carved
-    source to 'train' / 'val': returns (iterator of (split, ids), rule), rule a line for meta.json.
-
-    VAL_EVERY documents or more: document i is val iff i % VAL_EVERY == 0. Fewer (known after
-    reading VAL_EVERY documents at most): val is the last tenth of the tokens, at least one,
-    cut mid-document if need be, so a single document does not end up all in val.
-    start > 0: `encoded` begins at document `start` of a source known to have VAL_EVERY
-    documents or more (a resumed build)."""
-    head = list(itertools.islice(encoded, 0 if start else VAL_EVERY))
-    if start or len(head) >= VAL_EVERY:
-        pieces = (("val" if i % VAL_EVERY == 0 else "train", ids)
-                  for i, ids in enumerate(itertools.chain(head, encoded), start))
-        return pieces, f"document i in val iff i % {VAL_EVERY} == 0"
-    total = sum(len(ids) for ids in head)
-    cut = total - math.ceil(total / VAL_EVERY)  # first val token
-    train, val, pos = [], [], 0
-    for ids in head:
-        k = min(max(cut - pos, 0), len(ids))  # tokens of this document before the cut
-        if k > 0:
-            train.append(("train", ids[:k]))
-        if k < len(ids):
-            val.append(("val", ids[k:]))
-        pos += len(ids)
-    rule = f"fewer than {VAL_EVERY} documents: val = the last 1/{VAL_EVERY} of the tokens"
-    return iter(val + train), rule  # val first: a max_tokens cap on train cannot starve it
 
 
 # ----------------------------------------------------------------------------- builtin

@@ -6,7 +6,7 @@ the one writer of their results JSON: the command that reproduces the run and it
 then the results, written atomically (checkpoint.atomic_json: a full disk is one line, a crash
 leaves the old file whole); `save_text` and `save_figure` write the .md and .png the same way (`pyplot`: matplotlib drawing
 into files, imported only when a figure is made).
-`load_record` reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
+records.load_record reads such a JSON back for a command that adds to it (ablate.py's rows, scaling.py's
 curves), refusing one of other settings in one line. `shape_error` says where a JSON read back
 departs from the shape its reader needs (a list where a number should be, a null accuracy, a
 truncated record, a NaN): every results file a command reads is checked so, and refused in one
@@ -18,10 +18,13 @@ command's docstring): probe.py's results.md (the role accuracies of the four rea
 paper's) and roles.png (probe_md, probe_plot); recall.py's recall.md (accuracy per model and pair
 count, the binding, the plateau exits, accuracy by distance) and recall.png (recall_md,
 recall_plot); scaling.py's scaling.md (the curves, the overfitting watch, the copy splits, the
-whole split, where GPT overtakes) and scaling.png (scaling_md, scaling_plot).
+whole split, where GPT overtakes) and scaling.png (scaling_md, scaling_plot); ablate.py's ablate.md (every
+variant against `linear` and the yardsticks, history readers against their state counterparts, where the loss
+goes: recall hits, copies by distance) and curves.png, hits.png, copy.png (ablate_md, ablate_curves, ablate_hits,
+ablate_copy).
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556): its results tables, and the claims
-results/probe, results/recall and results/scaling test.
+results/probe, results/recall, results/scaling and results/ablate test.
 
 Run: nothing to run; tests/test_tables.py, and each command's tests (tests/test_recall.py re-renders
 a committed report).
@@ -33,6 +36,7 @@ import os
 import pathlib
 import statistics
 
+import numpy as np
 import torch
 
 from plumbing import checkpoint, cli, ngram, repeats
@@ -109,30 +113,6 @@ def save_figure(fig, path, dpi=120):
     """Save a matplotlib figure as a PNG at path atomically."""
     checkpoint.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
 
-
-def load_record(path, cfg, part, what, same=(), shape=dict):
-    """res[part] of the results JSON at path ({} when there is none), written by an earlier
-    invocation of the same command with cfg's settings, the keys in `same` aside. A corrupt file, one
-    whose part has not the `shape` its reader needs (shape_error), or one of other settings is one
-    line (cli.UserError) naming it: its rows would not compare with this invocation's, and
-    rewriting it would lose them. what: how to call it ('an ablation')."""
-    if not os.path.exists(path):
-        return {}
-    try:
-        with open(path) as f:
-            old = json.load(f)
-    except (OSError, ValueError) as e:  # truncated, empty, not UTF-8, a folder
-        raise cli.UserError(f"{path} is not {what} ({type(e).__name__}: {' '.join(str(e).split())}); move it away "
-                            "or use another --out_dir") from None
-    wrong = shape_error(old, {"settings": dict, part: shape}, "the file")
-    if wrong:
-        raise cli.UserError(f"{path} is not {what} ({wrong}); move it away or use another --out_dir")
-    settings, body = cli.current_names(type(cfg), old["settings"]), old[part]  # a renamed field read as it is now
-    now = json.loads(json.dumps(dataclasses.asdict(cfg)))  # tuples as JSON lists, as saved
-    differ = [f"--{k} {now[k]} (there: {settings.get(k)})" for k in now if k not in same and settings.get(k) != now[k]]
-    cli.require(not differ, "{} holds {} with other settings: {}; use another --out_dir (or move it away)", path,
-                what, ", ".join(differ))
-    return body
 
 # ---- probe.py's report: results.md, roles.png ------------------------------------------------
 
@@ -410,6 +390,149 @@ def scaling_plot(res, path):
     bx.grid(alpha=0.3, which="both")
     if bx.get_legend_handles_labels()[0]:  # no copy split recorded: no legend to draw
         bx.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+# ---- ablate.py's report: ablate.md, curves.png, hits.png, copy.png ---------------------------
+
+
+def ablate_md(res, path):
+    """ablate.md: every variant against linear and the yardsticks, history against state, where the loss goes."""
+    s, y, vs = res["settings"], res["yardsticks"], res["variants"]
+    tokens = next(iter(vs.values()))["tokens"]
+    lines = [f"# LM ablation: trace readers, state vs history, on `{s['data']}`", "",
+             f"`python ablate.py` settings: {s['n_layer']} blocks, width {s['n_embd']}, T = {s['block_size']}, "
+             f"{s['max_iters']} steps x {s['batch_size']} x {s['block_size']} = {tokens:,} tokens per run, lr "
+             f"{s['lr']:g} -> {s['min_lr']:g}, dropout {s['dropout']:g}, seeds 0..n-1 per row. Training time summed "
+             f"over the runs (train.py's own clock): {sum(sum(v['seconds']) for v in vs.values()):.0f} s; wall time of "
+             f"this invocation {res['seconds']:.0f} s (reused runs and rows of earlier invocations cost nothing in it).",
+             "", f"Yardsticks of the `{s['data']}` validation split (counted on its train split, data.py): "
+             f"**unigram {y['unigram']:.3f}**, **bigram {y['bigram']:.3f}**"
+             + (f", **trigram {y['trigram']:.3f}**" if "trigram" in y else "") + " nats/token."
+             + (f" General-purpose compressors on the same val bytes (NUL separators included; they see the whole "
+                f"split as context): {ngram.compressor_line(y)}." if ngram.compressor_line(y) else ""), ""]
+    rows = []
+    for name, v in vs.items():
+        c = v["vs_linear"] or dict(delta=None, two_se=None, verdict="reference")
+        rows.append([name, v["family"], f"{v['params']:,}", f"{v['state_floats']:,}",
+                     f"{v['val_loss_mean']:.3f}" + (f" ± {v['val_loss_std']:.3f}" if len(v["val_loss"]) > 1 else ""),
+                     ", ".join(f"{x:.3f}" for x in v["val_loss"]),
+                     f"{v['minus_bigram']:+.3f}", None if c["delta"] is None else f"{c['delta']:+.3f}", c["two_se"],
+                     c["verdict"], float(np.mean(v["best_val"]))])
+    lines += md_table(["variant", "reads", "params", "state floats / layer", "val loss mean ± std", "per seed",
+                              "− bigram", "Δ vs linear", "2·SE", "verdict", "best val"], rows)
+    lines += ["", "State floats / layer: the numbers per sequence and layer a model's step() holds after T tokens "
+              "(the S x C traces, plus a reader's own state: the history readers' cache or sums, the write readers' "
+              "D x D matrices; GPT: its key-value cache, 2 T C)."]
+    if res["history_vs_state"]:
+        lines += ["", "History reader against its state counterpart (same reader, lossless input):", ""]
+        lines += md_table(["comparison", "Δ", "2·SE", "verdict"],
+                                 [[k, f"{c['delta']:+.3f}", c["two_se"], c["verdict"]]
+                                  for k, c in res["history_vs_state"].items()])
+    ys = res["yardstick_split"]
+    lines += ["", f"Where the loss goes: per-token loss on {s['hit_seqs']} fixed validation windows, split into "
+              "recall hits (the bigram (w_(i-1), w_i) occurred earlier in the window: "
+              f"{ys['bigram']['hit_fraction']:.1%} of tokens) and all others:", ""]
+    rows = []
+    for name, r in [*vs.items(), *((f"*{k} yardstick*", ys[k]) for k in repeats.YARDSTICKS if k in ys)]:
+        all_ = r.get("loss_all", r["hit_fraction"] * r["loss_hit"] + (1 - r["hit_fraction"]) * r["loss_other"])
+        rows.append([name, r["loss_hit"], r["loss_other"], all_, f"{r['loss_hit'] - r['loss_other']:+.3f}"])
+    lines += md_table(["model", "loss on hits", "loss on others", "all tokens", "hits − others"], rows)
+    if res.get("yardstick_copy") and all("copy" in v for v in vs.values()):
+        lines += ablate_copy_table(res)
+    lines += ["", "Validation loss in nats after the last step (train.py's fixed validation batches; best val: the "
+              "lowest over the evaluations, mean over seeds); "
+              "seed s reads the same training batches in every variant. Noise rule: " + res["noise_rule"] + "."]
+    save_text("\n".join(lines) + "\n", path)
+
+
+def ablate_copy_table(res):
+    """ablate.md lines: the copy split per variant and yardstick, overall and by distance."""
+    s, vs, yc = res["settings"], res["variants"], res["yardstick_copy"]
+    bins = yc["bigram"]["by_distance"]
+    lines = ["", f"The copy split: a target is a **copy** when it and the {s['copy_k']} tokens before it occurred "
+             f"earlier in the window (an in-context copy of a >= {s['copy_k']}-token string predicts it): "
+             f"{yc['bigram']['copy_fraction']:.1%} of the {s['hit_seqs']} x {s['block_size']} validation targets. "
+             "By distance to the nearest earlier occurrence (share of all targets in brackets):", ""]
+    rows = []
+    for name, r in [*vs.items(), *((f"*{k} yardstick*", yc[k]) for k in repeats.YARDSTICKS if k in yc)]:
+        c = r.get("copy", r)
+        gap = None if c["loss_copy"] is None else f"{c['loss_copy'] - c['loss_other']:+.3f}"
+        rows.append([name, c["loss_copy"], c["loss_other"], gap, *(b["loss"] for b in c["by_distance"])])
+    return lines + md_table(["model", "loss on copies", "loss on others", "copies − others"]
+                                   + [f"copy at {repeats.bin_name(b)} ({b['fraction']:.1%})" for b in bins], rows)
+
+
+def ablate_copy(res, path):
+    """Loss on copies (by distance) and on all other targets, per variant, beside the yardsticks."""
+    plt = pyplot()
+    rows = {n: v["copy"] for n, v in res["variants"].items()}
+    rows.update({f"{k} (yardstick)": res["yardstick_copy"][k] for k in repeats.YARDSTICKS if k in res["yardstick_copy"]})
+    bins = res["yardstick_copy"]["bigram"]["by_distance"]
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    width = 0.8 / (len(bins) + 1)
+    x = np.arange(len(rows))
+    for i, b in enumerate(bins):
+        ax.bar(x + (i - len(bins) / 2) * width, [r["by_distance"][i]["loss"] or 0 for r in rows.values()], width,
+               color=plt.cm.viridis(i / len(bins)), label=f"copy, distance {repeats.bin_name(b)} ({b['fraction']:.1%})")
+    ax.bar(x + len(bins) / 2 * width, [r["loss_other"] for r in rows.values()], width, color="0.6",
+           label=f"not a copy ({1 - res['yardstick_copy']['bigram']['copy_fraction']:.1%})")
+    ax.set_xticks(x, list(rows), rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("per-token validation loss (nats)")
+    ax.set_title(f"where the loss goes: targets an in-context copy of >= {res['settings']['copy_k']} tokens predicts, "
+                 "by distance, and the rest")
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def ablate_curves(res, path):
+    """curves.png: validation loss against tokens, every seed of every variant, beside the yardsticks."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for i, (name, v) in enumerate(res["variants"].items()):
+        for s, (xs, ys) in enumerate(v.get("curves", [])):  # rows from before curves were kept have none
+            ax.plot(xs, ys, color=f"C{i}", ls="--" if "history" in v["family"] else "-",
+                    alpha=0.9 if s == 0 else 0.4, label=name if s == 0 else None)
+    y = res["yardsticks"]
+    for k, ls in (("unigram", ":"), ("bigram", "-."), ("trigram", "--")):
+        if k in y:
+            ax.axhline(y[k], color="k", ls=ls, lw=1.2, label=f"{k} yardstick ({y[k]:.2f})")
+    for k, shade in zip(ngram.COMPRESSORS, ("0.35", "0.55", "0.75")):
+        if k in y:
+            ax.axhline(y[k], color=shade, ls=":", lw=1.2, label=f"{k} on val ({y[k]:.2f})")
+    ax.set_ylim(min(y.get("trigram", y["bigram"]), *(v["val_loss_mean"] for v in res["variants"].values())) - 0.3,
+                y["unigram"] + 1.5)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats)")
+    ax.set_title(f"validation loss on {res['settings']['data']} (dashed: history readers; faint: other seeds)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def ablate_hits(res, path):
+    """hits.png: the loss on recall hits and on all other tokens, per variant and yardstick."""
+    plt = pyplot()
+    ys = res["yardstick_split"]
+    rows = {**res["variants"], **{f"{k} (yardstick)": ys[k] for k in repeats.YARDSTICKS if k in ys}}
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    ax.bar(x - 0.2, [r["loss_hit"] for r in rows.values()], 0.4, label="recall hits (in-context copy possible)")
+    ax.bar(x + 0.2, [r["loss_other"] for r in rows.values()], 0.4, label="all other tokens")
+    ax.set_xticks(x, list(rows), rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("per-token validation loss (nats)")
+    hf = res["yardstick_split"]["bigram"]["hit_fraction"]
+    ax.set_title(f"where the loss goes: {hf:.0%} of validation tokens are recall hits")
+    ax.set_ylim(0, 1.2 * max(r["loss_other"] for r in rows.values()))
+    ax.legend(fontsize=8, ncol=2, loc="upper center")
+    ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

@@ -338,7 +338,7 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     name, cache = f"files:{tmp_path / 'one.txt'}", str(tmp_path / "c")
     ids = corpus.get_tokenizer().encode_ordinary(text) + [corpus.EOT]
     train, val = (corpus.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
-    assert len(val) == math.ceil(len(ids) / sources.VAL_EVERY) and train.tolist() + val.tolist() == ids
+    assert len(val) == math.ceil(len(ids) / shards.VAL_EVERY) and train.tolist() + val.tolist() == ids
     meta = corpus.read_meta(os.path.dirname(train.filename))
     assert "last 1/10 of the tokens" in meta["val_rule"]
     # a cap on train does not starve val

@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON = {"ema", "spen", "variants", "rules", "writes", "gpt", "lm", "grammar", "spcn"}
 # The plumbing package: imported by commands, imports no command.
 PLUMBING = {"plumbing.batches", "plumbing.checkpoint", "plumbing.cli", "plumbing.corpus", "plumbing.evaluate",
-            "plumbing.memory", "plumbing.records", "plumbing.ngram", "plumbing.repeats", "plumbing.runtime",
+            "plumbing.records", "plumbing.ngram", "plumbing.repeats", "plumbing.runtime",
             "plumbing.shards", "plumbing.tables", "plumbing.grid", "plumbing.sources", "plumbing.timing",
-            "plumbing.registry", "plumbing.ablate_report"}
+            "plumbing.registry"}
 # Entry points with a command line, all at the top level; a command may import anything.
 COMMANDS = {"ablate", "bench", "content", "data", "frontier", "probe", "recall", "sample", "scaling", "train"}
 
@@ -269,5 +269,5 @@ def test_the_data_path_runs_one_way():
     assert got == DATA_PATH
     for (m, other), allowed in TAKEN.items():
         assert names_used(m, other) <= allowed, f"{m} uses {sorted(names_used(m, other) - allowed)} of {other}"
-    assert {"documents", "carve"} <= names_used("plumbing.corpus", "plumbing.sources")
-    assert {"building", "Writer", "commit"} <= names_used("plumbing.corpus", "plumbing.shards")
+    assert {"documents"} <= names_used("plumbing.corpus", "plumbing.sources")
+    assert {"building", "Writer"} <= names_used("plumbing.corpus", "plumbing.shards")

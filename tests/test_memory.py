@@ -1,4 +1,4 @@
-"""Sizes that cannot fit are refused before the run (plumbing/memory.py): `--n_embd 65536` (an
+"""Sizes that cannot fit are refused before the run (plumbing/runtime.py check_memory): `--n_embd 65536` (an
 embedding and blocks of hundreds of GiB) and `--batch_size 1048576` (terabytes of logits and
 activations) are one line with the estimate, exit 2, before any allocation or write; the estimate
 is a floor (below what a small run really takes), and `--no-memory_check` lets a user who knows
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import train
-from plumbing import cli, memory
+from plumbing import cli, runtime
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKENS = (np.arange(4000) % 256, np.arange(2000) % 256)
@@ -35,9 +35,9 @@ def test_a_size_that_cannot_fit_is_refused_before_anything_is_allocated(what, tm
 def test_the_estimate_is_a_floor_and_the_flag_overrides_it(tmp_path, monkeypatch):
     cfg = train.make_config("cpu_bytes", n_layer=1, n_embd=16, max_iters=2, eval_interval=2, eval_iters=1,
                             out_dir=str(tmp_path / "a"))
-    est = memory.check(lambda: train.build_model(cfg, seeded=False), cfg.batch_size, cfg.block_size, "cpu")
+    est = runtime.check_memory(train.model_config(cfg), cfg.batch_size, cfg.block_size, "cpu")
     assert 0 < est["total"] < 2 ** 30 and est["total"] == sum(v for k, v in est.items() if k != "total")
-    monkeypatch.setattr(memory, "capacity", lambda device: (est["total"] - 1, "a small machine"))
+    monkeypatch.setattr(runtime, "memory_capacity", lambda device: (est["total"] - 1, "a small machine"))
     with pytest.raises(cli.ConfigError, match="a small machine"):
         train.main(cfg, tokens=TOKENS)
     res = train.main(train.make_config("cpu_bytes", n_layer=1, n_embd=16, max_iters=2, eval_interval=2, eval_iters=1,

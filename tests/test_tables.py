@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from plumbing import cli, tables
+from plumbing import cli, records, tables
 
 
 def test_md_table_cells_and_shape():
@@ -61,13 +61,13 @@ def test_load_record_reads_back_the_same_settings_and_refuses_others_in_one_line
         lr: float = 0.1
         out_dir: str = "a"
     path = str(tmp_path / "r.json")
-    assert tables.load_record(path, Settings(), "rows", "a record") == {}  # nothing there yet
+    assert records.load_record(path, Settings(), "rows", "a record") == {}  # nothing there yet
     tables.save_json(dict(rows={"x": 1}), path, "r.py", Settings())
-    assert tables.load_record(path, Settings(out_dir="b"), "rows", "a record", same=("out_dir",)) == {"x": 1}
+    assert records.load_record(path, Settings(out_dir="b"), "rows", "a record", same=("out_dir",)) == {"x": 1}
     with pytest.raises(cli.UserError, match="--out_dir"):
-        tables.load_record(path, Settings(out_dir="b"), "rows", "a record")
+        records.load_record(path, Settings(out_dir="b"), "rows", "a record")
     with pytest.raises(cli.UserError, match=r"--lr 0.2 \(there: 0.1\)"):
-        tables.load_record(path, Settings(lr=0.2), "rows", "a record", same=("out_dir",))
+        records.load_record(path, Settings(lr=0.2), "rows", "a record", same=("out_dir",))
     (tmp_path / "r.json").write_text('{"settings": {"lr"')  # cut short
     with pytest.raises(cli.UserError, match="r.json is not a record"):
-        tables.load_record(path, Settings(), "rows", "a record")
+        records.load_record(path, Settings(), "rows", "a record")
