@@ -44,7 +44,7 @@ def commit():
         return None
 
 
-RUNS = {"all": [], "not_slow": ["-m", "not slow"]}  # the README's two test commands: pytest's marker options
+RUNS = {"all": ["-n", "auto"], "not_slow": ["-n", "auto", "-m", "not slow"]}  # the README's two test commands' options
 BUSY = "while True: pass"  # one busy process: a core's worth of work, as another job's
 
 

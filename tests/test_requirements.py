@@ -79,7 +79,7 @@ def test_the_readmes_first_block_states_what_its_sources_hold():
         install = json.load(f)["files"]["requirements-dev.txt"]
     assert f"{within['instantaneous']:.3f} from the word alone, {within['traces']:.3f} from its traces" in block
     assert f"{install['mib']:,} MiB" in block and "venv" in block and "requirements-dev.txt" in block
-    assert "python -m pytest -q tests" in block
+    assert "python -m pytest -q -n auto tests" in block
 
 
 def test_the_readme_counts_the_lab_exercises():
