@@ -11,6 +11,9 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
              fwd+bwd, fp32, at the (H, D, T, B) of CHUNK_CASES: interleaved medians, ratios to the loop
   readers    a training step (forward+backward) of each model of MAP_MODELS at scaling.py's shape
              (4 x 128, T=256, B=16, bytes, fp32) as a ratio to delta's, interleaved repeats
+  seed       what one seed of the map costs: a `delta` curve of scaling.py at the map's settings, its
+             training step eager and compiled (torch.compile) and its scored point, projected to a curve;
+             the loss of a short curve each way
   blocks     one SPEN block vs one GPT block (C=256), fwd+bwd tokens/s at T in {256, .., 8192}, B = 8192 / T
   gen_*      ms per generated token, peak memory at context P up to 16384, full size, batch 1 (gen_spen, gen_gpt)
   ops        aten operators in one training fwd+bwd (batch 1) of the 12-layer SPEN (traces "matmul",
@@ -36,9 +39,10 @@ Run:  python bench.py                        # every CPU section -> out/bench/be
       python bench.py --device cuda --out results/bench/bench_cuda.json   # the GPU check
       python bench.py --sections chunk --threads 1 --out results/bench/chunk.json   # chunk lengths
       python bench.py --sections readers --threads 1 --out results/bench/readers.json   # the map's readers
+      python bench.py --sections seed --threads 1 --out results/bench/seed.json   # one seed's cost
 The references (CPU, chunk, GPU: results/bench/{bench,chunk,bench_cuda}.json) are shown in
 results/bench/README.md. Speed claims are ratios within one (shared) run. The timers and memory
-readings, the sections on one training step (memory, compile, train) and the printed tables are
+readings, the sections on one training step (seed, memory, compile, train) and the printed tables are
 plumbing/timing.py's.
 
 Worker protocol: the driver runs each job of JOBS in a fresh process (`python -m bench --worker
@@ -68,6 +72,7 @@ import torch
 from plumbing import checkpoint, cli, registry, runtime, tables, timing
 import ema
 import gpt
+import scaling
 import spen
 import train
 import variants
@@ -75,8 +80,8 @@ import writes
 
 ALPHAS = spen.SPENConfig().alphas  # SPEN's decays (paper); S = 3
 METHODS = tuple(m for m in ema.METHODS if m != "auto")  # the ema.traces methods timed: scan, matmul
-SECTIONS = ("limits", "ema", "chunk", "readers", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile", "train",
-            "train_run")
+SECTIONS = ("limits", "ema", "chunk", "readers", "seed", "blocks", "gen_spen", "gen_gpt", "ops", "memory", "compile",
+            "train", "train_run")
 CUDA_ONLY = ("train", "train_run")
 JOBS = (("limits", "ema"),) + tuple((s,) for s in SECTIONS[2:])  # one worker process each (ema reads limits)
 # (H, D, T, B) of the chunk section: the frontier's grid, the byte ablation at width 128, the paper
@@ -411,7 +416,8 @@ def bench_train_run(device, quick):
 
 
 # One function per section: (device, quick) -> dict.
-RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, readers=bench_readers, blocks=bench_blocks,
+RUN = dict(limits=bench_limits, ema=bench_ema, chunk=bench_chunk, readers=bench_readers,
+           seed=lambda device, quick: timing.bench_seed(device, quick, scaling.ScalingConfig()), blocks=bench_blocks,
            gen_spen=functools.partial(bench_gen, model_name="spen"),
            gen_gpt=functools.partial(bench_gen, model_name="gpt"), ops=bench_ops, memory=timing.bench_memory,
            compile=timing.bench_compile, train=timing.bench_train_steps, train_run=bench_train_run)

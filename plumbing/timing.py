@@ -1,7 +1,8 @@
 """How bench.py measures: wall time (best, median, interleaved), peak memory, the operators a
 step dispatches, the bytes autograd saves, the tensors in a state and the machine it ran on; and
-its sections on one training step: memory per token (against the GPUs the paper's scale implies),
-torch.compile against eager, and the speed in the paper's shape on CUDA. Each section is
+its sections on one training step: what one seed of the map costs (its step eager and compiled, its
+scored point), memory per token (against the GPUs the paper's scale implies), torch.compile against
+eager, and the speed in the paper's shape on CUDA. Each section is
 (device, quick) -> a JSON-able dict, run by bench.py's workers (its RUN table); what they measure
 and how to run them is in bench.py's docstring.
 
@@ -15,7 +16,7 @@ Shape glossary: B batch (micro-batch), T time, C width, S traces, P context alre
 length, H heads, D head width.
 
 Run: nothing to run; tests/test_bench.py runs every helper through `python bench.py --quick`
-(the sections memory and train too).
+(the sections seed, memory and train too).
 """
 
 import os
@@ -26,7 +27,7 @@ import time
 
 import torch
 
-from plumbing import runtime, tables
+from plumbing import batches, corpus, registry, repeats, runtime, tables
 import gpt
 import lm
 import spen
@@ -137,10 +138,10 @@ def saved_bytes(model, idx):
     return sum(seen.values())
 
 
-def train_step(model, idx, opt=None, autocast=None):
-    """One forward + backward (+ optimizer step when opt is given) on idx (B, T) as its own targets."""
+def train_step(model, idx, opt=None, autocast=None, targets=None):
+    """One forward + backward (+ optimizer step when opt is given) on idx (B, T), its own targets unless given."""
     with autocast if autocast is not None else torch.autocast(idx.device.type, enabled=False):
-        _, loss = model(idx, idx)
+        _, loss = model(idx, idx if targets is None else targets)
     loss.backward()
     if opt is not None:
         opt.step()
@@ -231,6 +232,58 @@ def bench_compile(device, quick):
     lerr = abs(res["compiled"]["loss"] - res["eager"]["loss"])
     return dict(n_layer=cfg.n_layer, n_embd=cfg.n_embd, B=B, T=T, eager=res["eager"], compiled=res["compiled"],
                 loss_diff=lerr, max_grad_rel_diff=gerr, equal=lerr <= 1e-4 and gerr <= 1e-3)
+
+
+SEED_STEPS = 40  # the seed section's short curve: steps from one initialisation, eager and compiled in turn
+MAP_CURVE = dict(curve_steps=2441 + 488, points=17, segments=18)  # scaling.py's curve at the map's settings: its
+# trunk and cooldown steps, the points it scores (16 on the trunk, the cooldown's end), its train.main segments
+
+
+def bench_seed(device, quick, sc):
+    """One seed of the map, a `delta` curve of scaling.py (settings sc, its ScalingConfig; counts MAP_CURVE),
+    from its parts: a training step (forward, backward, AdamW) eager, as the curves run it, and compiled
+    (torch.compile: the same maths), in turn over a short curve of SEED_STEPS steps from one initialisation
+    on the same batches (their losses compared); one scored point (train.py's evaluation batches, the copy
+    windows, the whole validation split: scaling.score_point's work). A curve: steps x step + points x
+    point; compiled, plus a first call per segment (the bound of compiling afresh at each). --quick: tiny, eager."""
+    shape = dict(n_layer=1, n_embd=32, block_size=48) if quick else dict(n_layer=sc.n_layer, n_embd=128,
+                                                                            block_size=sc.block_size)
+    arch = {k: v for k, v in registry.MODELS["delta"].overrides.items() if k != "model"}
+    B, T, n = 2 if quick else sc.batch_size, shape["block_size"], 3 if quick else SEED_STEPS
+    data, val = (corpus.load_split(sc.data, split, tokenizer=sc.tokenizer)[:4 * T if quick else None]
+                 for split in ("train", "val"))
+    runs = {}
+    for way in ("eager",) if quick else ("eager", "compiled"):
+        torch.manual_seed(sc.seed)  # the same initialisation each way
+        model = spen.SPEN(spen.SPENConfig(**shape, **arch, vocab_size=256, dropout=0.0)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=sc.lr)
+        runs[way] = dict(model=model, s=[], losses=[], fn=torch.compile(model) if way == "compiled" else model, opt=opt)
+    for i in range(n):  # in turn, step by step: a load that comes and goes slows both alike
+        x, y = batches.get_batch(data, B, T, step=i, seed=sc.seed, device=device)
+        for r in runs.values():
+            t0 = time.perf_counter()
+            r["losses"].append(train_step(r["fn"], x, r["opt"], targets=y).item())
+            r["s"].append(time.perf_counter() - t0)
+    model, windows = runs["eager"]["model"].eval(), repeats.hit_windows(val, sc.hit_seqs, T)
+    parts = dict(evaluation=lambda: [model(*batches.get_batch(val, B, T, step=i, seed=1)) for i in range(sc.eval_iters)],
+                 copy_windows=lambda: repeats.copy_split(repeats.token_nll(model, windows),
+                                                         repeats.copy_distance(windows, sc.copy_k)),
+                 whole_split=lambda: repeats.window_scores(model, val, T, sc.copy_k))
+    with torch.no_grad():
+        point = {k: timed(fn, device, reps=1, warmup=0)["ms_min"] / 1e3 for k, fn in parts.items()}
+    out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T,
+               threads=torch.get_num_threads(), **MAP_CURVE, point_s=point, short_curve_steps=n)
+    for way, r in runs.items():
+        step_s = float(statistics.median(r["s"][n // 4:]))  # past the first calls
+        curve = MAP_CURVE["curve_steps"] * step_s + MAP_CURVE["points"] * sum(point.values())
+        out[way] = dict(step_s=step_s, first_call_s=r["s"][0], losses=r["losses"], curve_s=curve,
+                        scoring_share=1 - MAP_CURVE["curve_steps"] * step_s / curve)
+    if not quick:
+        out["compiled"].update(speedup=out["eager"]["step_s"] / out["compiled"]["step_s"],
+                               curve_s_compiling_each_segment=out["compiled"]["curve_s"]
+                               + MAP_CURVE["segments"] * runs["compiled"]["s"][0],
+                               max_loss_diff=max(abs(a - b) for a, b in zip(*(r["losses"] for r in runs.values()))))
+    return out
 
 
 def bench_train_steps(device, quick):
@@ -358,6 +411,24 @@ def print_ema(base, cells):
           f"{st['recompute_prefix_ms']:.2f} ms (C={st['C']})")
 
 
+def print_seed(base):
+    """The seed section: a curve's cost from its parts, eager and compiled."""
+    if "seed" not in base:
+        return
+    r = base["seed"]
+    print(f"\none seed of the map ({r['model']}, {r['n_layer']} x {r['width']}, T={r['T']} B={r['B']}, "
+          f"{r['threads']} thread(s)): {r['curve_steps']:,} steps, {r['points']} scored points of "
+          + " + ".join(f"{k} {v:.1f}" for k, v in r["point_s"].items()) + " s")
+    for way in ("eager", "compiled"):
+        if way in r:
+            w = r[way]
+            print(f" {way:9s} step {w['step_s'] * 1e3:7.1f} ms (first call {w['first_call_s']:.1f} s), a curve "
+                  f"{w['curve_s'] / 60:5.1f} min, scoring {w['scoring_share']:.0%} of it"
+                  + (f"; {w['speedup']:.2f}x eager's step, losses within {w['max_loss_diff']:.1e} over "
+                     f"{r['short_curve_steps']} steps, {w['curve_s_compiling_each_segment'] / 60:.1f} min compiling "
+                     f"at each of {r['segments']} segments" if way == "compiled" else ""))
+
+
 def print_tables(res):
     """One table per section; with --allocator both, figures for on | off | off/on."""
     on, off = res["runs"].get("on"), res["runs"].get("off")
@@ -388,6 +459,7 @@ def print_tables(res):
         for name, m in r["models"].items():
             frac = f"{m['fraction_of_peak']:6.1%}" if "fraction_of_peak" in m else "     —"
             print(f" {name:20s} {m['ms']:9.1f} ms {m['ratio_to_delta']:6.2f}x {m['state_floats']:>9,} {frac}")
+    print_seed(base)
     if "chunk" in base:
         print(f"\nwrite readers, chunked vs loop (median of {base['chunk']['reps']} interleaved repeats), fp32: "
               "ms (loop ms / chunked ms)")

@@ -58,10 +58,26 @@ def test_quick_run_writes_json(tmp_path):
     # the cost figure: model FLOP/s against the matmul peak measured in the same run, a fraction in (0, 1)
     assert run["readers"]["matmul_fp32_flops"] > 0 and all(0 < r["fraction_of_peak"] < 1 for r in readers.values())
     assert all(set(r["ms"]) == {"loop", "8", "16"} and str(r["best_L"]) in r["ratio"] for r in chunk)
+    seed = run["seed"]  # one seed's cost from its parts: the steps and points of scaling.py's curve
+    assert seed["eager"]["step_s"] > 0 and "compiled" not in seed
+    assert seed["eager"]["curve_s"] == pytest.approx(seed["curve_steps"] * seed["eager"]["step_s"]
+                                                     + seed["points"] * sum(seed["point_s"].values()))
+    assert 0 < seed["eager"]["scoring_share"] < 1 and len(seed["eager"]["losses"]) == seed["short_curve_steps"]
     tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
     assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2
     assert "compile" not in run
     assert res["runs"]["on"]["ema"]["stream"]["step_us"] > 0
+
+
+def test_the_seed_sections_curve_is_scaling_pys():
+    """bench.py's seed section projects a curve from timing.MAP_CURVE's counts: they are scaling.py's at the
+    map's settings (the trunk's steps and the cooldown's, the points scored, the train.main segments)."""
+    import scaling
+    from plumbing import timing
+    cfg = scaling.ScalingConfig(models=("delta",), widths=(128,))
+    last, start = scaling.eval_steps(cfg)[-1], scaling.cooldown_start(cfg)
+    assert timing.MAP_CURVE == dict(curve_steps=last + last - start, points=len(scaling.eval_steps(cfg)) + 1,
+                                    segments=len(scaling.stops(cfg)) + 1)
 
 
 def test_default_output_is_not_committed():
