@@ -245,7 +245,8 @@ def bench_seed(device, quick, sc):
     (torch.compile: the same maths), in turn over a short curve of SEED_STEPS steps from one initialisation
     on the same batches (their losses compared); one scored point (train.py's evaluation batches, the copy
     windows, the whole validation split: scaling.score_point's work). A curve: steps x step + points x
-    point; compiled, plus a first call per segment (the bound of compiling afresh at each). --quick: tiny, eager."""
+    point; compiled, plus a first call per segment (the bound of compiling afresh at each); at_peak: the
+    step's FLOPs at the fp32 matmul peak measured here, the floor of any fp32 step. --quick: tiny, eager."""
     shape = dict(n_layer=1, n_embd=32, block_size=48) if quick else dict(n_layer=sc.n_layer, n_embd=128,
                                                                             block_size=sc.block_size)
     arch = {k: v for k, v in registry.MODELS["delta"].overrides.items() if k != "model"}
@@ -271,13 +272,18 @@ def bench_seed(device, quick, sc):
                  whole_split=lambda: repeats.window_scores(model, val, T, sc.copy_k))
     with torch.no_grad():
         point = {k: timed(fn, device, reps=1, warmup=0)["ms_min"] / 1e3 for k, fn in parts.items()}
-    out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T,
-               threads=torch.get_num_threads(), **MAP_CURVE, point_s=point, short_curve_steps=n)
-    for way, r in runs.items():
-        step_s = float(statistics.median(r["s"][n // 4:]))  # past the first calls
+    a = torch.randn(1024, 1024, device=device)  # the yardstick: a square fp32 matmul in this thread count
+    peak = 2 * 1024 ** 3 / timed(lambda: a @ a, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
+    flops = model.flops_per_token(T) * B * T  # a training step's (forward and backward)
+    out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T, threads=torch.get_num_threads(),
+               **MAP_CURVE, point_s=point, short_curve_steps=n, flops_per_step=flops, matmul_fp32_flops=peak)
+    steps = dict(at_peak=flops / peak, **{way: statistics.median(r["s"][n // 4:]) for way, r in runs.items()})
+    for way, step_s in steps.items():  # the median step past the first calls; at_peak: every step at the peak
         curve = MAP_CURVE["curve_steps"] * step_s + MAP_CURVE["points"] * sum(point.values())
-        out[way] = dict(step_s=step_s, first_call_s=r["s"][0], losses=r["losses"], curve_s=curve,
+        out[way] = dict(step_s=step_s, fraction_of_peak=flops / step_s / peak, curve_s=curve,
                         scoring_share=1 - MAP_CURVE["curve_steps"] * step_s / curve)
+        if way in runs:
+            out[way].update(first_call_s=runs[way]["s"][0], losses=runs[way]["losses"])
     if not quick:
         out["compiled"].update(speedup=out["eager"]["step_s"] / out["compiled"]["step_s"],
                                curve_s_compiling_each_segment=out["compiled"]["curve_s"]
@@ -419,11 +425,13 @@ def print_seed(base):
     print(f"\none seed of the map ({r['model']}, {r['n_layer']} x {r['width']}, T={r['T']} B={r['B']}, "
           f"{r['threads']} thread(s)): {r['curve_steps']:,} steps, {r['points']} scored points of "
           + " + ".join(f"{k} {v:.1f}" for k, v in r["point_s"].items()) + " s")
-    for way in ("eager", "compiled"):
+    print(f" a step {r['flops_per_step'] / 1e9:.1f} GFLOP; the fp32 matmul peak here {r['matmul_fp32_flops'] / 1e9:.1f} GFLOP/s")
+    for way in ("at_peak", "eager", "compiled"):
         if way in r:
             w = r[way]
-            print(f" {way:9s} step {w['step_s'] * 1e3:7.1f} ms (first call {w['first_call_s']:.1f} s), a curve "
+            print(f" {way:9s} step {w['step_s'] * 1e3:7.1f} ms ({w['fraction_of_peak']:4.0%} of the peak), a curve "
                   f"{w['curve_s'] / 60:5.1f} min, scoring {w['scoring_share']:.0%} of it"
+                  + (f", first call {w['first_call_s']:.1f} s" if "first_call_s" in w else "")
                   + (f"; {w['speedup']:.2f}x eager's step, losses within {w['max_loss_diff']:.1e} over "
                      f"{r['short_curve_steps']} steps, {w['curve_s_compiling_each_segment'] / 60:.1f} min compiling "
                      f"at each of {r['segments']} segments" if way == "compiled" else ""))

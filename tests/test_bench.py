@@ -63,6 +63,7 @@ def test_quick_run_writes_json(tmp_path):
     assert seed["eager"]["curve_s"] == pytest.approx(seed["curve_steps"] * seed["eager"]["step_s"]
                                                      + seed["points"] * sum(seed["point_s"].values()))
     assert 0 < seed["eager"]["scoring_share"] < 1 and len(seed["eager"]["losses"]) == seed["short_curve_steps"]
+    assert seed["at_peak"]["fraction_of_peak"] == pytest.approx(1) and seed["at_peak"]["curve_s"] < seed["eager"]["curve_s"]
     tr = run["train_run"]  # train.main through the 130m preset's path on random tokens
     assert tr["step"] == 2 and abs(tr["val_loss"] - tr["ln_V"]) < 0.5 and tr["config"]["max_iters"] == 2
     assert "compile" not in run
