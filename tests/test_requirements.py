@@ -78,6 +78,9 @@ def test_the_readmes_first_block_states_what_its_sources_hold():
     with open(os.path.join(ROOT, "results", "bench", "install.json")) as f:
         install = json.load(f)["files"]["requirements-dev.txt"]
     assert f"{within['instantaneous']:.3f} from the word alone, {within['traces']:.3f} from its traces" in block
+    for half, record in (("structure", ("probe", "quick", "results.json")), ("content", ("recall", "quick", "recall.json"))):
+        with open(os.path.join(ROOT, "results", *record)) as f:  # the quick commands' times: their own records
+            assert f"# {half}, {json.load(f)['seconds']:.0f} s:" in block, record
     assert f"{install['mib']:,} MiB" in block and "venv" in block and "requirements-dev.txt" in block
     assert "python -m pytest -q -n auto tests" in block
 
