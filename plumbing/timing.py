@@ -246,7 +246,10 @@ def bench_seed(device, quick, sc):
     on the same batches (their losses compared); one scored point (train.py's evaluation batches, the copy
     windows, the whole validation split: scaling.score_point's work). A curve: steps x step + points x
     point; compiled, plus a first call per segment (the bound of compiling afresh at each); at_peak: the
-    step's FLOPs at the fp32 matmul peak measured here, the floor of any fp32 step. --quick: tiny, eager."""
+    step's FLOPs at the fp32 matmul peak measured here, the floor of any fp32 step. --quick: tiny, eager.
+    CPU only: the map's curves run on one CPU thread each (results/map/PLAN.md)."""
+    if device.type != "cpu":
+        return dict(skipped="the map's curves run on a CPU")
     shape = dict(n_layer=1, n_embd=32, block_size=48) if quick else dict(n_layer=sc.n_layer, n_embd=128,
                                                                             block_size=sc.block_size)
     arch = {k: v for k, v in registry.MODELS["delta"].overrides.items() if k != "model"}
@@ -256,11 +259,11 @@ def bench_seed(device, quick, sc):
     runs = {}
     for way in ("eager",) if quick else ("eager", "compiled"):
         torch.manual_seed(sc.seed)  # the same initialisation each way
-        model = spen.SPEN(spen.SPENConfig(**shape, **arch, vocab_size=256, dropout=0.0)).to(device)
+        model = spen.SPEN(spen.SPENConfig(**shape, **arch, vocab_size=256, dropout=0.0))
         opt = torch.optim.AdamW(model.parameters(), lr=sc.lr)
         runs[way] = dict(model=model, s=[], losses=[], fn=torch.compile(model) if way == "compiled" else model, opt=opt)
     for i in range(n):  # in turn, step by step: a load that comes and goes slows both alike
-        x, y = batches.get_batch(data, B, T, step=i, seed=sc.seed, device=device)
+        x, y = batches.get_batch(data, B, T, step=i, seed=sc.seed)
         for r in runs.values():
             t0 = time.perf_counter()
             r["losses"].append(train_step(r["fn"], x, r["opt"], targets=y).item())
@@ -272,8 +275,8 @@ def bench_seed(device, quick, sc):
                  whole_split=lambda: repeats.window_scores(model, val, T, sc.copy_k))
     with torch.no_grad():
         point = {k: timed(fn, device, reps=1, warmup=0)["ms_min"] / 1e3 for k, fn in parts.items()}
-    a = torch.randn(1024, 1024, device=device)  # the yardstick: a square fp32 matmul in this thread count
-    peak = 2 * 1024 ** 3 / timed(lambda: a @ a, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
+    m = torch.randn(1024, 1024)  # the yardstick: a square fp32 matmul in this thread count
+    peak = 2 * 1024 ** 3 / timed(lambda: m @ m, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
     flops = model.flops_per_token(T) * B * T  # a training step's (forward and backward)
     out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T, threads=torch.get_num_threads(),
                **MAP_CURVE, point_s=point, short_curve_steps=n, flops_per_step=flops, matmul_fp32_flops=peak)
@@ -419,7 +422,7 @@ def print_ema(base, cells):
 
 def print_seed(base):
     """The seed section: a curve's cost from its parts, eager and compiled."""
-    if "seed" not in base:
+    if "step_s" not in base.get("seed", {}).get("eager", {}):  # not run, or skipped (not a CPU)
         return
     r = base["seed"]
     print(f"\none seed of the map ({r['model']}, {r['n_layer']} x {r['width']}, T={r['T']} B={r['B']}, "
