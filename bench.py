@@ -269,8 +269,7 @@ def bench_readers(device, quick):
         steps[name] = (model, lambda model=model, idx=idx: timing.train_step(model, idx))
     ms = timing.interleaved({k: fn for k, (_, fn) in steps.items()}, device, reps)
     n = 64 if quick else 1024  # the peak: a square fp32 matmul (the step's largest are 4,096 x 128 x 512)
-    a = torch.randn(n, n, device=device)
-    peak = 2 * n ** 3 / timing.timed(lambda: a @ a, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
+    peak = timing.matmul_peak(device, n, reps=3 if quick else 10)  # FLOP/s
     tokens = B * shape["block_size"]
     return dict(B=B, T=shape["block_size"], C=shape["n_embd"], reps=reps, threads=torch.get_num_threads(),
                 matmul_fp32_flops=peak,

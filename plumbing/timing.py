@@ -82,6 +82,12 @@ def interleaved(fns, device, reps):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def matmul_peak(device, n, reps):
+    """The yardstick of a step's FLOP/s: an n-square fp32 matmul in this thread count, best of reps, in FLOP/s."""
+    a = torch.randn(n, n, device=device)
+    return 2 * n ** 3 / timed(lambda: a @ a, device, reps=reps)["ms_min"] * 1e3
+
+
 def proc_status(key):
     """A /proc/self/status field in MiB (VmHWM: peak RSS, VmRSS: current RSS); None elsewhere."""
     try:
@@ -275,8 +281,7 @@ def bench_seed(device, quick, sc):
                  whole_split=lambda: repeats.window_scores(model, val, T, sc.copy_k))
     with torch.no_grad():
         point = {k: timed(fn, device, reps=1, warmup=0)["ms_min"] / 1e3 for k, fn in parts.items()}
-    m = torch.randn(1024, 1024)  # the yardstick: a square fp32 matmul in this thread count
-    peak = 2 * 1024 ** 3 / timed(lambda: m @ m, device, reps=3 if quick else 10)["ms_min"] * 1e3  # FLOP/s
+    peak = matmul_peak(device, 1024, reps=3 if quick else 10)
     flops = model.flops_per_token(T) * B * T  # a training step's (forward and backward)
     out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T, threads=torch.get_num_threads(),
                **MAP_CURVE, point_s=point, short_curve_steps=n, flops_per_step=flops, matmul_fp32_flops=peak)
