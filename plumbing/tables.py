@@ -93,11 +93,7 @@ def save_json(res, path, script, cfg):
 
 def save_text(text, path):
     """Write text to path atomically (a report's .md)."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-            checkpoint.durable(f)
-    checkpoint.atomic_write(path, write)
+    checkpoint.atomic_write(path, lambda f: f.write(text))
 
 
 def pyplot():
@@ -111,7 +107,7 @@ def pyplot():
 
 def save_figure(fig, path, dpi=120):
     """Save a matplotlib figure as a PNG at path atomically."""
-    checkpoint.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
+    checkpoint.atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi), "wb")
 
 
 # ---- probe.py's report: results.md, roles.png ------------------------------------------------

@@ -53,10 +53,10 @@ def test_device_and_dtype_selection():
         assert runtime.resolve_device("auto", auto=("cuda",)) == ("cpu", "cpu")
         with pytest.raises(cli.ConfigError, match="sees no CUDA GPU"):
             runtime.resolve_device("cuda:0")
-    assert runtime.resolve_dtype("auto", "cuda") == "bf16" and runtime.resolve_dtype("auto", "cpu") == "fp32"
-    assert runtime.resolve_dtype("fp16", "cpu") == "fp16"
-    with runtime.autocast("bf16", "cpu"):
+    assert runtime.precision("auto", "cuda")[0] == "bf16" and runtime.precision("auto", "cpu")[0] == "fp32"
+    assert runtime.precision("fp16", "cpu")[0] == "fp16"
+    with runtime.precision("bf16", "cpu")[1]:
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
-    with runtime.autocast("fp32", "cpu"):
+    with runtime.precision("auto", "cpu")[1]:
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
     assert runtime.device_name("cpu").endswith("cores")

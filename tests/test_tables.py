@@ -43,7 +43,7 @@ def test_save_text_and_save_figure_replace_whole_files(tmp_path, monkeypatch):
 
     class Broken:
         def savefig(self, f, **kw):
-            open(f, "w").write("half a png")
+            f.write(b"half a png")
             raise RuntimeError("the figure failed")
     with pytest.raises(RuntimeError):
         tables.save_figure(Broken(), str(tmp_path / "r.md"))
