@@ -147,9 +147,12 @@ def memory_capacity(alphas, T, eps):
 # Input checks (one-line ValueErrors that say what to fix) and the precision switch.
 
 
-def _resolve(method, device):
+def _method(method, chunk, device):
+    """The fast path a call runs ("auto": matmul on CUDA, scan elsewhere), its chunk checked."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+        raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
     if method == "auto":
         return "matmul" if device.type == "cuda" else "scan"
     return method
@@ -177,11 +180,6 @@ def _check(x, alphas, h0):
     if h0 is not None and tuple(h0.shape) != (B, len(alphas), C):
         raise ValueError(f"h0 must have shape (B, S, C) = {(B, len(alphas), C)}, got {tuple(h0.shape)}")
     return alphas
-
-
-def _check_chunk(chunk):
-    if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
-        raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
 
 
 def _check_selective(x, a, h0):
@@ -389,8 +387,7 @@ def traces(x, alphas, h0=None, *, method="auto", chunk=None):
     matrix form); every L >= 1 gives the same result.
     """
     alphas = _check(x, alphas, h0)
-    method = _resolve(method, x.device)
-    _check_chunk(chunk)
+    method = _method(method, chunk, x.device)
     x = x.float() if x.dtype in HALF else x
     h0 = None if h0 is None else h0.to(x.dtype)
     B, T, C = x.shape
@@ -518,8 +515,7 @@ def selective_traces(x, a, h0=None, *, method="auto", chunk=None):
     and h and builds transient (B, T, L, C) decay tensors (L = T^(1/3): 11 at T = 1024).
     """
     _check_selective(x, a, h0)
-    method = _resolve(method, x.device)
-    _check_chunk(chunk)
+    method = _method(method, chunk, x.device)
     x = x.float() if x.dtype in HALF else x
     a, h0 = a.to(x.dtype), None if h0 is None else h0.to(x.dtype)
     T = x.shape[1]

@@ -194,7 +194,7 @@ def names():
 
 def model_overrides(name):
     """(kind, config overrides) of a named model: its registry entry's TrainConfig overrides as the
-    model config's fields (a per-block predictor as it is: SPENConfig reads it, variants.blocks)."""
+    model config's fields (a per-block predictor as it is: SPENConfig reads it, variants.block_list)."""
     spec = dict((registry.MODELS.get(name) or OWN[name]).overrides)
     return spec.pop("model"), spec
 

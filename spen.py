@@ -48,8 +48,8 @@ import torch.nn.functional as F
 
 import ema
 import lm
-from variants import (VARIANT_READERS, Reader, ReaderOptions, SelectiveContext, block_config, blocks, check_options,
-                      is_decays, require)
+from variants import (VARIANT_READERS, Reader, ReaderOptions, SelectiveContext, block_config, block_list,
+                      check_options, is_decays, require)
 from writes import WRITE_READERS
 
 TRACE_METHODS = ema.METHODS + ("loop",)  # 'loop': every reference loop inside the model (traces and readers)
@@ -64,7 +64,7 @@ class SPENConfig(ReaderOptions):  # and the readers' own options (write_alphas, 
     alphas: tuple = (0.5, 0.1, 0.02)  # a_s: fixed EMA decays, fast/medium/slow (paper); S = len(alphas)
     ffn_hidden: int = None  # F: sparse FFN width; None -> 4C
     ffn_topk: int = None  # k: hidden units kept per token; None -> round(0.06 F) (paper: "top 6%")
-    predictor: str = "linear"  # each block's reader: one spec for all, or a comma list of n_layer (blocks())
+    predictor: str = "linear"  # each block's reader: one spec for all, or a comma list of n_layer (block_list)
     reads: str = "state"  # 'state': a fixed-size state (traces h_{t-1}; write readers: own M) | 'history': past slots
     context: str = "ema"  # how traces decay: 'ema' (paper, fixed a_s) | 'selective' (control, a_t from u_t)
     trace_method: str = "auto"  # 'auto' | 'scan' | 'matmul' (ema.py) | 'loop': every reference loop, same values
@@ -329,7 +329,7 @@ class SPEN(nn.Module):
 def check(cfg):
     """A one-line ValueError naming the field for a config SPEN cannot build (SPEN() calls it): SPEN's own
     fields; a reader declares its options (Reader.options: write_alphas, conv, ...) and checks them.
-    Returns the model's blocks as variants.blocks reads them."""
+    Returns the model's blocks as variants.block_list reads them, n_layer of them."""
     for name in ("vocab_size", "block_size", "n_layer", "n_embd", "ffn_hidden", "ffn_topk", "n_head"):
         v = getattr(cfg, name)
         require(type(v) is int and v >= 1, f"{name} must be an int >= 1, got {v!r}")
@@ -339,7 +339,7 @@ def check(cfg):
     for name, choices in (("context", tuple(CONTEXTS)), ("trace_method", TRACE_METHODS)):
         value = getattr(cfg, name)
         require(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    model = blocks(cfg)  # [(predictor, reads, own options)] of each block
+    model = block_list(cfg.predictor, cfg.reads, cfg.n_layer)  # [(predictor, reads, own options)] of each block
     predictors, reads = (tuple(dict.fromkeys(key[i] for key in READERS)) for i in (0, 1))  # the registry as it is now
     for p, r, own in model:
         require(p in predictors, f"predictor must be one of {', '.join(predictors)}, got {p!r}")

@@ -172,7 +172,8 @@ def block_list(predictor, reads="state", n_layer=None):
         "linear"                                          the paper's model
         "3*gated_delta(conv=4),softmax_attn(reads=history)"   three write blocks, one attention block on top
     The older spelling, one name per block in both fields ("a,b" and "state,history", or tuples), reads alike.
-    n_layer: the model's depth, which a spec's counts are held to before they are expanded."""
+    n_layer: the model's depth: a spec's counts are held to it before they are expanded, and the list
+    returned is the model's blocks, n_layer of them (spen.check's one reading of them)."""
     names = list(predictor) if isinstance(predictor, tuple) else split(predictor)
     reads = list(reads) if isinstance(reads, tuple) else split(reads)
     specs = []
@@ -202,14 +203,10 @@ def block_list(predictor, reads="state", n_layer=None):
                                f"reads for all")
         out *= len(reads)
     reads = reads * len(out) if len(reads) == 1 else reads
-    return [(p, own.get("reads", r), {k: v for k, v in own.items() if k != "reads"}) for (p, own), r in zip(out, reads)]
-
-
-def blocks(cfg):
-    """The one reading of a model's blocks: block_list(cfg.predictor, cfg.reads), n_layer of them."""
-    out = block_list(cfg.predictor, cfg.reads, cfg.n_layer)
-    out = out * cfg.n_layer if len(out) == 1 else out
-    require(len(out) == cfg.n_layer, f"predictor names {len(out)} blocks; the model has n_layer = {cfg.n_layer}: "
+    out = [(p, own.get("reads", r), {k: v for k, v in own.items() if k != "reads"}) for (p, own), r in zip(out, reads)]
+    if n_layer is not None:  # the model's blocks, n_layer of them
+        out = out * n_layer if len(out) == 1 else out
+        require(len(out) == n_layer, f"predictor names {len(out)} blocks; the model has n_layer = {n_layer}: "
                                      f"one spec for all, or one per block")
     return out
 

@@ -37,7 +37,7 @@ dev/kill_loop.py, 20 kills)
     - a missing, corrupt, foreign or mismatched file is one CheckpointError line;
     - an --out_dir that is a file, lies inside a file or cannot be written is one line
       (check_out_dir, the check every command shares), before anything is written;
-    - `RunLock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
+    - `run_lock` holds an flock on OUT_DIR/.lock for the life of the run: a second run in the
       folder is refused while the first lives; the kernel drops the lock when a process dies,
       so a killed run's folder is free at once (no stale lock to clean); it never follows a link
       and writes only a file that holds a lock's text (anything else there is one line, left as it was);
@@ -210,7 +210,7 @@ def atomic_json(obj, path, indent=2):
 
 def remove_stale_temps(out_dir):
     """Remove the temp files (NAME.tmp<pid>) of RUN_FILES in out_dir -> [(name, bytes)]. Call it only
-    while holding out_dir's RunLock: no other writer is alive, so each is a dead process's half-written
+    while holding out_dir's run_lock: no other writer is alive, so each is a dead process's half-written
     file (our own pid's too: a restarted container can hand out the same pid again)."""
     removed = []
     for name in sorted(os.listdir(out_dir)):
@@ -359,59 +359,50 @@ class LockHeld(CheckpointError):
 LOCK_TEXT = re.compile(rb"\s*(\d+(, [^\n]*)?)?\s*")  # what a lock holds: "PID, COMMAND" (earlier: "PID"), or nothing
 
 
-class RunLock:
-    """An exclusive flock on OUT_DIR/.lock, held while the run lives (a context manager). The file
-    is opened without following a link (O_NOFOLLOW), and only a regular file of one name that
-    holds a lock's text (LOCK_TEXT) is truncated and written: a .lock that is a link, a FIFO, a
-    hard link to another file or a file of other text is one line, and the file is left as it was."""
-
-    def __init__(self, out_dir):
-        self.path = os.path.join(out_dir, ".lock")
-        self.fd = None
-
-    def __enter__(self):
-        try:  # O_NONBLOCK: a FIFO in its place does not hang the open
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as e:  # a link, a folder in its place, a read-only or full disk: one line
-            raise self.refused(e) from None
+@contextmanager
+def run_lock(out_dir):
+    """An exclusive flock on OUT_DIR/.lock, held inside. The file is opened without following a link
+    (O_NOFOLLOW), and only a regular file of one name that holds a lock's text (LOCK_TEXT) is truncated
+    and written: a .lock that is a link, a FIFO, a hard link to another file or a file of other text is
+    one line, and the file is left as it was."""
+    path = os.path.join(out_dir, ".lock")
+    try:  # O_NONBLOCK: a FIFO in its place does not hang the open
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:  # a link, a folder in its place, a read-only or full disk: one line
+        raise lock_refused(path, e) from None
+    try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise LockHeld(f"{os.path.dirname(self.path)} is in use by a running command (pid {holder}); "
-                           f"wait for it to finish or choose another --out_dir") from None
+            raise LockHeld(f"{out_dir} is in use by a running command (pid {holder}); wait for it to finish or "
+                           f"choose another --out_dir") from None
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0))):
+            raise CheckpointError(f"{path} is not a lock file a command of this project made ("
+                                  + ("a hard link to another file" if stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+                                     else "it holds other text" if stat.S_ISREG(st.st_mode) else "not a regular "
+                                     "file") + "); it is left as it was: move it away or choose another --out_dir")
         try:
-            st = os.fstat(fd)
-            if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0))):
-                raise CheckpointError(f"{self.path} is not a lock file a command of this project made ("
-                                      + ("a hard link to another file" if stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-                                         else "it holds other text" if stat.S_ISREG(st.st_mode) else "not a regular "
-                                         "file") + "); it is left as it was: move it away or choose another --out_dir")
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
         except OSError as e:  # a full disk: the lock is held, but the command could write nothing else either
-            os.close(fd)
-            raise self.refused(e) from None
-        except CheckpointError:
-            os.close(fd)
-            raise
-        self.fd = fd
-        return self
+            raise lock_refused(path, e) from None
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock; the file itself may stay
 
-    def refused(self, e):
-        """The one line for a lock file that cannot be made or written (e: the OSError)."""
-        if os.path.islink(self.path):  # O_NOFOLLOW's ELOOP: the link and what it points to are left alone
-            return CheckpointError(f"{self.path} is a symbolic link, where a command keeps its lock file; it is left "
-                                   f"as it was (and what it points to): move it away or choose another --out_dir")
-        if os.path.isdir(self.path):
-            return CheckpointError(f"{self.path} is a folder, where a command keeps its lock file: move it away or "
-                                   f"choose another --out_dir")
-        return CheckpointError(f"cannot write the lock file {self.path} ({e.strerror or e}); free disk space (or make "
-                               f"the folder writable), or choose another --out_dir")
 
-    def __exit__(self, *exc):
-        os.close(self.fd)  # closing drops the flock; the file itself may stay
+def lock_refused(path, e):
+    """The one line for a lock file that cannot be made or written (e: the OSError)."""
+    if os.path.islink(path):  # O_NOFOLLOW's ELOOP: the link and what it points to are left alone
+        return CheckpointError(f"{path} is a symbolic link, where a command keeps its lock file; it is left as it "
+                               f"was (and what it points to): move it away or choose another --out_dir")
+    if os.path.isdir(path):
+        return CheckpointError(f"{path} is a folder, where a command keeps its lock file: move it away or choose "
+                               f"another --out_dir")
+    return CheckpointError(f"cannot write the lock file {path} ({e.strerror or e}); free disk space (or make the "
+                           f"folder writable), or choose another --out_dir")
 
 
 class RunFolder:
@@ -424,7 +415,7 @@ class RunFolder:
         self.out_dir, self.master, self.stack, self.metrics = out_dir, master, stack, None
         if master:
             make_out_dir(out_dir)
-            stack.enter_context(RunLock(out_dir))
+            stack.enter_context(run_lock(out_dir))
             removed = remove_stale_temps(out_dir)  # the lock is ours: no live process writes them
             self.logf = self.open_appending("log.txt")
             if removed:

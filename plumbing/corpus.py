@@ -250,7 +250,7 @@ def _exit_with(parent):
 def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
     """The cache folder of dataset `name` (no build): <cache_dir>/<key>, the one path rule
     that data.py and train.py share (see the module docstring for <key>)."""
-    return _cache_folder(name, max_tokens, cache_dir, sources.resolve(name), tokenizer)
+    return _cache_folder(name, max_tokens, cache_dir, sources.resolve(name)[0], tokenizer)
 
 
 def _cache_folder(name, max_tokens, cache_dir, files=None, tokenizer="gpt2"):
@@ -303,7 +303,7 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     _checked(tokenizer)
     if max_tokens is not None and max_tokens < 1:
         raise cli.UserError(f"max_tokens must be >= 1 or None, got {max_tokens}")
-    files, has = sources.resolve(name), sources.splits_of(name)  # what the source is, asked once at the door
+    files, has = sources.resolve(name)  # what the source is, asked once at the door
     folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
     wanted = list(splits or has)
     bad = [s for s in wanted if s not in has]
@@ -428,9 +428,9 @@ def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", v
 def check_countable(name):
     """Raise a one-line DataUnavailable (a cli.UserError) if dataset `name` has no 'train'
     split to count on."""
-    if "train" not in sources.splits_of(name):
-        raise sources.DataUnavailable(f"dataset '{name}' has no 'train' split to count n-grams on; "
-                                      f"its splits: {sources.splits_of(name)}")
+    has = sources.resolve(name)[1]
+    if "train" not in has:
+        raise sources.DataUnavailable(f"dataset '{name}' has no 'train' split to count n-grams on; its splits: {has}")
 
 
 def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):

@@ -22,7 +22,7 @@ Guarantees (tests/test_runs_grid.py; a Ctrl-C and kill -9 of a real grid: python
       settings stops the grid before anything trains, in one GridError line naming the file,
       the first setting that differs (as its --flag when the command has one) and the ways out
       (another --out_dir keeps both; deleting the file trains it anew); nothing replaces it;
-    - one grid per folder: the flock of checkpoint.RunLock on OUT/.lock while the grid lives
+    - one grid per folder: the flock of checkpoint.run_lock on OUT/.lock while the grid lives
       (the kernel drops it when the process dies: no stale lock); a second grid there is one line;
     - every file is written atomically (checkpoint.atomic_write: NAME.tmp<pid>, then renamed);
       the temp files a kill left in OUT and under OUT/runs are removed once the lock is ours;
@@ -110,10 +110,10 @@ def remove_temps(out_dir):
 
 @contextlib.contextmanager
 def locked(out_dir):
-    """out_dir's lock (checkpoint.RunLock) held inside, and the temp files a killed writer left there
+    """out_dir's lock (checkpoint.run_lock) held inside, and the temp files a killed writer left there
     and under out_dir/runs removed first (a line says so): for a command that writes its reports
     into one folder without a grid (probe.py, content.py, scaling.py). out_dir must exist."""
-    with checkpoint.RunLock(out_dir):
+    with checkpoint.run_lock(out_dir):
         removed = remove_temps(out_dir)
         if removed:
             print(f"removed {len(removed)} temporary file(s) a killed run left: {', '.join(removed)}", flush=True)
@@ -162,7 +162,7 @@ class Grid:
         if self.lock:
             checkpoint.make_out_dir(self.out_dir)
             try:
-                self.stack.enter_context(checkpoint.RunLock(self.out_dir))
+                self.stack.enter_context(checkpoint.run_lock(self.out_dir))
             except checkpoint.LockHeld:
                 raise GridError(f"{self.out_dir} is in use by another grid (pid in {self.out_dir}/.lock): one grid "
                                 f"per folder; wait for it to finish or choose another --out_dir") from None

@@ -386,9 +386,10 @@ def header(cfg, place, model, yardsticks, name):
                                 cwd=ROOT, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    T, squeezed = cfg.block_size, ngram.compressor_line(yardsticks)  # the bytes tokenizer only: zlib, bz2, lzma
+    T = cfg.block_size
+    squeezed = ", ".join(f"{k} {yardsticks[k]:.3f}" for k in ngram.COMPRESSORS if k in (yardsticks or {}))  # bytes
     counted = (f"unigram {yardsticks['unigram']:.3f} | bigram {yardsticks['bigram']:.3f} nats (counted on its "
-               f"train split)" + (f" | compressors {squeezed}" if squeezed else "") if yardsticks else
+               f"train split)" + (f" | compressors {squeezed} nats/byte" if squeezed else "") if yardsticks else
                f"not counted (python data.py --dataset {name} --baselines, or --yardsticks count)")
     return [f"argv: {' '.join(sys.argv)}",
             f"git: {commit or 'unknown'} | python {platform.python_version()} | torch {torch.__version__} | "

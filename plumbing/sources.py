@@ -32,10 +32,10 @@ of a .txt file, a wikitext article); a split is 'train' or 'val'; a carved sourc
 (is_carved: builtin, files:, fineweb-edu) yields one stream that shards.carve cuts into both
 splits; the others map each split to a hub split (HUB[name]['splits']).
 
-Use: corpus.py's prepare, the one caller (nothing here calls back), calls resolve(name) to
-validate a name (and list its files) and splits_of(name) at its door, hub_unreachable() before any hub call,
+Use: corpus.py's prepare, the one caller (nothing here calls back), calls resolve(name) at its
+door (validates a name; its files and its splits), hub_unreachable() before any hub call,
 and documents(...) for the texts of a build (their tokens are routed to the splits by
-shards.carve); only resolve and splits_of run on a cache hit, and `datasets` is imported only when text
+shards.carve); only resolve runs on a cache hit, and `datasets` is imported only when text
 must be read. A hub failure is one of two one-line errors: 'offline (no network)' (hub_error:
 the hub cannot be reached) or 'the hub answered with an error' (hub_answered_error: a rate
 limit, a 5xx, a dropped stream; the same command resumes). Nothing to run here: `python
@@ -76,19 +76,13 @@ class DataUnavailable(cli.UserError):
 
 
 def resolve(name):
-    """Validate `name`; for files: return its sorted file list too (else None)."""
+    """What source `name` is, asked once at the door: (its sorted file list for files:, else None; the
+    splits it has: ['val'] for c4, ['train', 'val'] otherwise). An unknown name is one line."""
     if name.startswith("files:"):
-        return _list_files(name[len("files:"):])
+        return _list_files(name[len("files:"):]), ["train", "val"]
     if name != "builtin" and name not in HUB:
         raise cli.UserError(f"unknown dataset '{name}'; choose one of {', '.join(DATASETS)}")
-    return None
-
-
-def splits_of(name):
-    """The splits source `name` has: ['val'] for c4, ['train', 'val'] otherwise."""
-    if name in HUB and "splits" in HUB[name]:
-        return list(HUB[name]["splits"])
-    return ["train", "val"]
+    return None, list(HUB[name]["splits"]) if "splits" in HUB.get(name, {}) else ["train", "val"]
 
 
 def is_carved(name, files=None):

@@ -356,7 +356,7 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     with pytest.raises(sources.DataUnavailable, match="gave no tokens"):
         corpus.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
     assert not os.path.exists(corpus._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
-                                                 sources.resolve(f"files:{tmp_path / 'blank.txt'}")))
+                                                 sources.resolve(f"files:{tmp_path / 'blank.txt'}")[0]))
 
 
 def test_non_utf8_file_is_named(tmp_path, monkeypatch, capsys):

@@ -71,7 +71,7 @@ def test_an_odd_lock_is_one_line_and_left_as_it_was(odd, tmp_path):
     out.mkdir()
     kept = ODD_LOCKS[odd](out / ".lock", tmp_path)
     with pytest.raises(checkpoint.CheckpointError) as e:
-        with checkpoint.RunLock(str(out)):
+        with checkpoint.run_lock(str(out)):
             pass
     assert "\n" not in str(e.value) and ".lock" in str(e.value), str(e.value)
     if kept is not None:
@@ -99,7 +99,7 @@ def test_a_lock_linked_to_a_file_leaves_the_file_unchanged(command, tmp_path):
 def test_a_lock_a_killed_run_left_is_taken(tmp_path):
     for text in ("", "999999", "999999, train.py"):  # empty, the old format, the current one
         (tmp_path / ".lock").write_text(text)
-        with checkpoint.RunLock(str(tmp_path)):
+        with checkpoint.run_lock(str(tmp_path)):
             assert (tmp_path / ".lock").read_text().startswith(f"{os.getpid()}, ")
 
 
@@ -108,10 +108,10 @@ def test_a_full_disk_refuses_the_lock_in_one_line(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(checkpoint.os, "write", full)
     with pytest.raises(checkpoint.CheckpointError) as e:
-        with checkpoint.RunLock(str(tmp_path)):
+        with checkpoint.run_lock(str(tmp_path)):
             pass
     monkeypatch.undo()
     msg = str(e.value)
     assert "\n" not in msg and ".lock" in msg and os.strerror(errno.ENOSPC) in msg
-    with checkpoint.RunLock(str(tmp_path)):  # nothing held: the folder is free again
+    with checkpoint.run_lock(str(tmp_path)):  # nothing held: the folder is free again
         pass

@@ -164,7 +164,7 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
 
 def test_a_second_run_in_the_same_folder_is_refused(tmp_path):
-    with checkpoint.RunLock(str(tmp_path)):  # as a live run holds it
+    with checkpoint.run_lock(str(tmp_path)):  # as a live run holds it
         with pytest.raises(checkpoint.CheckpointError, match="in use"):
             run(tmp_path, "--max_iters", 1, "--eval_interval", 1)
     (tmp_path / ".lock").write_text("999999")  # left by a killed run: the kernel dropped its flock
@@ -221,7 +221,7 @@ def test_the_next_start_removes_what_a_killed_write_left_never_what_a_live_run_h
     for name in stale:  # a dead writer's (our own pid too: a restarted container reuses pids)
         (tmp_path / name).write_bytes(b"half a file")
     (tmp_path / "notes.txt.tmp5").write_text("not a file of the run: kept")
-    with checkpoint.RunLock(str(tmp_path)):  # a live run holds the folder: its temp files are its own
+    with checkpoint.run_lock(str(tmp_path)):  # a live run holds the folder: its temp files are its own
         with pytest.raises(checkpoint.CheckpointError, match="in use"):
             run(tmp_path, "--max_iters", 4, "--eval_interval", 2, "--resume")
     assert all((tmp_path / name).exists() for name in stale)
