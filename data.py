@@ -45,7 +45,7 @@ class DataConfig:
                                      "cross-entropy of val (counted on train) as JSON on stdout; bytes: "
                                      "also zlib -9, bz2 -9, lzma -9e on the val bytes (nats/byte)",
                               group="evaluation")
-    cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {corpus.DEFAULT_CACHE_DIR}", group="I/O")
+    cache_dir: str = cli.arg(None, f"cache root; None = $EMA_DATA_DIR or {shards.DEFAULT_CACHE_DIR}", group="I/O")
     force: bool = cli.arg(False, "rebuild even if cached (the old cache stays until the new one is complete)",
                           group="I/O")
     num_proc: int = cli.arg(None, "encoding processes (reading overlaps them); None = all cores", group="system",
@@ -75,11 +75,11 @@ def main(cfg):
 def _run(cfg):
     t0 = time.time()
     from plumbing.checkpoint import check_out_dir  # here: importing data.py imports no torch (checkpoint does)
-    check_out_dir(cfg.cache_dir or corpus.DEFAULT_CACHE_DIR, "--cache_dir")  # a file, read-only: before tokenizing
+    check_out_dir(cfg.cache_dir or shards.DEFAULT_CACHE_DIR, "--cache_dir")  # a file, read-only: before tokenizing
     sources.resolve(cfg.dataset)  # a bad name or path: one line, before anything else
     if cfg.baselines:
         corpus.check_countable(cfg.dataset)
-    cached = corpus.read_meta(corpus.cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, cfg.tokenizer))
+    cached = shards.read_meta(corpus.cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, cfg.tokenizer))
     folder = corpus.prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
                      splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force,
                      tokenizer=cfg.tokenizer, shard_tokens=cfg.shard_tokens, progress=cfg.progress)
@@ -87,7 +87,7 @@ def _run(cfg):
     yardsticks = (corpus.baselines(cfg.dataset, cfg.cache_dir, cfg.max_tokens, cfg.tokenizer)
                   if cfg.baselines else None)
     t2 = time.time()
-    meta = corpus.read_meta(folder)
+    meta = shards.read_meta(folder)
     report = sys.stderr if cfg.baselines else sys.stdout  # keep stdout pure JSON for --baselines
     for split, info in sorted(meta["splits"].items()):
         print(f"{split:5s} {info['tokens']:>13,d} tokens {info['documents']:>10,d} documents "

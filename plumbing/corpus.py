@@ -16,7 +16,8 @@ Tokenizers (`tokenizer`, one cache each; the same documents and the same split r
 vocab_size(tokenizer), separator(tokenizer) and decode(ids, tokenizer) are what other
 scripts call (decode shows invalid UTF-8 as U+FFFD).
 
-Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; cache_folder() names it):
+Cache layout (default $EMA_DATA_DIR or <repo>/.cache/data; shards.folder_of names it, cache_folder
+for a name alone; shards.read_meta reads what a folder holds):
   <cache_dir>/<key>/train.bin       uint16 token ids (bytes too: one storage format)
   <cache_dir>/<key>/val.bin
   <cache_dir>/<key>/meta.json       tokenizer, vocab, separator, per split its tokens, documents
@@ -32,8 +33,9 @@ Building (prepare): the data path runs one way, each step called once by the one
 calling back: a name -> its documents (sources.documents, read in order) -> token ids (encoded
 here, on --num_proc processes; the result does not depend on num_proc) -> the split files
 (shards.Writer, appending to <key>.partial/ with a manifest every shard_tokens tokens). This
-file says what a cache holds (the streams of documents, their caps and splits) and writes
-meta.json; shards.py keeps the build resumable and to one process at a time. An interrupted
+file says what a cache holds (the streams of documents, their caps and splits) and what its
+meta.json says; shards.py names the folder, reads meta.json back, keeps the build resumable and
+to one process at a time, and writes the finished files. An interrupted
 build (any error, Ctrl-C, kill -9) called again says it resumes and ends byte-identical to a
 build that never stopped. Only a finished build is renamed into <key>/, with its meta.json
 written last, so the previous cache stays as it was until then (a full disk, a hub error);
@@ -54,7 +56,6 @@ Run: `python data.py` (its docstring); tests/test_data.py and tests/test_prepare
 """
 import collections
 import functools
-import hashlib
 import importlib.util
 import itertools
 import json
@@ -69,8 +70,6 @@ import numpy as np
 from plumbing import cli, ngram, shards, sources
 
 EOT = 50256  # <|endoftext|>, the GPT-2 document separator
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
 # sha256 that tiktoken itself expects for 'gpt2' (tiktoken_ext/openai_public.py, gpt2());
 # tests/test_data.py checks that tiktoken's source still says so.
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
@@ -250,40 +249,7 @@ def _exit_with(parent):
 def cache_folder(name, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
     """The cache folder of dataset `name` (no build): <cache_dir>/<key>, the one path rule
     that data.py and train.py share (see the module docstring for <key>)."""
-    return _cache_folder(name, max_tokens, cache_dir, sources.resolve(name)[0], tokenizer)
-
-
-def _cache_folder(name, max_tokens, cache_dir, files=None, tokenizer="gpt2"):
-    if name == "builtin":
-        key = f"builtin-py{sys.version_info[0]}.{sys.version_info[1]}"
-    elif files is not None:  # fingerprint of paths, sizes and mtimes: edited files -> new cache
-        stats = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
-        digest = hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:10]
-        base = os.path.basename(os.path.normpath(name[len("files:"):])) or "root"
-        key = "files-" + re.sub(r"[^A-Za-z0-9._-]", "_", base) + "-" + digest
-    else:
-        key = name
-    if max_tokens is not None:
-        key += f"-max{max_tokens}"
-    if tokenizer != "gpt2":  # gpt2 keeps the keys of existing caches
-        key += f"-{tokenizer}"
-    return os.path.join(cache_dir or DEFAULT_CACHE_DIR, key)
-
-
-def read_meta(folder):
-    """meta.json of a cache folder, keeping only splits whose .bin has the recorded size."""
-    try:
-        with open(os.path.join(folder, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return None
-    done = {}
-    for split, info in meta.get("splits", {}).items():
-        path = os.path.join(folder, f"{split}.bin")
-        if os.path.isfile(path) and os.path.getsize(path) == 2 * info.get("tokens", -1):
-            done[split] = info
-    meta["splits"] = done
-    return meta
+    return shards.folder_of(name, sources.resolve(name)[0], max_tokens, cache_dir, tokenizer)
 
 
 def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, progress=shards.PROGRESS_EVERY,
@@ -304,12 +270,13 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     if max_tokens is not None and max_tokens < 1:
         raise cli.UserError(f"max_tokens must be >= 1 or None, got {max_tokens}")
     files, has = sources.resolve(name)  # what the source is, asked once at the door
-    folder = _cache_folder(name, max_tokens, cache_dir, files, tokenizer)
     wanted = list(splits or has)
     bad = [s for s in wanted if s not in has]
     if bad:
         raise cli.UserError(f"dataset '{name}' has no split {bad[0]!r}; its splits: {has}")
-    cached = _holds(read_meta(folder), wanted, force)
+    holds = lambda meta: not force and meta is not None and all(s in meta["splits"] for s in wanted)
+    folder = shards.folder_of(name, files, max_tokens, cache_dir, tokenizer)
+    cached = holds(shards.read_meta(folder))
     shards.remove_temps(folder, stale=True)  # a killed process's temp files, hit or not
     if cached:
         return folder  # a cache hit: no lock taken
@@ -317,17 +284,12 @@ def prepare(name, max_tokens=None, cache_dir=None, splits=None, num_proc=None, p
     if reason:
         raise sources.hub_error(name, folder, reason)
     with shards.building(folder) as partial:  # one build at a time; a second caller waits for it, touching nothing
-        old = read_meta(folder)  # again, under the lock: the build that held it may have made the cache
-        if not _holds(old, wanted, force):
+        old = shards.read_meta(folder)  # again, under the lock: the build that held it may have made the cache
+        if not holds(old):
             streams = _streams(name, files, wanted, old, force, max_tokens)
             _build(name, files, folder, partial, old, streams, tokenizer, max_tokens,
                    num_proc or os.cpu_count() or 1, shard_tokens, progress or 0)
     return folder
-
-
-def _holds(meta, wanted, force):
-    """Whether a cache's meta holds every split wanted (and no rebuild is forced)."""
-    return not force and meta is not None and all(s in meta["splits"] for s in wanted)
 
 
 def _streams(name, files, wanted, old, force, max_tokens):
@@ -414,7 +376,7 @@ def load_split(name, split, max_tokens=None, cache_dir=None, tokenizer="gpt2", v
                      **kwargs)
     tokens = np.memmap(os.path.join(folder, f"{split}.bin"), dtype=np.uint16, mode="r")
     if vocab is not None:
-        info = read_meta(folder)["splits"][split]
+        info = shards.read_meta(folder)["splits"][split]
         top = info["max_id"] if "max_id" in info else int(tokens.max())  # caches built before max_id
         if top >= vocab:
             raise cli.UserError(f"split '{split}' of {name} holds token id {top}, outside the model's "
@@ -443,7 +405,7 @@ def baselines(name, cache_dir=None, max_tokens=None, tokenizer="gpt2"):
     counts are held in memory: for a large source, cap it with max_tokens."""
     check_countable(name)
     folder = prepare(name, max_tokens=max_tokens, cache_dir=cache_dir, tokenizer=tokenizer)
-    meta = read_meta(folder)
+    meta = shards.read_meta(folder)
     bins = {s: os.path.join(folder, f"{s}.bin") for s in ("train", "val")}
     key = dict(ngram.METHOD, vocab=vocab_size(tokenizer), created=meta.get("created"),
                splits={s: [meta["splits"][s]["tokens"], os.stat(p).st_mtime_ns] for s, p in bins.items()})

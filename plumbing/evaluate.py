@@ -35,7 +35,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from plumbing import batches, checkpoint, cli, corpus
+from plumbing import batches, checkpoint, cli, corpus, shards
 from plumbing.runtime import EVAL_SEED
 
 AUTO_YARDSTICK_TOKENS = 20_000_000  # --yardsticks auto counts on a train split of at most this many tokens
@@ -69,7 +69,7 @@ def wait_for_caches(cfg, poll=2.0):
             folder = corpus.cache_folder(name, **data_args(cfg, name))
         except (cli.UserError, ValueError):
             return  # a bad name: load_data says so in one line
-        while split not in ((corpus.read_meta(folder) or {}).get("splits") or {}):
+        while split not in ((shards.read_meta(folder) or {}).get("splits") or {}):
             if time.time() > deadline:
                 raise cli.UserError(f"waited {DATA_WAIT_S / 3600:.0f} h for rank 0 to tokenize {name} ({folder}); "
                                     f"prepare it first: python data.py --dataset {name}")
@@ -152,7 +152,7 @@ def count_yardsticks(cfg, name):
         return corpus.baselines(name, **args)  # a corpus without a train split (c4): its one-line error
     try:
         folder = corpus.cache_folder(name, **args)
-        built = (corpus.read_meta(folder) or {}).get("splits") or {}
+        built = (shards.read_meta(folder) or {}).get("splits") or {}
         if not {"train", "val"} <= set(built) or (built["train"]["tokens"] > AUTO_YARDSTICK_TOKENS and
                                                   not os.path.exists(os.path.join(folder, "baselines.json"))):
             return None

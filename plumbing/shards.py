@@ -1,5 +1,6 @@
-"""Resumable token-cache builds: token ids appended to uint16 <split>.bin files in shards, with a
-manifest from which an interrupted build resumes; the lock that keeps a build to one process.
+"""The token cache on disk: its folder (folder_of) and what a finished one holds (read_meta), and
+its resumable builds: token ids appended to uint16 <split>.bin files in shards, with a manifest
+from which an interrupted build resumes; the lock that keeps a build to one process.
 
 Paper: "EMA Is Not All You Need" (arXiv 2604.08556), section "Large scale: SPEN": the 130M
 SPEN trains on FineWeb-Edu, a stream far longer than one sitting; this file writes such a
@@ -8,7 +9,8 @@ It is the last step of the data path, called by corpus.py's prepare and calling 
 prepare takes the lock (building), opens a Writer on what the cache holds (its identity),
 reads each stream's documents from sources.py, encodes them and hands the token ids to
 Writer.write (which routes a carved stream's documents to 'train' and 'val': carve), then
-commit()s; corpus.py owns the finished cache's layout and meta.json.
+commit()s; corpus.py says what the cache holds (the layout, meta.json's fields), this file where
+it lies and whether a split is there.
 
 Layout of a build in progress, beside its cache folder <key>/:
   <key>.partial/<split>.bin       uint16 token ids, appended in document order
@@ -34,6 +36,7 @@ and after SIGKILL, the lock, progress lines) and tests/test_data.py (full disk, 
 import contextlib
 import errno
 import glob
+import hashlib
 import itertools
 import json
 import math
@@ -49,10 +52,49 @@ SHARD_TOKENS = 1 << 25  # a build records a resumable checkpoint every this many
 PROGRESS_EVERY = 10.0   # seconds between progress lines of a build
 WAIT_S = 1800.0         # how long a second caller waits for another process's build of the same cache
 VAL_EVERY = 10          # carved sources: document i goes to 'val' when i % VAL_EVERY == 0
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+DEFAULT_CACHE_DIR = os.environ.get("EMA_DATA_DIR") or os.path.join(ROOT, ".cache", "data")
 
 
 class CacheWriteError(sources.DataUnavailable):  # a cli.UserError, through DataUnavailable
     """The token cache could not be written (full disk, no permission); message is one line."""
+
+
+# ----------------------------------------------------------------------------- the cache on disk
+
+def folder_of(name, files=None, max_tokens=None, cache_dir=None, tokenizer="gpt2"):
+    """The cache folder of source `name` (its `files` from sources.resolve): <cache_dir>/<key> (the module
+    docstring of corpus.py says what <key> is made of)."""
+    if name == "builtin":
+        key = f"builtin-py{sys.version_info[0]}.{sys.version_info[1]}"
+    elif files is not None:  # fingerprint of paths, sizes and mtimes: edited files -> new cache
+        stats = [(f, os.path.getsize(f), os.path.getmtime(f)) for f in files]
+        digest = hashlib.sha1(json.dumps(stats).encode()).hexdigest()[:10]
+        base = os.path.basename(os.path.normpath(name[len("files:"):])) or "root"
+        key = "files-" + re.sub(r"[^A-Za-z0-9._-]", "_", base) + "-" + digest
+    else:
+        key = name
+    if max_tokens is not None:
+        key += f"-max{max_tokens}"
+    if tokenizer != "gpt2":  # gpt2 keeps the keys of existing caches
+        key += f"-{tokenizer}"
+    return os.path.join(cache_dir or DEFAULT_CACHE_DIR, key)
+
+
+def read_meta(folder):
+    """meta.json of a cache folder, keeping only splits whose .bin has the recorded size."""
+    try:
+        with open(os.path.join(folder, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    done = {}
+    for split, info in meta.get("splits", {}).items():
+        path = os.path.join(folder, f"{split}.bin")
+        if os.path.isfile(path) and os.path.getsize(path) == 2 * info.get("tokens", -1):
+            done[split] = info
+    meta["splits"] = done
+    return meta
 
 
 # ----------------------------------------------------------------------------- files

@@ -47,7 +47,7 @@ def test_hashes_are_tiktokens():
 
 def test_builtin_prepare_layout_and_cache_hit(tmp_path, monkeypatch):
     folder = corpus.prepare("builtin", max_tokens=3000, cache_dir=str(tmp_path))
-    meta = corpus.read_meta(folder)
+    meta = shards.read_meta(folder)
     assert meta["splits"]["train"]["tokens"] == 3000 and meta["splits"]["val"]["tokens"] > 0
     train = corpus.load_split("builtin", "train", max_tokens=3000, cache_dir=str(tmp_path))
     assert isinstance(train, np.memmap) and train.dtype == np.uint16 and len(train) == 3000
@@ -125,7 +125,7 @@ def test_offline_hub_error_is_quick_and_clear(tmp_path, monkeypatch, capsys):
 
 def test_hub_cache_hit_needs_no_network(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = corpus._cache_folder("c4", None, str(tmp_path))
+    folder = shards.folder_of("c4", None, None, str(tmp_path))
     os.makedirs(folder)
     np.arange(100, dtype=np.uint16).tofile(os.path.join(folder, "val.bin"))
     with open(os.path.join(folder, "meta.json"), "w") as f:
@@ -170,8 +170,10 @@ def test_import_graph_and_public_names():
         "one of " + ", ".join(["builtin", *sources.HUB, "files:PATH"]))
     assert corpus.EOT == 50256
     for name in ("get_tokenizer", "vocab_size", "separator", "decode", "cache_folder", "prepare",
-                 "load_split", "read_meta", "baselines"):
+                 "load_split", "baselines"):
         assert callable(getattr(corpus, name, None)), name
+    for name in ("folder_of", "read_meta", "building", "Writer"):  # the cache on disk
+        assert callable(getattr(shards, name, None)), name
     for name in ("DataConfig", "get_parser", "main"):
         assert callable(getattr(data, name, None)), name
     # ngram and sources import neither corpus nor torch (no cycle, whatever the order), sources
@@ -190,8 +192,8 @@ def test_bytes_tokenizer_cache_layout(tmp_path, monkeypatch):
         corpus.vocab_size("chars")
     cache = str(tmp_path)
     folder = corpus.prepare("builtin", max_tokens=30000, cache_dir=cache, tokenizer="bytes")
-    assert folder.endswith("-max30000-bytes") and folder != corpus._cache_folder("builtin", 30000, cache)
-    meta = corpus.read_meta(folder)
+    assert folder.endswith("-max30000-bytes") and folder != shards.folder_of("builtin", None, 30000, cache)
+    meta = shards.read_meta(folder)
     assert (meta["tokenizer"], meta["vocab"], meta["separator"]) == ("bytes", 256, 0) and "NUL" in meta["layout"]
     train, val = (corpus.load_split("builtin", s, max_tokens=30000, cache_dir=cache, tokenizer="bytes")
                   for s in ("train", "val"))
@@ -277,7 +279,7 @@ def test_full_disk_keeps_the_previous_cache(tmp_path, monkeypatch, capsys):
     # a first build on a full disk leaves nothing behind
     with pytest.raises(shards.CacheWriteError):
         corpus.prepare("builtin", max_tokens=1000, cache_dir=cache)
-    assert not os.path.exists(corpus._cache_folder("builtin", 1000, cache))
+    assert not os.path.exists(shards.folder_of("builtin", None, 1000, cache))
     monkeypatch.delattr(shards, "open")
     # the previous cache is still a cache hit
     monkeypatch.setattr(shards, "Writer", lambda *a, **k: pytest.fail("rebuilt a good cache"))
@@ -307,7 +309,7 @@ def test_a_missing_tokenizer_package_is_one_line(tmp_path, monkeypatch, capsys):
         err = capsys.readouterr().err
         assert exc.value.code == 1 and err.count("\n") == 1 and "pip install -r requirements.txt" in err, err
         assert os.listdir(cache) == []  # nothing left behind
-        assert corpus.read_meta(corpus.prepare("builtin", max_tokens=100, cache_dir=str(cache), tokenizer="bytes",
+        assert shards.read_meta(corpus.prepare("builtin", max_tokens=100, cache_dir=str(cache), tokenizer="bytes",
                                                progress=0))["tiktoken"] is None
     finally:
         corpus.get_tokenizer.cache_clear()
@@ -339,11 +341,11 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     ids = corpus.get_tokenizer().encode_ordinary(text) + [corpus.EOT]
     train, val = (corpus.load_split(name, s, cache_dir=cache) for s in ("train", "val"))
     assert len(val) == math.ceil(len(ids) / shards.VAL_EVERY) and train.tolist() + val.tolist() == ids
-    meta = corpus.read_meta(os.path.dirname(train.filename))
+    meta = shards.read_meta(os.path.dirname(train.filename))
     assert "last 1/10 of the tokens" in meta["val_rule"]
     # a cap on train does not starve val
     capped = corpus.prepare(name, cache_dir=cache, max_tokens=5)
-    assert {s: v["tokens"] for s, v in corpus.read_meta(capped)["splits"].items()} == {"train": 5, "val": 5}
+    assert {s: v["tokens"] for s, v in shards.read_meta(capped)["splits"].items()} == {"train": 5, "val": 5}
     # three rows: val is the tail of the last one, train keeps whole documents before it
     rows = [f"row {i} " + "text " * 20 for i in range(3)]
     (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
@@ -355,8 +357,8 @@ def test_few_documents_carve_val_from_the_tail(tmp_path, monkeypatch):
     (tmp_path / "blank.txt").write_text("  \n\n \n")
     with pytest.raises(sources.DataUnavailable, match="gave no tokens"):
         corpus.prepare(f"files:{tmp_path / 'blank.txt'}", cache_dir=cache)
-    assert not os.path.exists(corpus._cache_folder(f"files:{tmp_path / 'blank.txt'}", None, cache,
-                                                 sources.resolve(f"files:{tmp_path / 'blank.txt'}")[0]))
+    assert not os.path.exists(shards.folder_of(f"files:{tmp_path / 'blank.txt'}",
+                                                sources.resolve(f"files:{tmp_path / 'blank.txt'}")[0], None, cache))
 
 
 def test_non_utf8_file_is_named(tmp_path, monkeypatch, capsys):

@@ -34,7 +34,7 @@ def _bins(folder):
 
 def _splits(folder):
     """meta.json's splits without their build time."""
-    splits = corpus.read_meta(folder)["splits"]
+    splits = shards.read_meta(folder)["splits"]
     return {s: {k: v for k, v in info.items() if k != "seconds"} for s, info in splits.items()}
 
 
@@ -274,7 +274,7 @@ def test_a_second_build_waits_for_the_first_and_reads_its_cache(tmp_path, monkey
 
 def test_vocab_is_checked_where_data_enters(tmp_path):
     cache = str(tmp_path)
-    meta_max = corpus.read_meta(corpus.prepare("builtin", max_tokens=2000, cache_dir=cache, progress=0))["splits"]
+    meta_max = shards.read_meta(corpus.prepare("builtin", max_tokens=2000, cache_dir=cache, progress=0))["splits"]
     train = corpus.load_split("builtin", "train", max_tokens=2000, cache_dir=cache, vocab=50257)
     assert meta_max["train"]["max_id"] == int(np.max(train)) and meta_max["val"]["max_id"] == int(np.max(
         corpus.load_split("builtin", "val", max_tokens=2000, cache_dir=cache)))
