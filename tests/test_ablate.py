@@ -14,8 +14,8 @@ import ablate
 from plumbing import cli, repeats
 
 MODELS = ("linear", "softmax_state", "softmax_history", "gpt")  # both reader families, a pair, GPT
-TINY = dict(models=MODELS, max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2, eval_iters=1,
-            eval_interval=2, hit_seqs=4, warmup_iters=1, workers=1, content=False)
+TINY = dict(models=MODELS, tokenizer="bytes", max_iters=2, seeds=2, n_layer=1, n_embd=32, block_size=80, batch_size=2,
+            eval_iters=1, eval_interval=2, hit_seqs=4, warmup_iters=1, workers=1, content=False)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

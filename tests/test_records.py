@@ -130,10 +130,10 @@ def test_resume_over_a_damaged_metrics_line_names_the_line(how, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def scaling_run(tmp_path_factory):
+def scaling_run(tmp_path_factory, small_corpus):
     out = tmp_path_factory.mktemp("scaling") / "out"
     tiny = dict(models=("linear",), widths=(16,), n_layer=1, block_size=32, batch_size=2, max_tokens=64 * 4,
-                first_tokens=64 * 2, points=2, eval_iters=1, warmup_iters=1)
+                first_tokens=64 * 2, points=2, eval_iters=1, warmup_iters=1, data=small_corpus)
     scaling.main(cli.build(scaling.ScalingConfig, scaling.PRESETS, "cpu", out_dir=str(out), **tiny))
     return out, tiny
 
@@ -157,8 +157,8 @@ def test_scaling_over_a_damaged_record_writes_no_table(scaling_run, name, line, 
 @pytest.fixture(scope="module")
 def ablate_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ablate") / "out"
-    tiny = dict(models=("linear",), max_iters=2, seeds=1, n_layer=1, n_embd=16, block_size=80, batch_size=2,
-                eval_iters=1, eval_interval=1, hit_seqs=4, warmup_iters=1, workers=1, content=False)
+    tiny = dict(models=("linear",), tokenizer="bytes", max_iters=2, seeds=1, n_layer=1, n_embd=16, block_size=80,
+                batch_size=2, eval_iters=1, eval_interval=1, hit_seqs=4, warmup_iters=1, workers=1, content=False)
     ablate.main(cli.build(ablate.AblateConfig, ablate.PRESETS, "cpu", out_dir=str(out), **tiny))
     return out, tiny
 

@@ -19,6 +19,11 @@ TINY = dict(models=("gpt", "linear"), widths=(32,), n_layer=1, block_size=32, ba
             first_tokens=64 * 2, points=3, eval_iters=1, warmup_iters=2, cooldown=0.5)  # the branch: steps 3 -> 6
 
 
+@pytest.fixture(scope="module", autouse=True)
+def small_data(small_corpus):
+    TINY["data"] = small_corpus  # every run of this module trains and scores on conftest's small corpus
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("scaling"))
@@ -59,7 +64,7 @@ def test_outputs_and_segments_equal_one_run(tiny_run, tmp_path):
     assert once["val_loss"] == pytest.approx(curve["points"][-1]["val_loss"], abs=1e-6)
     # the whole val split scored at every point; the cooldown branch leaves the trunk at step 3
     assert [r["step"] for r in curve["scores"]] == [2, 3, 6] and len(curve["machines"]) == 1
-    val_bytes = len(corpus.load_split("builtin", "val", tokenizer="bytes"))
+    val_bytes = len(corpus.load_split(TINY["data"], "val", tokenizer="bytes"))
     assert all(r["targets"] == val_bytes - 1 and r["windows"] == -(-(val_bytes - 1) // 32) for r in curve["scores"])
     cool = curve["cooldown"]
     assert cool["start_step"] == 3 and [p["step"] for p in cool["points"]] == [6] and cool["scores"][0]["step"] == 6
