@@ -9,7 +9,6 @@ paired seeds. Every p comes from scipy (its tests' t and df, its t and normal di
 
     from lab import ttests; ttests.verdicts([0.79, 0.80], [0.84, 0.86], False, 0.01)["right"]
 """
-import scipy.stats
 import torch
 
 MISTAKES = (  # (name, message): the check names the first whose se or verdict a wrong answer matches
@@ -33,6 +32,7 @@ MISTAKES = (  # (name, message): the check names the first whose se or verdict a
 
 def verdicts(a, b, paired, alpha):
     """{name: (se, verdict)} of exercise 8's test on a and b (name 'right') and of each of MISTAKES."""
+    import scipy.stats  # here: its import takes longer than a grade of most exercises, which never need it
     A, B = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
     n, m, diff = len(a), len(b), float(A.mean() - B.mean())
     test = scipy.stats.ttest_rel(A, B) if paired else scipy.stats.ttest_ind(A, B, equal_var=False)
