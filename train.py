@@ -208,7 +208,7 @@ def model_config(cfg):
                  dropout=cfg.dropout, vocab_size=corpus.vocab_size(cfg.tokenizer))
     if cfg.model == "gpt":  # SPEN's own flags are at their defaults (TrainConfig refuses others)
         return GPTConfig(**shape)
-    return SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.blocks
+    return SPENConfig(**shape, predictor=cfg.predictor, reads=cfg.reads, context=cfg.context,  # blocks: spen.check
                       trace_method=cfg.trace_method, **{k: getattr(cfg, k) for k in READER_FLAGS})
 
 

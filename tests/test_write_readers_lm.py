@@ -148,7 +148,7 @@ def test_a_hybrid_trains_resumes_and_samples(tmp_path, capsys):
     train.main(train.make_config("cpu_bytes", max_iters=3, resume=True, predictor="ema_kv,softmax_attn(reads=history)",
                                  **flags))
     ckpt = torch.load(tmp_path / "ckpt_last.pt", map_location="cpu", weights_only=False)
-    assert ckpt["step"] == 3 and spen.blocks(spen.SPENConfig(**ckpt["config"])) == [
+    assert ckpt["step"] == 3 and spen.check(spen.SPENConfig(**ckpt["config"])) == [
         ("ema_kv", "state", {}), ("softmax_attn", "history", {})]
     model, _ = sample.load(str(tmp_path / "ckpt_last.pt"), torch.device("cpu"))
     assert [type(b.pred).__name__ for b in model.blocks] == ["EMAKVState", "SoftmaxAttnHistory"]
