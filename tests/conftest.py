@@ -15,14 +15,6 @@ def pytest_configure(config):
                                        "notebook, a kill or Ctrl-C, a long training); `-m \"not slow\"` skips it")
 
 
-def pytest_collection_modifyitems(items):
-    """The modules that hold process-level (`slow`) tests first, each module's tests kept together (a module's
-    fixtures are set up once): under -n auto the workers then end on quick tests together, not one on a long
-    test while the other waits."""
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module.__name__ not in slow)
-
-
 # A shell's `cmd &` starts it with Ctrl-C ignored, and every process it starts inherits that (our commands keep
 # an ignored SIGINT ignored, as under nohup): the Ctrl-C tests then hang. The suite's own process takes a handler
 # back, so the commands it starts (an exec resets a handled signal) get Ctrl-C as from a terminal.
