@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import statistics
 
 from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
 
@@ -90,7 +91,8 @@ def read_folder(folder, val, T):
 
 
 def summary(lives):
-    return dict(median=sorted(lives)[len(lives) // 2], past_far=sum(x > FAR for x in lives) / len(lives), heads=len(lives))
+    """An arm's heads: the median half-life (of an even count, the mean of the middle two), the share past FAR."""
+    return dict(median=statistics.median(lives), past_far=sum(x > FAR for x in lives) / len(lives), heads=len(lives))
 
 
 def plot(res, path):

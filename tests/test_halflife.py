@@ -1,6 +1,7 @@
 """dev/halflife.py: a gated head's half-life read from its parameters (init) and from its gates on
 text (trained) agree when the gate ignores its input; a model without a gate has no heads to read;
-a seed folder's name reads back as dev.seeds wrote it; a folder of no seeds is one line."""
+a seed folder's name reads back as dev.seeds wrote it; a folder of no seeds is one line; an arm's median is
+its heads' median."""
 import math
 
 import numpy as np
@@ -44,3 +45,10 @@ def test_a_seed_folder_reads_back_as_its_arm():
     for arm, seed in [("delta", 0), ("gated_delta_ret", 12), ("delta@0.004", 2), ("gpt@0.001", 1)]:
         assert halflife.arm_seed(seeds.folder(arm, seed)) == (arm, seed)
     assert halflife.arm_seed("runs") is None
+
+
+def test_an_arms_median_half_life_is_the_median_of_its_heads():
+    """Of an even number of heads, the mean of the middle two (not the upper one); the share past FAR strictly."""
+    s = halflife.summary([10.0, 500.0, 20.0, 30.0, halflife.FAR])
+    assert s == dict(median=30.0, past_far=0.2, heads=5)
+    assert halflife.summary([10.0, 20.0, 30.0, 1000.0])["median"] == 25.0
