@@ -60,7 +60,6 @@ import importlib.util
 import itertools
 import json
 import os
-import re
 import shutil
 import sys
 import time
