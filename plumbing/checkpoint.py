@@ -377,13 +377,13 @@ def run_lock(out_dir):
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             raise LockHeld(f"{out_dir} is in use by a running command (pid {holder}); wait for it to finish or "
                            f"choose another --out_dir") from None
-        st = os.fstat(fd)
-        if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0))):
-            raise CheckpointError(f"{path} is not a lock file a command of this project made ("
-                                  + ("a hard link to another file" if stat.S_ISREG(st.st_mode) and st.st_nlink > 1
-                                     else "it holds other text" if stat.S_ISREG(st.st_mode) else "not a regular "
-                                     "file") + "); it is left as it was: move it away or choose another --out_dir")
         try:
+            st = os.fstat(fd)
+            if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and LOCK_TEXT.fullmatch(os.pread(fd, 4096, 0))):
+                raise CheckpointError(f"{path} is not a lock file a command of this project made ("
+                                      + ("a hard link to another file" if stat.S_ISREG(st.st_mode) and st.st_nlink > 1
+                                         else "it holds other text" if stat.S_ISREG(st.st_mode) else "not a regular "
+                                         "file") + "); it is left as it was: move it away or choose another --out_dir")
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}, {os.path.basename(sys.argv[0]) or 'python'}".encode())  # who holds it
         except OSError as e:  # a full disk: the lock is held, but the command could write nothing else either
