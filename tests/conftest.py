@@ -28,12 +28,14 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory):
     """A files: corpus of the first 40,000 bytes of builtin's train split: a scaling curve scores its whole val
-    split (its last tenth) at every point, in a fraction of builtin's time."""
+    split (its last tenth) at every point, in a fraction of builtin's time. Its byte cache goes with the session."""
+    import shutil
     from plumbing import corpus
     path = tmp_path_factory.mktemp("corpus") / "small.txt"
     text = bytes(corpus.load_split("builtin", "train", tokenizer="bytes")[:40_000]).decode("utf-8", errors="ignore")
     path.write_text(text.replace("\0", "\n"), encoding="utf-8")
-    return f"files:{path}"
+    yield f"files:{path}"
+    shutil.rmtree(corpus.cache_folder(f"files:{path}", tokenizer="bytes"), ignore_errors=True)
 
 
 @pytest.fixture
