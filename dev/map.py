@@ -3,32 +3,22 @@
 
 Two campaigns of seeded curves (each (arm, seed) one scaling.py curve in a folder of its own,
 <model>_s<seed> or <model>_lr<lr>_s<seed>, written by `python -m dev.seeds`), each read on its own:
-- **map**: results/map/seeds (an Intel Xeon), each core model at several seeds; its comparisons:
-  each model against GPT, each ingredient against its base, on every metric; one family.
-- **screen**: results/map/screen, the screening of results/map/PLAN.md (its families P, S and G,
-  the hypotheses H1-H4 as the plan names them, below in PLANNED), and the plan's stage-2 rule.
+- **map**: results/map/seeds (an Intel Xeon); each model against GPT, each ingredient against its base.
+- **screen**: results/map/screen, results/map/PLAN.md's screening: its families (PLANNED), its stage 2
+  and the confirmation its rule picks.
 An arm is a model at a learning rate (`delta`, or `delta@0.004` at another rate than RATE). Every
-point is scored on the whole validation split and read at the constant-lr trunk's last point (10M
-bytes) and at its cooldown branch's end (the lr linearly to 0 over the last 20%). Per arm and CPU
-(curves of two CPUs are never pooled, nor tested against each other): n, mean ± standard error and
-a 95% interval on all bytes, copies, copies 128+ bytes back and the other bytes, and a
-seeds-by-documents bootstrap of the standard error of the mean (how much is the seeds, how much the
-validation documents: windows.json's per-window sums, each window given to the document holding
-its first target). Per comparison (first - second, MIN_SEEDS seeds or more a side): the difference,
-Welch's two-sided p (scipy), the exact permutation p over seed labels (two-sided, |difference of
-means|; every relabelling, or map_stats.PERMUTATIONS random ones where there are more) and its floor
-(the smallest p it can give: 2 / C(n_a + n_b, n_a), or 1 / C with unequal sides), Holm's correction
-over the family, the 99% Welch interval (dev/map_stats.py computes them); the verdict
-"below"/"above" only where the Holm-adjusted Welch p and the permutation p are both under ALPHA,
-"tie" where not and the floor is at most ALPHA, else "no verdict" (too few seeds for the
-permutation test to reach ALPHA). Also what the cooldown does to the spread across seeds, and each
-seed's copy onset against its final copy loss (is the seed spread a timing shift?).
-The map also tables its earlier curves (results/scaling/scaling.json's references and
-results/map/<model>/, results/map/seed1/<model>/: one or two seeds each, on earlier CPUs, 128 fixed
-windows), in no test. A damaged record (a NaN, a negative loss, a missing field, a curve at other
-settings, one seed twice, a folder named for another arm or seed) is refused in one line naming the
-file; a seed folder whose curve has not finished is said on stderr and counted in map.md.
-State: floats per sequence and layer at T = 256 (model.state_floats).
+point is scored on the whole validation split, read at the constant-lr trunk's last point (10M
+bytes) and at its cooldown branch's end. Per arm and CPU (two CPUs are never pooled, nor tested
+against each other): n, mean ± standard error, a 95% interval on all bytes, copies, copies 128+
+bytes back and the other bytes, a seeds-by-documents bootstrap of the standard error
+(windows.json). Per comparison (first - second, MIN_SEEDS seeds or more a side) dev/map_stats.py's
+statistics and PLAN.md's verdict ("below"/"above", "tie", or "no verdict" where the permutation
+test cannot reach ALPHA); what the cooldown does to the spread; each seed's copy onset against its
+final copy loss. The map also tables its earlier curves (results/scaling/scaling.json's references,
+results/map/<model>/ and seed1/<model>/: earlier CPUs, 128 fixed windows), in no test. A damaged
+record (a NaN, a negative loss, a missing field, other settings, one seed twice, a folder named for
+another arm or seed) is refused in one line naming the file; a seed folder without a finished curve
+is said on stderr and counted in map.md. State: floats per sequence and layer at T = 256.
 
 Run (from the repository root)
     python -m dev.map                                                # -> out/map/map.md, map.json, map.png
@@ -43,6 +33,7 @@ import glob
 import json
 import math
 import os
+import statistics
 import sys
 
 from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
@@ -52,7 +43,7 @@ cli.exit_on_ctrl_c(__name__, "dev.map")
 from dev import seeds
 from dev import map_stats
 from plumbing import checkpoint, tables
-from plumbing.records import NULL, NUMBER, Each, Opt
+from plumbing.records import LOSS, MAYBE_LOSS, NULL, NUMBER, Each, Opt, Range
 
 REFERENCE = "results/scaling/scaling.json"
 SEEDS = "results/map/seeds"
@@ -77,20 +68,22 @@ PLANNED = {"P": [(h, a, b, "copies") for h, a, b in HYPOTHESES],  # family -> (l
            "S": [(h, a, b, "all") for h, a, b in HYPOTHESES],
            "G": [("G", a, "gpt", "copies") for a in ("delta", "gated_delta", "gated_delta_ret", "delta_k128_v32",
                                                      "delta_k128_v64", "delta_wide", "delta_product")]}
-SCORE = {"step": int, "tokens": NUMBER, **{m: NUMBER for m in METRICS}}  # a whole-split score, every metric
-SEED = {"model": str, "width": int, "params": (int, NULL), "state_floats": int, "train_seconds": NUMBER,
-        "machines": [str], "points": [{"step": int, "tokens": NUMBER, "val_loss": NUMBER}], "scores": [SCORE],
+GAP, POWER, CAP, FRESH = 0.05, 0.8, 16, 100  # the confirmation's (PLAN.md): gap on copies, power, seeds a side, first seed
+RATED = {"delta_k128_v32": "delta", "delta_k128_v64": "delta", "delta_wide": "delta"}  # delta's shapes take its H3 rate
+SCORE = {"step": int, "tokens": NUMBER, **{m: LOSS for m in METRICS}}  # a whole-split score, every metric
+SEED = {"model": str, "width": int, "params": (int, NULL), "state_floats": Range(int, 1), "train_seconds": Range(NUMBER, 0),
+        "machines": [str], "points": [{"step": int, "tokens": NUMBER, "val_loss": LOSS}], "scores": [SCORE],
         "cooldown": Opt({"scores": [SCORE], "machines": [str]})}  # a seed's curve (no cooldown yet: unfinished)
-EARLIER = {"model": str, "width": int, "points": [{"step": int, "tokens": int, "val_loss": NUMBER}],
-           "copy": [{"step": int, "loss_copy": (NUMBER, NULL), "loss_other": (NUMBER, NULL),
-                     "by_distance": [{"lo": int, "loss": (NUMBER, NULL)}]}]}
+EARLIER = {"model": str, "width": int, "points": [{"step": int, "tokens": int, "val_loss": LOSS}],
+           "copy": [{"step": int, "loss_copy": MAYBE_LOSS, "loss_other": MAYBE_LOSS,
+                     "by_distance": [{"lo": int, "loss": MAYBE_LOSS}]}]}
 WINDOWS = {"n": [int], "loss": [NUMBER], "copy_n": [int], "copy_loss": [NUMBER], "bin_n": [[int]],
            "bin_loss": [[NUMBER]]}  # windows.json's cooldown entry (plumbing/repeats.py window_scores)
 
 
 def load(path, curve=EARLIER, settings=dict):
     """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one (its
-    settings and curves not of these shapes), or a loss in it is negative."""
+    settings and curves not of these shapes: a loss is a finite number >= 0)."""
     try:
         with open(path) as f:
             res = json.load(f)
@@ -99,15 +92,6 @@ def load(path, curve=EARLIER, settings=dict):
     wrong = tables.shape_error(res, {"settings": settings, "curves": Each(curve)}, path)
     if wrong:
         raise cli.UserError(f"{path} is not a scaling.py record ({wrong}); rerun its scaling.py")
-    for key, c in res["curves"].items():
-        parts = [(w, c[w]) for w in ("points", "scores", "copy") if w in curve]
-        parts += [("cooldown.scores", c["cooldown"]["scores"])] if "cooldown" in curve and "cooldown" in c else []
-        for where, part in parts:
-            for i, p in enumerate(part):
-                for k, v in p.items():
-                    cli.require(not (k.startswith(("val_loss", "loss")) or k in METRICS) or v is None or v >= 0,
-                                "{}: curves.{}.{}[{}].{} is {}, a negative loss: a damaged record; rerun its "
-                                "scaling.py", path, key, where, i, k, v)
     return res["settings"], res["curves"]
 
 
@@ -181,8 +165,6 @@ def collect_seeds(root, ref_settings, folder=SEEDS):
                 unfinished.append(f"{d}: unfinished ({last / 1e6:.1f}M of {settings['max_tokens'] / 1e6:.0f}M bytes"
                                   f"{'' if (c.get('cooldown') or {}).get('scores') else ', no cooldown'}): not in n")
                 continue
-            cli.require(c["train_seconds"] >= 0 and c["state_floats"] > 0, "{}: {}.train_seconds or state_floats is "
-                        "negative: a damaged record; rerun its scaling.py", path, key)
             seed, same = (arm, settings["seed"]), json.dumps([arm, c["points"], c["scores"], c["cooldown"]["scores"]])
             cli.require(seed not in where, "{} seed {} is in both {} and {}: one curve per seed (move one away)",
                         *seed, where.get(seed), path)
@@ -223,16 +205,11 @@ def bounded(name):
 
 def models_table(seeds, point):
     """{row: dict(arm, cpu, n, seeds, point, metrics={metric: summary})} at `point` ('cooldown' |
-    'trunk'), a row per (arm, CPU): named by the arm alone when the campaign ran on one CPU."""
-    cpus = {r["cpu"] for r in seeds}
-    out = {}
-    for arm, cpu in dict.fromkeys((r["arm"], r["cpu"]) for r in seeds):
-        rs = sorted((r for r in seeds if (r["arm"], r["cpu"]) == (arm, cpu)), key=lambda r: r["seed"])
-        out[arm if len(cpus) == 1 else f"{arm} on {cpu}"] = dict(
-            arm=arm, cpu=cpu, n=len(rs), seeds=[r["seed"] for r in rs], state_floats=rs[0]["state_floats"],
-            bounded=rs[0]["bounded"], params=rs[0]["params"], point=point,
-            metrics={k: map_stats.summary([r[point][k] for r in rs]) for k in METRICS})
-    return out
+    'trunk'), a row per (arm, CPU) (group's names)."""
+    return {name: dict(arm=rs[0]["arm"], cpu=rs[0]["cpu"], n=len(rs), seeds=[r["seed"] for r in rs],
+                       state_floats=rs[0]["state_floats"], bounded=rs[0]["bounded"], params=rs[0]["params"],
+                       point=point, metrics={k: map_stats.summary([r[point][k] for r in rs]) for k in METRICS})
+            for name, rs in group(seeds).items()}
 
 
 def planned(campaign, models):
@@ -241,14 +218,11 @@ def planned(campaign, models):
     PLANNED."""
     if campaign == "screen":
         return PLANNED
-    arms = list(dict.fromkeys(v["arm"] for v in models.values()))
-    pairs = [("against GPT", a, "gpt") for a in arms if a != "gpt"] + [(w, a, b) for a, b, w in BASES]
-    return {"map": [(w, a, b, k) for w, a, b in pairs for k in METRICS
-                    if a in arms and b in arms and min(n_seeds(models, a), n_seeds(models, b)) >= MIN_SEEDS]}
-
-
-def n_seeds(models, arm):
-    return max((v["n"] for v in models.values() if v["arm"] == arm), default=0)
+    n = {}  # arm -> its most seeds on one CPU
+    for v in models.values():
+        n[v["arm"]] = max(n.get(v["arm"], 0), v["n"])
+    pairs = [("against GPT", a, "gpt") for a in n if a != "gpt"] + [(w, a, b) for a, b, w in BASES]
+    return {"map": [(w, a, b, k) for w, a, b in pairs for k in METRICS if min(n.get(a, 0), n.get(b, 0)) >= MIN_SEEDS]}
 
 
 def comparisons(models, families, alpha=ALPHA):
@@ -284,13 +258,34 @@ def stage2(seeds, alpha=ALPHA):
     return out
 
 
-def noise(seeds, models, settings, read_split=None):
+def confirmation(models):
+    """PLAN.md's pick and n, per CPU, from the arms with MIN_SEEDS seeds: the bounded arm at RATE with the lowest
+    mean cooldown copies, at its model's best H3 rate (the lowest mean copies of the rates measured; delta's for its
+    shapes, RATED), against GPT at its best; the seeds a side their spreads need (map_stats.n_for_power) and the
+    dev.seeds plan that runs them. `short`: the planned arms still short of MIN_SEEDS seeds (a provisional pick)."""
+    out, planned_arms = [], {arm for plan in PLANNED.values() for _, a, b, _ in plan for arm in (a, b)}
+    for cpu in dict.fromkeys(v["cpu"] for v in models.values()):
+        on = {v["arm"]: v for v in models.values() if v["cpu"] == cpu and v["n"] >= MIN_SEEDS}
+        mean = lambda arm: on[arm]["metrics"]["copies"]["mean"]
+        sd = lambda arm: statistics.stdev(on[arm]["metrics"]["copies"]["values"])
+        best = lambda model: min((a for a in on if seeds.split_arm(a)[0] == model), key=mean, default=model)
+        picks = [a for a in on if on[a]["bounded"] and "@" not in a]
+        if "gpt" not in on or not picks:
+            continue
+        pick = min(picks, key=mean)
+        a, b = arm_of(pick, seeds.split_arm(best(RATED.get(pick, pick)))[1] or RATE), best("gpt")
+        need, n, gap = map_stats.n_for_power(sd(a if a in on else pick), sd(b), GAP, ALPHA, POWER, CAP)
+        out.append(dict(cpu=cpu, pick=pick, copies=mean(pick), a=a, b=b, need=need, n=n, gap=gap, short=sorted(
+            planned_arms - set(on)), plan=",".join(f"{arm}:{FRESH}-{FRESH + n - 1}" for arm in (a, b))))
+    return out
+
+
+def noise(seeds, settings, read_split=None):
     """Per model row and metric the seeds-by-documents bootstrap of its mean (cooldown point), from
     each seed folder's windows.json; {} for a row whose seeds lack one."""
     from plumbing import corpus
     out, docs = {}, None
-    for name, v in models.items():
-        rs = sorted((r for r in seeds if (r["arm"], r["cpu"]) == (v["arm"], v["cpu"])), key=lambda r: r["seed"])
+    for name, rs in group(seeds).items():
         paths = [os.path.join(r["folder"], "windows.json") for r in rs]
         if len(rs) < 2 or not all(map(os.path.exists, paths)):
             continue
@@ -347,10 +342,11 @@ def onset_test(seeds):
 
 
 def group(seeds):
-    """{row name: its seeds}, named as models_table names its rows."""
+    """{row name: its seeds, by seed}: a row per (arm, CPU), named by the arm alone when the campaign ran on one CPU."""
     one = len({r["cpu"] for r in seeds}) == 1
     keys = dict.fromkeys((r["arm"], r["cpu"]) for r in seeds)
-    return {a if one else f"{a} on {c}": [r for r in seeds if (r["arm"], r["cpu"]) == (a, c)] for a, c in keys}
+    return {a if one else f"{a} on {c}": sorted((r for r in seeds if (r["arm"], r["cpu"]) == (a, c)),
+                                                 key=lambda r: r["seed"]) for a, c in keys}
 
 
 # ---- the tables and the figure -------------------------------------------------------------
@@ -416,6 +412,16 @@ def seed_lines(res):
                   "excludes 0; their arms get seeds 3 and 4: " + (", ".join(
                       f"{s['what']} (`{s['a']}` − `{s['b']}`, [{s['ci99'][0]:+.3f}, {s['ci99'][1]:+.3f}])"
                       for s in ext) or "none") + f" (of {len(res['stage2'])} read at 3 vs 3)."]
+        if not res["confirmation"]:
+            lines += ["", f"**The confirmation** (PLAN.md's pick): not yet: GPT and a bounded arm need {MIN_SEEDS} seeds each."]
+        for c in res["confirmation"]:
+            short = f", provisional: {len(c['short'])} planned arms short of {MIN_SEEDS} seeds" if c["short"] else ""
+            cap = f", capped at {CAP}" if c["need"] > CAP else ""
+            lines += ["", f"**The confirmation** (PLAN.md's pick{short}): `{c['pick']}`, the bounded arm with the lowest "
+                      f"mean cooldown copies ({c['copies']:.3f}), as `{c['a']}` against `{c['b']}`: {c['n']} seeds a side "
+                      f"({c['need']} for {POWER:.0%} power at a {GAP}-nat gap, two-sided at {ALPHA}{cap}; {c['n']} a side "
+                      f"find {c['gap']:.3f} with that power): `python -m dev.seeds --out_dir results/map/confirm "
+                      f"--plan \"{c['plan']}\"`."]
     lines += ["", "**What the cooldown does**: the spread (sample std over seeds) at the trunk's last point and "
               "after the cooldown, and the mean change it makes (paired by seed):", ""]
     lines += tables.md_table(["arm", "metric", "std, trunk", "std, cooldown", "mean change"],
@@ -505,7 +511,8 @@ def analyse(root=".", campaign="map", read_split=None):
                 planned={f: [dict(what=w, a=a, b=b, metric=k) for w, a, b, k in p] for f, p in families.items()},
                 models=models, models_trunk=models_table(seeds, "trunk"), comparisons=tests,
                 stage2=stage2(seeds) if campaign == "screen" else None,
-                noise=noise(seeds, models, settings, read_split), cooldown_effect=cooldown_effect(seeds),
+                confirmation=confirmation(models) if campaign == "screen" else None,
+                noise=noise(seeds, settings, read_split), cooldown_effect=cooldown_effect(seeds),
                 onset=onset_test(seeds), onset_level=ONSET, seeds=seeds, unfinished=unfinished, rows=rows), settings
 
 

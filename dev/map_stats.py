@@ -1,6 +1,7 @@
 """The statistics of seeded comparisons (dev/map.py's, beside it): per-seed summaries, Welch's two-sided test with
 its interval, the exact permutation test over seed labels and its floor, Holm's step-down correction,
-the verdict that needs both tests, and a seeds-by-documents bootstrap of a mean's standard error.
+the verdict that needs both tests, the seeds a side a planned power needs, and a seeds-by-documents
+bootstrap of a mean's standard error.
 
 Shapes: x, y the per-seed values of two arms (n_a, n_b); S seeds, W evaluation windows, D documents,
 B bootstrap resamples. Welch: scipy.stats.ttest_ind(equal_var=False); the permutation p counts the
@@ -81,6 +82,17 @@ def welch(x, y, alpha):
     return dict(out, t=float(res.statistic), df=float(res.df), p_welch=float(res.pvalue),
                 p_below=float(stats.t.cdf(res.statistic, res.df)), p_above=float(stats.t.sf(res.statistic, res.df)),
                 ci99=[float(diff - half), float(diff + half)])
+
+
+def n_for_power(sd_a, sd_b, gap, alpha, power, cap):
+    """Seeds a side for a two-sided test at alpha to find a difference of `gap` with `power` (Welch's normal
+    approximation: n = (z_{1 - alpha/2} + z_power)^2 (sd_a^2 + sd_b^2) / gap^2, rounded up, at least 2), capped
+    at `cap` -> (the n needed, uncapped; n; the gap n seeds a side find with that power: (z + z) sqrt((sd_a^2 +
+    sd_b^2) / n))."""
+    from scipy import stats
+    z, var = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power), sd_a ** 2 + sd_b ** 2
+    need = max(2, math.ceil(z * z * var / gap ** 2))
+    return need, min(need, cap), float(z * math.sqrt(var / min(need, cap)))
 
 
 def verdict(c, alpha):

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 
 import numpy as np
 import pytest
@@ -269,10 +270,36 @@ def test_screen_families_on_partial_data(tmp_path, monkeypatch, capsys):
     assert "2 seed folder(s)" in md and "| P | `gated_delta_ret` | `gated_delta` | H1 |" in md and "Stage 2" in md
 
 
+def test_confirmation_pick_rate_and_n(tmp_path):
+    """PLAN.md's pick: the bounded arm at 2e-3 with the lowest mean copies (delta_k128_v32; delta@0.004, lower still,
+    is a rate, not an arm to pick), at delta's best rate (4e-3), against GPT at its best (1e-3); n by the normal
+    formula from the spreads, capped at 16, with the gap 16 a side find; provisional while planned arms are short."""
+    table = {"gpt": [0.80, 0.90, 0.85], "gpt@0.001": [0.70, 0.80, 0.75], "delta": [0.85, 0.95, 0.90],
+             "delta@0.004": [0.60, 0.70, 0.65], "delta_k128_v32": [0.76, 0.84, 0.80], "gated_delta": [0.9, 0.95, 0.92]}
+    res, _ = M.analyse(str(repo(tmp_path, table, folder=M.CAMPAIGNS["screen"], machine=AMD)), "screen")
+    (c,) = res["confirmation"]
+    assert (c["pick"], c["a"], c["b"]) == ("delta_k128_v32", "delta_k128_v32@0.004", "gpt@0.001")
+    var = statistics.variance(table["delta_k128_v32"]) + statistics.variance(table["gpt@0.001"])
+    z = stats.norm.ppf(0.995) + stats.norm.ppf(0.8)
+    assert c["need"] == math.ceil(z * z * var / 0.05 ** 2) == 20 and c["n"] == 16
+    assert c["gap"] == pytest.approx(z * math.sqrt(var / 16))
+    need, n, gap = S.n_for_power(0.089, 0.050, 0.05, 0.01, 0.8, 16)  # PLAN.md's worked case: the Intel map's spreads
+    assert (need, n, round(gap, 3)) == (49, 16, 0.087)
+    assert c["plan"] == "delta_k128_v32@0.004:100-115,gpt@0.001:100-115"
+    assert seeds.parse_plan(c["plan"])[-1] == ("gpt@0.001", 115)
+    assert "delta_product" in c["short"] and "gpt" not in c["short"]
+    md = "\n".join(M.seed_lines(res))
+    assert "provisional: " + str(len(c["short"])) in md and 'capped at 16' in md and c["plan"] in md
+    table["gpt"] = [0.80, 0.81]  # GPT short of 3 seeds: no pick yet
+    del table["gpt@0.001"]
+    res, _ = M.analyse(str(repo(tmp_path / "b", table, folder=M.CAMPAIGNS["screen"], machine=AMD)), "screen")
+    assert res["confirmation"] == [] and "not yet" in "\n".join(M.seed_lines(res))
+
+
 @pytest.mark.parametrize("damage,words", [
-    (lambda c: c["cooldown"]["scores"][0].update(copies=-0.1), ("negative", "copies")),
-    (lambda c: c["scores"][1].update(all=-1.0), ("negative", "all")),
-    (lambda c: c["points"][1].update(val_loss=-1.0), ("negative", "val_loss")),
+    (lambda c: c["cooldown"]["scores"][0].update(copies=-0.1), ("not in [0", "copies")),
+    (lambda c: c["scores"][1].update(all=-1.0), ("not in [0", "all")),
+    (lambda c: c["points"][1].update(val_loss=-1.0), ("not in [0", "val_loss")),
     (lambda c: c["cooldown"]["scores"][0].update(copies=None), ("copies",)),
     (lambda c: c["scores"][2].update(copies=None), ("copies",)),
     (lambda c: c["points"][1].update(step="2441"), ("step",)),
