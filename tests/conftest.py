@@ -39,6 +39,18 @@ def small_corpus(tmp_path_factory):
 
 
 @pytest.fixture
+def forget_cache():
+    """forget_cache(name): the default cache of the files: corpus `name` (written already), which a test let
+    train.py build there, is removed when the test ends: a files: cache is keyed by its path, new every session."""
+    import shutil
+    from plumbing import corpus
+    folders = []
+    yield lambda name, tokenizer="gpt2": folders.append(corpus.cache_folder(name, tokenizer=tokenizer))
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
 def one_thread():
     """Small per-step matmuls (SPCN, probes): one thread is fastest; two oversubscribe 2 cores."""
     n = torch.get_num_threads()

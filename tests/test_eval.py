@@ -35,11 +35,12 @@ def reference_loss(model, val, T, n):
     return total / (n - 1)
 
 
-def test_eval_only_scores_each_corpus_over_every_token_once(tmp_path):
+def test_eval_only_scores_each_corpus_over_every_token_once(tmp_path, forget_cache):
     train.main(train.parse_args(TINY + ["--out_dir", str(tmp_path / "run"), "--max_iters", "1",
                                         "--eval_interval", "1"]))
     ck = str(tmp_path / "run" / "ckpt_last.pt")
     files = write_corpus(tmp_path / "docs", 20)
+    forget_cache(files)
     cap = 300  # builtin's val holds 47k tokens: its first 300; the small corpus's val is read whole
     train.cli_main(["--eval_only", "--init_from", ck, "--eval_data", f"builtin,{files}", "--eval_tokens",
                     str(cap), "--batch_size", "4", "--out_dir", str(tmp_path / "ev")])

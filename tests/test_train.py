@@ -316,11 +316,12 @@ def test_eval_only_gpt2_path_and_gpt_training(tmp_path, monkeypatch):
     assert res["kind"] == "gpt" and math.isfinite(res["val_loss"])
 
 
-def test_local_text_validates_on_itself_and_tiny_corpora_are_refused(tmp_path, capsys):
+def test_local_text_validates_on_itself_and_tiny_corpora_are_refused(tmp_path, capsys, forget_cache):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(12):  # 12 documents: 2 go to val
         (corpus / f"{i}.txt").write_text(" ".join(f"word{i} number{j}" for j in range(200)))
+    forget_cache(f"files:{corpus}")
     cfg = train.parse_args(TINY + ["--data", f"files:{corpus}", "--out_dir", str(tmp_path / "r")])
     assert cfg.eval_data == ""  # the cpu preset does not pin validation to builtin
     train.main(train.parse_args(TINY + ["--data", f"files:{corpus}", "--out_dir", str(tmp_path / "r"),
@@ -328,6 +329,7 @@ def test_local_text_validates_on_itself_and_tiny_corpora_are_refused(tmp_path, c
     assert f"yardsticks on files:{corpus} val" in (tmp_path / "r" / "log.txt").read_text()
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("too short")
+    forget_cache(f"files:{tiny}")
     with pytest.raises(SystemExit) as exc:
         train.cli_main(TINY + ["--data", f"files:{tiny}", "--out_dir", str(tmp_path / "t")])
     err = capsys.readouterr().err
