@@ -76,10 +76,10 @@ def _run(cfg):
     t0 = time.time()
     from plumbing.checkpoint import check_out_dir  # here: importing data.py imports no torch (checkpoint does)
     check_out_dir(cfg.cache_dir or shards.DEFAULT_CACHE_DIR, "--cache_dir")  # a file, read-only: before tokenizing
-    sources.resolve(cfg.dataset)  # a bad name or path: one line, before anything else
+    files = sources.resolve(cfg.dataset)[0]  # a bad name or path: one line, before anything else
     if cfg.baselines:
         corpus.check_countable(cfg.dataset)
-    cached = shards.read_meta(corpus.cache_folder(cfg.dataset, cfg.max_tokens, cfg.cache_dir, cfg.tokenizer))
+    cached = shards.read_meta(shards.folder_of(cfg.dataset, files, cfg.max_tokens, cfg.cache_dir, cfg.tokenizer))
     folder = corpus.prepare(cfg.dataset, max_tokens=cfg.max_tokens, cache_dir=cfg.cache_dir,
                      splits=list(cfg.splits) or None, num_proc=cfg.num_proc, force=cfg.force,
                      tokenizer=cfg.tokenizer, shard_tokens=cfg.shard_tokens, progress=cfg.progress)
