@@ -40,8 +40,7 @@ from plumbing import cli  # first and cheap: a Ctrl-C from the first second is o
 
 cli.exit_on_ctrl_c(__name__, "dev.map")
 
-from dev import seeds
-from dev import map_stats
+from dev import map_stats, seeds
 from plumbing import checkpoint, tables
 from plumbing.records import LOSS, MAYBE_LOSS, NULL, NUMBER, Each, Opt, Range
 
@@ -269,10 +268,9 @@ def confirmation(models):
         mean = lambda arm: on[arm]["metrics"]["copies"]["mean"]
         sd = lambda arm: statistics.stdev(on[arm]["metrics"]["copies"]["values"])
         best = lambda model: min((a for a in on if seeds.split_arm(a)[0] == model), key=mean, default=model)
-        picks = [a for a in on if on[a]["bounded"] and "@" not in a]
-        if "gpt" not in on or not picks:
+        pick = min((a for a in on if on[a]["bounded"] and "@" not in a), key=mean, default=None)
+        if "gpt" not in on or pick is None:
             continue
-        pick = min(picks, key=mean)
         a, b = arm_of(pick, seeds.split_arm(best(RATED.get(pick, pick)))[1] or RATE), best("gpt")
         need, n, gap = map_stats.n_for_power(sd(a if a in on else pick), sd(b), GAP, ALPHA, POWER, CAP)
         out.append(dict(cpu=cpu, pick=pick, copies=mean(pick), a=a, b=b, need=need, n=n, gap=gap, short=sorted(
@@ -408,10 +406,12 @@ def seed_lines(res):
                                f"{c['perm_floor']:.3g}", f"**{c['verdict']}**"] for c in res["comparisons"]])
     if res["campaign"] == "screen":
         ext = [s for s in res["stage2"] if s["extend"]]
+        plan = ",".join(dict.fromkeys(f"{arm}:3-4" for s in ext for arm in (s["a"], s["b"])))
         lines += ["", "**Stage 2** (PLAN.md): the family-P comparisons whose 99% Welch interval at 3 vs 3 (seeds 0-2) "
                   "excludes 0; their arms get seeds 3 and 4: " + (", ".join(
                       f"{s['what']} (`{s['a']}` − `{s['b']}`, [{s['ci99'][0]:+.3f}, {s['ci99'][1]:+.3f}])"
-                      for s in ext) or "none") + f" (of {len(res['stage2'])} read at 3 vs 3)."]
+                      for s in ext) or "none") + f" (of {len(res['stage2'])} read at 3 vs 3)" + (
+                      f": `python -m dev.seeds --out_dir results/map/screen --plan \"{plan}\"`." if plan else ".")]
         if not res["confirmation"]:
             lines += ["", f"**The confirmation** (PLAN.md's pick): not yet: GPT and a bounded arm need {MIN_SEEDS} seeds each."]
         for c in res["confirmation"]:

@@ -268,6 +268,7 @@ def test_screen_families_on_partial_data(tmp_path, monkeypatch, capsys):
     assert len(err) == 2 and "delta_product_s0" in err[0] and "delta_wide_s0" in err[1]
     md = (tmp_path / "out" / "map.md").read_text()
     assert "2 seed folder(s)" in md and "| P | `gated_delta_ret` | `gated_delta` | H1 |" in md and "Stage 2" in md
+    assert '--plan "gated_delta_ret:3-4,gated_delta:3-4"' in md and seeds.parse_plan("gated_delta_ret:3-4,gated_delta:3-4")
 
 
 def test_confirmation_pick_rate_and_n(tmp_path):
