@@ -9,10 +9,13 @@ head's rate as its initialisation sets it), after training averaged over the val
 or more bytes back needs a head whose half-life is past 128. For every seed folder of a gated arm
 under --seeds (OUT/<arm>_s<seed>, written by `python -m dev.seeds`), the init is rebuilt from the
 seed (train.py's seeded build: the same draws) and the trained heads are read from the cooldown
-branch's last checkpoint (the map's readout point; the trunk's when there is no branch yet).
+branch's last checkpoint (the map's readout point), of finished curves only (dev.seeds.finished: a
+curve still training is said on stderr and left out, as the map leaves it out of n). The checkpoints
+are in the campaign's own folders (git holds the records, not runs/): point --seeds there.
 
 Run (from the repository root)
     python -m dev.halflife --seeds results/map/screen --out_dir results/map/screen   # -> halflife.json, .png
+    python -m dev.halflife --seeds /work/wt-screen/results/map/screen --out_dir results/map/screen  # a worktree's
 """
 
 import argparse
@@ -22,6 +25,7 @@ import math
 import os
 import re
 import statistics
+import sys
 
 from plumbing import cli  # first and cheap: a Ctrl-C from the first second is one line
 
@@ -29,6 +33,7 @@ cli.exit_on_ctrl_c(__name__, "dev.halflife")
 
 import torch
 
+from dev import seeds
 from plumbing import checkpoint, corpus, tables
 
 WINDOWS = 32  # validation windows the trained gates are averaged over (32 x 256 bytes)
@@ -37,7 +42,7 @@ FAR = 128  # bytes back: a copy the map counts as far
 
 def heads(model):
     """The gated readers of a model, in block order (blocks whose reader has a learned decay)."""
-    return [b.pred for b in model.blocks if hasattr(b.pred, "log_decay")]
+    return [b.pred for b in getattr(model, "blocks", ()) if hasattr(b.pred, "log_decay")]  # GPT: none
 
 
 def init_lives(model):
@@ -72,13 +77,10 @@ def arm_seed(name):
 
 
 def read_folder(folder, val, T):
-    """(arm, seed, {'init': [...], 'trained': [...], 'point': 'cooldown' | 'trunk'}) of one seed folder,
-    or None when it holds no gated model or no checkpoint yet."""
+    """(arm, seed, {'init': [...], 'trained': [...], 'point': 'cooldown'}) of one finished seed folder, or
+    None when it holds no gated model or no cooldown checkpoint."""
     named = arm_seed(os.path.basename(folder))
-    ckpts = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt")))
-    point = "cooldown"
-    if not ckpts:
-        ckpts, point = sorted(glob.glob(os.path.join(folder, "runs", "*_c128", "ckpt_last.pt"))), "trunk"
+    ckpts, point = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt"))), "cooldown"
     if not named or not ckpts:
         return None
     model, ckpt = checkpoint.load_model(ckpts[-1])
@@ -123,7 +125,11 @@ def main(argv=None):
     cli.require(os.path.isdir(a.seeds), "--seeds {} is not a folder of seed runs (python -m dev.seeds --out_dir)", a.seeds)
     val, res = None, {}
     for folder in sorted(glob.glob(os.path.join(a.seeds, "*_s*"))):
-        if not os.path.isdir(folder):
+        named = arm_seed(os.path.basename(folder))
+        if not os.path.isdir(folder) or not named:
+            continue
+        if not seeds.finished(a.seeds, *named):
+            print(f"{folder}: not finished: left out", file=sys.stderr)
             continue
         if val is None:
             val = corpus.load_split("builtin", "val", tokenizer="bytes")

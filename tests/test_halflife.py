@@ -33,6 +33,8 @@ def test_the_gates_on_text_are_the_init_rate_when_the_gate_ignores_its_input(mon
 
 def test_only_gated_readers_have_half_lives():
     assert halflife.heads(tiny("delta")) == [] and len(halflife.heads(tiny("gated_delta"))) == 2
+    import gpt
+    assert halflife.heads(gpt.GPT(gpt.GPTConfig(vocab_size=256, block_size=16, n_layer=1, n_embd=16, n_head=2))) == []
 
 
 def test_a_folder_without_seeds_is_one_line(tmp_path):
@@ -52,3 +54,12 @@ def test_an_arms_median_half_life_is_the_median_of_its_heads():
     s = halflife.summary([10.0, 500.0, 20.0, 30.0, halflife.FAR])
     assert s == dict(median=30.0, past_far=0.2, heads=5)
     assert halflife.summary([10.0, 20.0, 30.0, 1000.0])["median"] == 25.0
+
+
+def test_a_curve_still_training_is_left_out_and_said(tmp_path, capsys):
+    """Its checkpoint is a point on the way, not the readout: like the map, the half-lives read finished curves only."""
+    (tmp_path / "gated_delta_s0" / "runs" / "gated_delta_c128_cool").mkdir(parents=True)
+    (tmp_path / "gated_delta_s0" / "runs" / "gated_delta_c128_cool" / "ckpt_last.pt").write_bytes(b"")
+    with pytest.raises(cli.UserError):
+        halflife.main(["--seeds", str(tmp_path), "--out_dir", str(tmp_path / "out")])
+    assert "gated_delta_s0: not finished: left out" in capsys.readouterr().err
