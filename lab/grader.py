@@ -11,10 +11,8 @@ handout (lab.handout's files: no solutions, no snapshot tools, no instructor's f
 folder that is deleted afterwards: the child is given nothing of the instructor's folder. The
 expected answers are loaded here before any child starts (grading_set: computed by the instructor's
 lab.snapshot on inputs the handout does not hold, so the handout's lab/expected.json is no table of
-them). Each exercise gets a child process (lab/serve.py) that imports the file and answers calls,
-forked from a server (Zygote) started in the sandbox once per grade, which imports torch and nothing
-else: a grade pays torch's import once, and each child holds what a fresh process would. This
-process runs the check and sends the child each call's arguments only; the child sends back
+them). Each exercise gets a child process (lab/serve.py) that imports the file and answers calls:
+this process runs the check and sends the child each call's arguments only; the child sends back
 what the function returned, raised or changed in place (read with torch.load(weights_only=True):
 no object of the student's is ever unpickled here), and which of the repository's answers it called
 (lab/serve.py's GUARDED, seen by a profile hook however the module was loaded): a call of one fails
@@ -24,10 +22,9 @@ in its process or its folder.
 
 The children: each in a session of its own, under a memory cap (RLIMIT_AS: --memory GiB beyond
 what torch's import maps), killed with everything in its session when its exercise is done, past
---limit (the file's import included), on a Ctrl-C, SIGTERM or SIGHUP of this process, and by the
-kernel if this process dies (PR_SET_PDEATHSIG: the server dies with this process, each child with
-the server); a grandchild that leaves its session is reparented here (PR_SET_CHILD_SUBREAPER) and
-killed too (Linux). The first exercise's child imports the file
+--limit (the file's import included), on a Ctrl-C, SIGTERM or SIGHUP of this process, and by the kernel if this process dies
+(PR_SET_PDEATHSIG); a grandchild that leaves its session is reparented here
+(PR_SET_CHILD_SUBREAPER) and killed too (Linux). The first exercise's child imports the file
 before the others start: a file that hangs or dies at import fails every exercise once, in one
 limit. The instructor's kit says what this cannot stop.
 
@@ -49,7 +46,6 @@ import pickle  # noqa: E402
 import select  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import struct  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -67,7 +63,7 @@ LIMIT_S = 120.0  # one exercise's child, torch's import included: far above a co
 MEMORY_GB = 2.0  # one child's address space (RLIMIT_AS) beyond what torch's import maps; the checks take little
 GRADE_SEED = 1  # the grading set's inputs (lab.snapshot); the notebook's, in lab/expected.json, are seed 0's
 MESSAGE_MAX = 1 << 28  # bytes of one reply from a child: a bigger one is no answer of these exercises
-ZYGOTE = "import sys; from lab import serve; serve.zygote(int(sys.argv[1]))"  # the exercises' fork server
+CHILD = "import sys; from lab import serve; serve.main(*sys.argv[1:])"
 LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 _live, _lock, _reaper = set(), threading.Lock(), [False]  # the children's pids; whether orphans come here
@@ -97,9 +93,8 @@ def sandbox(path, tmp):
 
 
 def confine(parent):
-    """The fork server's first act, before exec: killed when this process dies (each exercise's process
-    is, when the server dies). (The memory cap comes after torch's import, in each exercise's process,
-    lab/serve.py: the CUDA build alone maps 3 GiB of address space.)"""
+    """The child's first act, before exec: killed when this process dies. (Its memory cap comes after
+    torch's import, in lab/serve.py: the CUDA build alone maps 3 GiB of address space.)"""
     def setup():
         if LIBC is not None:
             LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -139,75 +134,32 @@ class Ended(BaseException):
     catch it); its message says which."""
 
 
-class Zygote:
-    """lab/serve.py's fork server, started in the sandbox at `root` (its own session, killed if this process
-    dies): one import of torch per grade; each exercise's process is forked from it. Its requests are
-    serialized here (the exercises' threads share it)."""
+class Child:
+    """One exercise's child process in the sandbox at `root`, and this side of its two pipes."""
 
-    def __init__(self, root):
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    def __init__(self, name, root, limit, stop, memory, log):
+        down, up = os.pipe(), os.pipe()  # (read, write) each: calls go down, replies come up
         with _lock:  # no pid may die between its start and its entry in _live
-            self.p = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(theirs.fileno())], cwd=root,
-                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=confine(os.getpid()),
+            self.p = subprocess.Popen([sys.executable, "-c", CHILD, name, os.path.join("lab", "exercises.py"),
+                                       str(down[0]), str(up[1]), str(memory)], cwd=root, pass_fds=(down[0], up[1]),
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                      start_new_session=True, preexec_fn=confine(os.getpid()),
                                       env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"})
             _live.add(self.p.pid)
-        theirs.close()
-        self.sock, self.lock, self.root = mine, threading.Lock(), root
-
-    def ask(self, fds=(), **request):
-        """Its reply to one request (lab/serve.py's zygote says which); None if it is gone."""
-        with self.lock:
-            try:
-                socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-                reply = self.sock.recv(1 << 16)
-            except OSError:
-                return None
-        return json.loads(reply) if reply else None
-
-    def close(self):
-        self.sock.close()  # the server's loop ends; its exercises' processes are killed by their owners
-        try:
-            self.p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        with _lock:
-            _live.discard(self.p.pid)
-
-
-class Child:
-    """One exercise's process, forked by the sandbox's Zygote, and this side of its two pipes."""
-
-    def __init__(self, name, zygote, limit, stop, memory, log):
-        down, up = os.pipe(), os.pipe()  # (read, write) each: calls go down, replies come up
-        reply = zygote.ask((down[0], up[1], log.fileno()), op="spawn", name=name,
-                           path=os.path.join("lab", "exercises.py"), memory=memory)
-        for fd in (down[0], up[1]):
-            os.close(fd)
-        self.zygote, self.pid = zygote, reply and reply["pid"]
+        os.close(down[0])
+        os.close(up[1])
         self.rfd, self.wfd, self.log, self.limit, self.stop = up[0], down[1], log.name, limit, stop
         self.end, self.used, self.hung = time.monotonic() + limit, set(), False
-        if self.pid is None:
-            os.close(self.wfd)  # nothing will answer: receive says so
-
-    def status(self, wait=False):
-        """Its exit status (a signal's negated), or None while it runs."""
-        reply = self.zygote.ask(op="status", pid=self.pid, wait=wait) if self.pid else None
-        return reply and reply["status"]
 
     def ended(self):
         """Why the child is gone: its status and the last line it wrote to stderr."""
-        if not self.pid:
-            return "the sandbox's fork server is gone (its import of torch failed, or it was killed): no process ran it"
-        status, until = self.status(), time.monotonic() + 5
-        while status is None and self.pid and time.monotonic() < until:
-            time.sleep(0.05)
-            status = self.status()
+        try:
+            self.p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
         with open(self.log, errors="replace") as f:
             last = ([line.strip() for line in f if line.strip()] or ["no message"])[-1]
-        return f"its process ended (status {status}) before the check was done: {last[:200]}"
+        return f"its process ended (status {self.p.returncode}) before the check was done: {last[:200]}"
 
     def receive(self, seconds):
         """The child's next message, or None past `seconds`; Ended past the exercise's limit, at the
@@ -272,25 +224,25 @@ class Child:
 
     def close(self):
         """Kill the child with everything in its session; close the pipes."""
-        if self.pid:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.status(wait=True)
+        try:
+            os.killpg(self.p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.p.wait()
+        with _lock:
+            _live.discard(self.p.pid)
         os.close(self.rfd)
-        if self.pid:
-            os.close(self.wfd)
+        os.close(self.wfd)
         sweep()
 
 
-def grade_one(name, zygote, stored, limit, stop, memory, imported=None):
-    """(passed, message, answers) of exercise `name` of the sandbox of `zygote`, its check run here on
+def grade_one(name, root, stored, limit, stop, memory, imported=None):
+    """(passed, message, answers) of exercise `name` of the sandbox at `root`, its check run here on
     its child's answers (killed, with all it started, past `limit` or once `stop` is set).
     `imported`, a dict with an Event "done": set once the file's import ended, "ok" saying how."""
     imported = imported or dict(done=threading.Event())
-    with open(os.path.join(os.path.dirname(zygote.root), f"{name}.stderr"), "w") as log:
-        child = Child(name, zygote, limit, stop, memory, log)
+    with open(os.path.join(os.path.dirname(root), f"{name}.stderr"), "w") as log:
+        child = Child(name, root, limit, stop, memory, log)
     try:
         hello = child.receive(limit)
         if not isinstance(hello, dict):
@@ -325,30 +277,25 @@ def grade(path, names=None, limit=LIMIT_S, jobs=None, summary=None, memory=MEMOR
     stored = grading_set()  # before any child starts
     results, answers, stop, first = {}, {}, threading.Event(), dict(done=threading.Event())
     cap = int(memory * 2 ** 30)
-    with tempfile.TemporaryDirectory(prefix="lab-grade-", ignore_cleanup_errors=True) as tmp:
+    with tempfile.TemporaryDirectory(prefix="lab-grade-", ignore_cleanup_errors=True) as tmp, \
+            concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         root = sandbox(path, tmp)
-        zygote = Zygote(root)  # the exercises' processes are forked from it: one import of torch per grade
+        t0 = {n: time.time() for n in names}
         try:
-            with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-                t0 = {n: time.time() for n in names}
-                try:
-                    futures = {names[0]: pool.submit(grade_one, names[0], zygote, stored, limit, stop, cap, first)}
-                    while not first["done"].wait(0.2):  # the file's import, once, before the other exercises start
-                        pass
-                    for n in names[1:]:
-                        futures[n] = pool.submit(grade_one, n, zygote, stored, limit, stop, cap) if first.get("ok") \
-                            else None
-                    for n in names:  # in the exercises' order, each as soon as it and those before it are done
-                        passed, message, said = futures[n].result() if futures[n] else futures[names[0]].result()
-                        answers.update(said)
-                        results[n] = dict(passed=bool(passed), message=message, seconds=round(time.time() - t0[n], 1))
-                        print(checks.said(n, passed, message), flush=True)
-                except BaseException:  # a Ctrl-C, SIGTERM or SIGHUP (only this process hears them: each child has a
-                    stop.set()  # session of its own): the running children are killed within 0.2 s, the rest never start
-                    pool.shutdown(cancel_futures=True)
-                    raise
-        finally:
-            zygote.close()
+            futures = {names[0]: pool.submit(grade_one, names[0], root, stored, limit, stop, cap, first)}
+            while not first["done"].wait(0.2):  # the file's import, once, before the other exercises start
+                pass
+            for n in names[1:]:
+                futures[n] = pool.submit(grade_one, n, root, stored, limit, stop, cap) if first.get("ok") else None
+            for n in names:  # in the exercises' order, each as soon as it and those before it are done
+                passed, message, said = futures[n].result() if futures[n] else futures[names[0]].result()
+                answers.update(said)
+                results[n] = dict(passed=bool(passed), message=message, seconds=round(time.time() - t0[n], 1))
+                print(checks.said(n, passed, message), flush=True)
+        except BaseException:  # a Ctrl-C, SIGTERM or SIGHUP (only this process hears them: each child has a
+            stop.set()  # session of its own): the running children are killed within 0.2 s, the rest never start
+            pool.shutdown(cancel_futures=True)
+            raise
     try:  # the instructor's copy: a written answer that is the model answer word for word is named so
         from lab import solutions
         model = {k: " ".join(v.split()) for k, v in vars(solutions).items() if k.startswith("ANSWER_")}

@@ -1,17 +1,12 @@
-"""The grader's child: one process per exercise, in the sandbox (a throwaway copy of the students'
-handout), to import a student's exercises.py and answer the grader's calls of one of its functions,
-one message each way per call over two pipes. The check itself runs in the grader's process: this
-one is sent the arguments only, never an expected answer, and sends back what the function returned
-(tensors, numbers, strings, lists, tuples, dicts), which exception it raised, which argument it
-changed in place, and which of the repository's own answers it called.
+"""The grader's child: lab/grader.py starts one per exercise, in the sandbox (a throwaway copy of
+the students' handout), to import a student's exercises.py and answer the grader's calls of one
+of its functions, one message each way per call over two pipes. The check itself runs in the
+grader's process: this one is sent the arguments only, never an expected answer, and sends back
+what the function returned (tensors, numbers, strings, lists, tuples, dicts), which exception it
+raised, which argument it changed in place, and which of the repository's own answers it called.
 
-    python -c "import sys; from lab import serve; serve.zygote(int(sys.argv[1]))" SOCKET_FD
+    python -c "import sys; from lab import serve; serve.main(*sys.argv[1:])" NAME FILE READ_FD WRITE_FD MEMORY
     (lab.grader runs it so, in the sandbox; not a command)
-
-That process is the fork server, `zygote`, one per grade: it imports torch (and this module) and
-nothing else, then forks each exercise's process, which runs `main`: a grade pays torch's import
-once, and each exercise's process holds what a fresh one would (nothing of the grader's, nothing of
-another exercise's).
 
 The guard on the repository's answers is a profile hook, on while the student's function runs: it
 notes every call of a function named as one of GUARDED in a file of that name (the rules' steps and
@@ -21,19 +16,14 @@ path), and of any function of a file named as one the handout holds back. Code c
 student's file, or a file that turns the hook off, is not seen (the instructor's kit says what else
 the sandbox cannot stop).
 """
-import ctypes
 import importlib.util
 import io
-import json
 import os
 import pickle
 import resource
-import signal
-import socket
 import struct
 import sys
 import threading
-import traceback
 
 import torch
 
@@ -142,58 +132,3 @@ def main(name, path, rfd, wfd, memory):
         reply["used"] = sorted(set(used))
         send(wfd, reply)
 
-
-
-def zygote(sock_fd):
-    """The fork server: one JSON request a message on the SOCK_SEQPACKET socket sock_fd, one reply each.
-    {"op": "spawn", "name", "path", "memory"} with three file descriptors (the calls' pipe to read, the
-    replies' pipe to write, the stderr log): fork a process that leaves this one's socket and session, dies
-    with this process (PR_SET_PDEATHSIG, Linux), and runs main -> {"pid"}. {"op": "status", "pid", "wait"}:
-    its exit status as subprocess reports one (a signal's negated), reaped; None if still running (wait:
-    block until it ends). Ends when the socket closes (the grader is done, or gone)."""
-    sock, ended = socket.socket(fileno=sock_fd), {}  # ended: pid -> exit status, once reaped
-    libc = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
-        except OSError:
-            return
-        if not msg:
-            return
-        req = json.loads(msg)
-        if req["op"] == "spawn":
-            me, pid = os.getpid(), os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    sock.close()
-                    os.setsid()
-                    if libc is not None:
-                        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-                    if os.getppid() != me:  # the fork server died before the line above
-                        os._exit(1)
-                    null = os.open(os.devnull, os.O_RDWR)
-                    for target, fd in ((0, null), (1, null), (2, fds[2])):
-                        os.dup2(fd, target)
-                    os.close(fds[2])
-                    main(req["name"], req["path"], fds[0], fds[1], req["memory"])
-                    code = 0
-                except SystemExit as e:
-                    code = e.code if isinstance(e.code, int) else 1
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    sys.stderr.flush()
-                    os._exit(code)
-            for fd in fds:
-                os.close(fd)
-            reply = dict(pid=pid)
-        else:
-            try:
-                done, status = os.waitpid(req["pid"], 0 if req["wait"] else os.WNOHANG)
-                if done:
-                    ended[done] = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:  # reaped by an earlier request
-                pass
-            reply = dict(status=ended.get(req["pid"]))
-        sock.send(json.dumps(reply).encode())
