@@ -15,7 +15,7 @@ are in the campaign's own folders (git holds the records, not runs/): point --se
 
 Run (from the repository root)
     python -m dev.halflife --seeds results/map/screen --out_dir results/map/screen   # -> halflife.json, .png
-    python -m dev.halflife --seeds /work/wt-screen/results/map/screen --out_dir results/map/screen  # a worktree's
+    python -m dev.halflife --seeds WORKTREE/results/map/screen --out_dir results/map/screen  # the campaign's worktree
 """
 
 import argparse
