@@ -77,11 +77,10 @@ def arm_seed(name):
 
 
 def read_folder(folder, val, T):
-    """(arm, seed, {'init': [...], 'trained': [...], 'point': 'cooldown'}) of one finished seed folder, or
-    None when it holds no gated model or no cooldown checkpoint."""
-    named = arm_seed(os.path.basename(folder))
-    ckpts, point = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt"))), "cooldown"
-    if not named or not ckpts:
+    """{'init': [...], 'trained': [...], 'point': 'cooldown', 'step'} of one finished seed folder's heads, or None
+    when it holds no gated model or no cooldown checkpoint."""
+    ckpts = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt")))
+    if not ckpts:
         return None
     model, ckpt = checkpoint.load_model(ckpts[-1])
     if not heads(model):
@@ -89,7 +88,7 @@ def read_folder(folder, val, T):
     Config, Model = checkpoint.MODELS[ckpt["kind"]]
     torch.manual_seed(ckpt["train"]["seed"])  # train.py's seeded build: the init this run started from
     init = Model(Config(**ckpt["config"]))
-    return *named, dict(init=init_lives(init), trained=trained_lives(model, val, T), point=point, step=ckpt["step"])
+    return dict(init=init_lives(init), trained=trained_lives(model, val, T), point="cooldown", step=ckpt["step"])
 
 
 def summary(lives):
@@ -135,8 +134,7 @@ def main(argv=None):
             val = corpus.load_split("builtin", "val", tokenizer="bytes")
         got = read_folder(folder, val, 256)
         if got:
-            arm, seed, r = got
-            res.setdefault(arm, {"seeds": {}})["seeds"][seed] = r
+            res.setdefault(named[0], {"seeds": {}})["seeds"][named[1]] = got
     cli.require(res, "no gated model's checkpoint under {} yet: train its curves first (python -m dev.seeds)", a.seeds)
     for arm, v in res.items():
         v.update({w: summary([x for r in v["seeds"].values() for x in r[w]]) for w in ("init", "trained")})
