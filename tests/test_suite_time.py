@@ -31,6 +31,9 @@ def test_busy_processes_run_beside_the_suite_and_end_with_it(tmp_path, monkeypat
     tiny = tmp_path / "test_tiny.py"
     tiny.write_text("def test_one():\n    assert True\n")
     seen, real = [], suite_time.run
+    # a sleeping stand-in for the busy loop: this test is of the processes' lives (started with the suite, ended
+    # with it), and a loop would take a core from the rest of the suite for as long as the two runs below last
+    monkeypatch.setattr(suite_time, "BUSY", "import time; time.sleep(600)")
 
     def run(*a):  # the busy process as the suite starts, once it has exec'd (a loaded machine is slow to)
         end = time.monotonic() + 30
