@@ -21,14 +21,19 @@ Run (from the repository root)
     python -m dev.seeds --out_dir results/map/screen --plan "$(python -m dev.seeds --print_plan screen)"
                                                                # the screening of results/map/PLAN.md
     python -m dev.map --out_dir results/map                    # then the map, with their statistics
+    python -m dev.seeds --out_dir results/map/screen --plan "$(python -m dev.seeds --print_plan screen)" \
+        --collect /work/wt-screen/results/map/screen          # a campaign run in a worktree (a fixed commit):
+                                                               # its finished curves' records into this checkout
 """
 
 import argparse
 import contextlib
 import ctypes
+import filecmp
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,6 +123,37 @@ def done(curve, settings):
             and bool((curve.get("cooldown") or {}).get("scores")))
 
 
+RECORD = ("windows.json", "scaling.md", "scaling.png", "scaling.json")  # what the map reads and shows of a curve;
+# scaling.json, which says the curve is finished, last
+
+
+def collect(jobs, source, out_dir):
+    """Copy each finished curve of the plan that is new or changed from a campaign's folder (its --out_dir,
+    e.g. in the worktree of its fixed commit, where the runs and their checkpoints stay) into out_dir: its
+    records (RECORD) and its log, and the campaign's seeds.log -> the (arm, seed) copied. A curve not
+    finished there is left out; each file is copied whole or not at all (checkpoint.atomic_write)."""
+    copied = []
+    for arm, seed in jobs:
+        name = folder(arm, seed)
+        record = os.path.join(name, "scaling.json")
+        if not finished(source, arm, seed) or (os.path.exists(os.path.join(out_dir, record)) and filecmp.cmp(
+                os.path.join(source, record), os.path.join(out_dir, record), shallow=False)):
+            continue
+        os.makedirs(os.path.join(out_dir, name), exist_ok=True)
+        copy([*(os.path.join(name, f) for f in RECORD), name + ".log"], source, out_dir)
+        copied.append((arm, seed))
+    copy(["seeds.log"] if copied else [], source, out_dir)
+    return copied
+
+
+def copy(files, source, out_dir):
+    """Each of files (paths under source) that exists to the same path under out_dir, in order."""
+    for f in files:
+        if os.path.exists(os.path.join(source, f)):
+            with open(os.path.join(source, f), "rb") as src:
+                checkpoint.atomic_write(os.path.join(out_dir, f), lambda dst: shutil.copyfileobj(src, dst), "wb")
+
+
 def run(jobs, out_dir, workers):
     """Run the jobs `workers` at a time, in order; a job that fails stops the rest (its last lines shown)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -198,11 +234,20 @@ def main(argv=None):
                    "results/map/PLAN.md's screening) and exit")
     p.add_argument("--workers", type=int, default=2, choices=range(1, 9), metavar="1..8",
                    help="curves at a time, one thread each")
+    p.add_argument("--collect", metavar="FROM", help="train nothing: copy the plan's finished curves from FROM (the "
+                   "campaign's --out_dir, e.g. in its worktree) into --out_dir, their records and logs, not their runs")
     a = p.parse_args(argv)
     if a.print_plan:
         return print(PLANS[a.print_plan])
     jobs = parse_plan(a.plan)
+    cli.require(a.collect is None or os.path.isdir(a.collect), "--collect {} is not a folder; name the campaign's "
+                "--out_dir", a.collect)
     checkpoint.make_out_dir(a.out_dir)
+    if a.collect:
+        copied = collect(jobs, a.collect, a.out_dir)
+        print(f"collected {len(copied)} finished curves from {a.collect} into {a.out_dir}"
+              + "".join(f"\n  {arm} seed {seed}" for arm, seed in copied))
+        return copied
     done = [j for j in jobs if finished(a.out_dir, *j)]
     jobs = [j for j in jobs if j not in done]
     print(f"seeds: {len(jobs)} curves to train ({len(done)} finished already), {a.workers} at a time, under "

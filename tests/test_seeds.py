@@ -38,6 +38,32 @@ def test_seeds_plan_and_finished_curves(tmp_path):
     assert not seeds.finished(str(out), "gpt", 0)
 
 
+def test_collect_copies_each_finished_curve_once_and_no_run(tmp_path):
+    """--collect FROM: the plan's finished curves of a campaign's folder (records, log, seeds.log) into
+    --out_dir, not an unfinished one nor any run folder; called again it copies nothing, and a curve
+    finished since is copied then."""
+    from dev import seeds
+    source = repo(tmp_path, {"gpt": [0.8, 0.7]}) / M.SEEDS
+    (source / "gpt_s0" / "runs").mkdir()  # the checkpoints stay in the campaign's folder
+    (source / "gpt_s0.log").write_text("gpt's log\n")
+    (source / "seeds.log").write_text("gpt seed 0 | 50 min\n")
+    done = (source / "gpt_s1" / "scaling.json").read_text()
+    rec = json.loads(done)
+    del rec["curves"]["gpt_c128"]["cooldown"]
+    (source / "gpt_s1" / "scaling.json").write_text(json.dumps(rec))
+    out = tmp_path / "main"
+    argv = ["--out_dir", str(out), "--plan", "gpt:0-1", "--collect", str(source)]
+    assert seeds.main(argv) == [("gpt", 0)]
+    assert sorted(os.listdir(out)) == ["gpt_s0", "gpt_s0.log", "seeds.log"] and os.listdir(out / "gpt_s0") == ["scaling.json"]
+    assert all((out / f).read_bytes() == (source / f).read_bytes() for f in ("gpt_s0/scaling.json", "gpt_s0.log",
+                                                                             "seeds.log"))
+    assert seeds.main(argv) == []
+    (source / "gpt_s1" / "scaling.json").write_text(done)
+    assert seeds.main(argv) == [("gpt", 1)] and seeds.finished(str(out), "gpt", 1)
+    with pytest.raises(cli.UserError, match="--collect .* is not a folder"):
+        seeds.main(argv[:-1] + [str(tmp_path / "nowhere")])
+
+
 def test_a_stop_while_a_curve_starts_does_not_lose_its_process(tmp_path, monkeypatch):
     """A Ctrl-C that lands inside Popen (a loaded machine forks slowly) once left a curve's process,
     in a session of its own, running after the driver had ended: the stop now waits until the
