@@ -22,7 +22,7 @@ Run (from the repository root)
                                                                # the screening of results/map/PLAN.md
     python -m dev.map --out_dir results/map                    # then the map, with their statistics
     python -m dev.seeds --out_dir results/map/screen --plan "$(python -m dev.seeds --print_plan screen)" \
-        --collect /work/wt-screen/results/map/screen          # a campaign run in a worktree (a fixed commit):
+        --collect WORKTREE/results/map/screen                 # a campaign run in a worktree (a fixed commit):
                                                                # its finished curves' records into this checkout
 """
 
@@ -142,7 +142,8 @@ def collect(jobs, source, out_dir):
         os.makedirs(os.path.join(out_dir, name), exist_ok=True)
         copy([*(os.path.join(name, f) for f in RECORD), name + ".log"], source, out_dir)
         copied.append((arm, seed))
-    copy(["seeds.log"] if copied else [], source, out_dir)
+    if copied:
+        copy(["seeds.log"], source, out_dir)
     return copied
 
 
