@@ -299,14 +299,19 @@ class GatedDeltaState(_WriteReader):
         self.gate = nn.Linear(C, C, bias=False)  # W_gate, the output gate
         self.out_norm = nn.Parameter(torch.ones(self.D))  # g, the output RMSNorm's gain
 
+    @classmethod
+    def gate_init(cls, H):
+        """fla's gate for H heads -> (A_log, dt_bias): A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt
+        log-uniform in dt_range ([1e-3, 0.1]), so alpha starts between about exp(-1.6) and exp(-1e-3) per
+        head (ignoring W_a u_t: a half-life ln 2 / (A dt) of 0.4 to 690 tokens). dev.halflife draws it too."""
+        dt = torch.exp(torch.empty(H).uniform_(*map(math.log, cls.dt_range)))
+        return torch.empty(H).uniform_(1, 16).log(), dt + torch.log(-torch.expm1(-dt))
+
     def init_special(self, cfg):
-        """fla's: A_log = log U(1, 16); dt_bias = softplus^-1(dt), dt log-uniform in dt_range
-        ([1e-3, 0.1]), so alpha starts between about exp(-1.6) and exp(-1e-3) per head (ignoring
-        W_a u_t: a half-life ln 2 / (A dt) of 0.4 to 690 tokens); the norm's gain 1; then the
-        convolution's taps, and the matrices, as the other write readers."""
-        dt = torch.exp(torch.empty_like(self.dt_bias).uniform_(*map(math.log, self.dt_range)))
-        done = [self.A_log.copy_(torch.empty_like(self.A_log).uniform_(1, 16).log()),
-                self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt))), self.out_norm.fill_(1.0)]
+        """The gate (gate_init), the norm's gain 1; then the convolution's taps, and the matrices, as the
+        other write readers."""
+        A_log, dt_bias = self.gate_init(len(self.A_log))
+        done = [self.A_log.copy_(A_log), self.dt_bias.copy_(dt_bias), self.out_norm.fill_(1.0)]
         return done + super().init_special(cfg)
 
     def no_matmul_params(self):

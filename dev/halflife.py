@@ -10,8 +10,10 @@ or more bytes back needs a head whose half-life is past 128. For every seed fold
 under --seeds (OUT/<arm>_s<seed>, written by `python -m dev.seeds`), the init is rebuilt from the
 seed (train.py's seeded build: the same draws) and the trained heads are read from the cooldown
 branch's last checkpoint (the map's readout point), of finished curves only (dev.seeds.finished: a
-curve still training is said on stderr and left out, as the map leaves it out of n). The checkpoints
-are in the campaign's own folders (git holds the records, not runs/): point --seeds there.
+curve still training is said on stderr and left out, as the map leaves it out of n). Each seed's
+median, every seed's heads pooled, and the arm's init rule itself (RULE_HEADS heads drawn from its
+reader's gate_init: what a seed's few heads are a sample of). The checkpoints are in the campaign's
+own folders (git holds the records, not runs/): point --seeds there.
 
 Run (from the repository root)
     python -m dev.halflife --seeds results/map/screen --out_dir results/map/screen   # -> halflife.json, .png
@@ -38,6 +40,7 @@ from plumbing import checkpoint, corpus, tables
 
 WINDOWS = 32  # validation windows the trained gates are averaged over (32 x 256 bytes)
 FAR = 128  # bytes back: a copy the map counts as far
+RULE_HEADS = 100_000  # heads drawn from an arm's init rule for its distribution (rule_lives)
 
 
 def heads(model):
@@ -45,10 +48,21 @@ def heads(model):
     return [b.pred for b in getattr(model, "blocks", ()) if hasattr(b.pred, "log_decay")]  # GPT: none
 
 
+def lives(A_log, dt_bias):
+    """ln 2 / (A softplus(dt_bias)) per head: the half-life a gate's parameters give without the input."""
+    return [math.log(2) / x for x in (A_log.exp() * torch.nn.functional.softplus(dt_bias)).tolist()]
+
+
 def init_lives(model):
-    """Per head, ln 2 / (A softplus(dt_bias)): the half-life its parameters give without the input."""
-    return [math.log(2) / x for p in heads(model)
-            for x in (p.A_log.exp() * torch.nn.functional.softplus(p.dt_bias)).tolist()]
+    """Per head of the model, in block order, its half-life at init (lives)."""
+    return [x for p in heads(model) for x in lives(p.A_log, p.dt_bias)]
+
+
+def rule_lives(reader):
+    """The half-lives of RULE_HEADS heads drawn (seed 0) from a gated reader's init rule (its gate_init):
+    the distribution each seed's few heads come from."""
+    torch.manual_seed(0)
+    return lives(*reader.gate_init(RULE_HEADS))
 
 
 @torch.no_grad()
@@ -77,8 +91,8 @@ def arm_seed(name):
 
 
 def read_folder(folder, val, T):
-    """{'init': [...], 'trained': [...], 'point': 'cooldown', 'step'} of one finished seed folder's heads, or None
-    when it holds no gated model or no cooldown checkpoint."""
+    """{'init': [...], 'trained': [...], 'point': 'cooldown', 'step', 'reader': its gated reader's class} of one
+    finished seed folder's heads, or None when it holds no gated model or no cooldown checkpoint."""
     ckpts = sorted(glob.glob(os.path.join(folder, "runs", "*_cool*", "ckpt_last.pt")))
     if not ckpts:
         return None
@@ -88,7 +102,8 @@ def read_folder(folder, val, T):
     Config, Model = checkpoint.MODELS[ckpt["kind"]]
     torch.manual_seed(ckpt["train"]["seed"])  # train.py's seeded build: the init this run started from
     init = Model(Config(**ckpt["config"]))
-    return dict(init=init_lives(init), trained=trained_lives(model, val, T), point="cooldown", step=ckpt["step"])
+    return dict(init=init_lives(init), trained=trained_lives(model, val, T), point="cooldown", step=ckpt["step"],
+                reader=type(heads(model)[0]))
 
 
 def summary(lives):
@@ -122,7 +137,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     checkpoint.check_out_dir(a.out_dir)
     cli.require(os.path.isdir(a.seeds), "--seeds {} is not a folder of seed runs (python -m dev.seeds --out_dir)", a.seeds)
-    val, res = None, {}
+    val, res, readers = None, {}, {}
     for folder in sorted(glob.glob(os.path.join(a.seeds, "*_s*"))):
         named = arm_seed(os.path.basename(folder))
         if not os.path.isdir(folder) or not named:
@@ -134,13 +149,18 @@ def main(argv=None):
             val = corpus.load_split("builtin", "val", tokenizer="bytes")
         got = read_folder(folder, val, 256)
         if got:
+            readers[named[0]] = got.pop("reader")
             res.setdefault(named[0], {"seeds": {}})["seeds"][named[1]] = got
     cli.require(res, "no gated model's checkpoint under {} yet: train its curves first (python -m dev.seeds)", a.seeds)
     for arm, v in res.items():
+        for r in v["seeds"].values():  # each seed's own median, then every seed's heads pooled, then the rule's
+            r["median"] = {w: statistics.median(r[w]) for w in ("init", "trained")}
         v.update({w: summary([x for r in v["seeds"].values() for x in r[w]]) for w in ("init", "trained")})
+        v["rule"] = summary(rule_lives(readers[arm]))
         print(f"{arm:<18s} seeds {sorted(v['seeds'])} | heads past {FAR} bytes: init {v['init']['past_far']:.0%}, "
               f"trained {v['trained']['past_far']:.0%} | median half-life init {v['init']['median']:.0f}, "
-              f"trained {v['trained']['median']:.0f} tokens")
+              f"trained {v['trained']['median']:.0f} tokens | its init rule over {RULE_HEADS:,} heads: median "
+              f"{v['rule']['median']:.1f}, {v['rule']['past_far']:.1%} past {FAR}")
     checkpoint.make_out_dir(a.out_dir)
     plot(res, os.path.join(a.out_dir, "halflife.png"))
     tables.save_text(json.dumps(dict(command=f"python -m dev.halflife --seeds {a.seeds} --out_dir {a.out_dir}",

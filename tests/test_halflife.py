@@ -63,3 +63,17 @@ def test_a_curve_still_training_is_left_out_and_said(tmp_path, capsys):
     with pytest.raises(cli.UserError):
         halflife.main(["--seeds", str(tmp_path), "--out_dir", str(tmp_path / "out")])
     assert "gated_delta_s0: not finished: left out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reader", ["GatedDeltaState", "GatedDeltaRetention"])
+def test_the_init_rules_half_lives_are_the_stated_rule(reader):
+    """rule_lives draws from the reader's own gate_init; its share of heads past FAR is the rule's (A ~ U(1, 16),
+    dt log-uniform in dt_range), integrated here over A in closed form for dt, and no head leaves the rule's range."""
+    import writes
+    cls = getattr(writes, reader)
+    got = halflife.rule_lives(cls)
+    lo, hi = map(math.log, cls.dt_range)
+    A = np.linspace(1, 16, 200_001)
+    share = np.clip((np.log(math.log(2) / halflife.FAR / A) - lo) / (hi - lo), 0, 1).mean()  # P(ln 2 / (A dt) > FAR)
+    assert len(got) == halflife.RULE_HEADS and halflife.summary(got)["past_far"] == pytest.approx(share, abs=0.005)
+    assert math.log(2) / (16 * cls.dt_range[1]) * 0.999 < min(got) and max(got) < math.log(2) / cls.dt_range[0] * 1.001
