@@ -54,7 +54,8 @@ def test_collect_copies_each_finished_curve_once_and_no_run(tmp_path):
     out = tmp_path / "main"
     argv = ["--out_dir", str(out), "--plan", "gpt:0-1", "--collect", str(source)]
     assert seeds.main(argv) == [("gpt", 0)]
-    assert sorted(os.listdir(out)) == ["gpt_s0", "gpt_s0.log", "seeds.log"] and os.listdir(out / "gpt_s0") == ["scaling.json"]
+    assert sorted(os.listdir(out)) == ["gpt_s0", "gpt_s0.log", "seeds.log"]
+    assert os.listdir(out / "gpt_s0") == ["scaling.json"]  # the runs/ folder stays in the campaign's
     assert all((out / f).read_bytes() == (source / f).read_bytes() for f in ("gpt_s0/scaling.json", "gpt_s0.log",
                                                                              "seeds.log"))
     assert seeds.main(argv) == []
