@@ -5,7 +5,8 @@ Two campaigns of seeded curves (each (arm, seed) one scaling.py curve in a folde
 <model>_s<seed> or <model>_lr<lr>_s<seed>, written by `python -m dev.seeds`), each read on its own:
 - **map**: results/map/seeds (an Intel Xeon); each model against GPT, each ingredient against its base.
 - **screen**: results/map/screen, results/map/PLAN.md's screening: its families (PLANNED), its stage 2
-  and the confirmation its rule picks.
+  and the confirmation its rule picks. The screening goes on per CPU (PLAN.md): another CPU's curves are a
+  folder of their own, read with --seeds (results/map/screen_f26: AMD EPYC family 26).
 An arm is a model at a learning rate (`delta`, or `delta@0.004` at another rate than RATE). Every
 point is scored on the whole validation split, read at the constant-lr trunk's last point (10M
 bytes) and at its cooldown branch's end. Per arm and CPU (two CPUs are never pooled, nor tested
@@ -24,6 +25,8 @@ Run (from the repository root)
     python -m dev.map                                                # -> out/map/map.md, map.json, map.png
     python -m dev.map --out_dir results/map                          # refresh the committed map
     python -m dev.map --campaign screen --out_dir results/map/screen # the screening of PLAN.md
+    python -m dev.map --campaign screen --seeds results/map/screen_f26 --out_dir results/map/screen_f26
+                                                                     # its curves on another CPU
 The curves: `python -m dev.seeds --out_dir results/map/seeds`; the earlier ones
 `python scaling.py --models NAME --widths 128 --out_dir results/map/NAME`.
 """
@@ -357,7 +360,7 @@ def pm(s, fmt=".3f"):
 
 def seed_lines(res):
     """map.md's tested part: the seeds' table at both points, the noise, the tests, the cooldown, the onsets."""
-    models, folder = res["models"], CAMPAIGNS[res["campaign"]]
+    models, folder = res["models"], res["folder"]
     lines = ["## The seeds (whole validation split)", ""]
     if res["unfinished"]:
         lines += [f"{len(res['unfinished'])} seed folder(s) under {folder} hold no finished curve (not in n): "
@@ -446,7 +449,7 @@ def write_md(res, settings, path):
     done = settings["max_tokens"]
     lines = [f"# The map on text{': the screening of PLAN.md' if res['campaign'] == 'screen' else ''}: copy loss "
              "against state (10M bytes, width 128)", "",
-             f"Written by `{res['command']}` from the records under {CAMPAIGNS[res['campaign']]}"
+             f"Written by `{res['command']}` from the records under {res['folder']}"
              + (" and results/map, results/scaling/scaling.json" if res["campaign"] == "map" else "") +
              "; README.md in results/map says what it means. A copy: a byte that it and the 8 before it occurred "
              f"earlier in the window; state: floats per sequence and layer at T = 256 (budget for a bounded reader: "
@@ -497,16 +500,18 @@ def plot(res, rows, path):
     plt.close(fig)
 
 
-def analyse(root=".", campaign="map", read_split=None):
-    """Everything map.json holds: the earlier rows (the map only), the seeds, their statistics and tests."""
+def analyse(root=".", campaign="map", read_split=None, folder=None):
+    """Everything map.json holds: the earlier rows (the map only), the seeds (under folder, by default the
+    campaign's), their statistics and tests."""
+    folder = folder or CAMPAIGNS[campaign]
     rows, settings = collect(root) if campaign == "map" else ([], load(os.path.join(root, REFERENCE))[0])
-    seeds, unfinished = collect_seeds(root, settings, CAMPAIGNS[campaign])
+    seeds, unfinished = collect_seeds(root, settings, folder)
     for line in unfinished:
         print(line, file=sys.stderr)
     models = models_table(seeds, "cooldown")
     families = planned(campaign, models)
     tests = comparisons(models, families)
-    return dict(campaign=campaign, alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests),
+    return dict(campaign=campaign, folder=folder, alpha=ALPHA, min_seeds=MIN_SEEDS, n_comparisons=len(tests),
                 family_sizes={f: len(p) for f, p in families.items()},
                 planned={f: [dict(what=w, a=a, b=b, metric=k) for w, a, b, k in p] for f, p in families.items()},
                 models=models, models_trunk=models_table(seeds, "trunk"), comparisons=tests,
@@ -516,12 +521,14 @@ def analyse(root=".", campaign="map", read_split=None):
                 onset=onset_test(seeds), onset_level=ONSET, seeds=seeds, unfinished=unfinished, rows=rows), settings
 
 
-def main(out_dir=None, campaign="map"):
+def main(out_dir=None, campaign="map", seeds=None):
     out_dir = out_dir or os.path.join("out", "map" if campaign == "map" else f"map_{campaign}")
     checkpoint.check_out_dir(out_dir)
-    res, settings = analyse(campaign=campaign)
-    res = dict(command=f"python -m dev.map{'' if campaign == 'map' else ' --campaign ' + campaign} --out_dir {out_dir}",
-               **res)
+    cli.require(seeds is None or os.path.isdir(seeds), "--seeds {} is not a folder; name the folder of a campaign's "
+                "seed folders (dev.seeds' --out_dir)", seeds)
+    res, settings = analyse(campaign=campaign, folder=seeds)
+    res = dict(command=f"python -m dev.map{'' if campaign == 'map' else ' --campaign ' + campaign}"
+                       f"{'' if seeds is None else ' --seeds ' + seeds} --out_dir {out_dir}", **res)
     checkpoint.make_out_dir(out_dir)
     text = json.dumps(res, indent=1, allow_nan=False) + "\n"  # a NaN is a bug here: every value was checked
     write_md(res, settings, os.path.join(out_dir, "map.md"))
@@ -535,6 +542,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--campaign", default="map", choices=CAMPAIGNS, help="which seeds: map (results/map/seeds) or "
                    "screen (results/map/screen, PLAN.md's families)")
+    p.add_argument("--seeds", default=None, help="the folder of the campaign's seed folders, when not the "
+                   "campaign's own: the screen's curves on another CPU (results/map/PLAN.md)")
     p.add_argument("--out_dir", default=None, help="folder for map.md, map.json, map.png (default out/map, "
                    "out/map_screen)")
     cli.main_guard(lambda: main(**vars(p.parse_args())), prog="dev/map.py")

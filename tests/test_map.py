@@ -271,6 +271,23 @@ def test_screen_families_on_partial_data(tmp_path, monkeypatch, capsys):
     assert '--plan "gated_delta_ret:3-4,gated_delta:3-4"' in md and seeds.parse_plan("gated_delta_ret:3-4,gated_delta:3-4")
 
 
+def test_another_cpus_screen_is_read_from_its_own_folder(tmp_path, monkeypatch):
+    """--seeds: the screening's curves on another CPU, a folder of their own (PLAN.md's amendment), are the
+    map's seeds, said in map.json and map.md with the command that read them; the screen's own folder is not
+    read; a --seeds that is not a folder is one line."""
+    root = repo(tmp_path, {"gpt": [0.80, 0.82, 0.81]}, folder=M.CAMPAIGNS["screen"], machine=AMD)
+    for seed, loss in enumerate([0.70, 0.72]):
+        write_seed(root, "gpt", seed, loss, folder="results/map/screen_f26", machine=AMD.replace("25", "26"))
+    monkeypatch.chdir(root)
+    M.main(str(tmp_path / "out"), "screen", seeds="results/map/screen_f26")
+    res = json.loads((tmp_path / "out" / "map.json").read_text())
+    assert res["folder"] == "results/map/screen_f26" and res["models"]["gpt"]["n"] == 2
+    assert res["command"] == f"python -m dev.map --campaign screen --seeds results/map/screen_f26 --out_dir {tmp_path / 'out'}"
+    assert "from the records under results/map/screen_f26" in (tmp_path / "out" / "map.md").read_text()
+    with pytest.raises(cli.ConfigError, match="--seeds nowhere is not a folder"):
+        M.main(str(tmp_path / "out"), "screen", seeds="nowhere")
+
+
 def test_confirmation_pick_rate_and_n(tmp_path):
     """PLAN.md's pick: the bounded arm at 2e-3 with the lowest mean copies (delta_k128_v32; delta@0.004, lower still,
     is a rate, not an arm to pick), at delta's best rate (4e-3), against GPT at its best (1e-3); n by the normal
