@@ -12,8 +12,8 @@ one H200. Each section (a JSON key) measures one part of that claim on the devic
   readers    a training step (forward+backward) of each model of MAP_MODELS at scaling.py's shape
              (4 x 128, T=256, B=16, bytes, fp32) as a ratio to delta's, interleaved repeats
   seed       what one seed of the map costs: a `delta` curve of scaling.py at the map's settings, its
-             training step eager and compiled (torch.compile) and its scored point, projected to a curve;
-             the loss of a short curve each way
+             training step eager, compiled (torch.compile) and under bf16 autocast, and its scored point,
+             projected to a curve; the loss of a short curve each way
   blocks     one SPEN block vs one GPT block (C=256), fwd+bwd tokens/s at T in {256, .., 8192}, B = 8192 / T
   gen_*      ms per generated token, peak memory at context P up to 16384, full size, batch 1 (gen_spen, gen_gpt)
   ops        aten operators in one training fwd+bwd (batch 1) of the 12-layer SPEN (traces "matmul",

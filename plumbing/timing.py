@@ -82,9 +82,10 @@ def interleaved(fns, device, reps):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def matmul_peak(device, n, reps):
-    """The yardstick of a step's FLOP/s: an n-square fp32 matmul in this thread count, best of reps, in FLOP/s."""
-    a = torch.randn(n, n, device=device)
+def matmul_peak(device, n, reps, dtype=torch.float32):
+    """The yardstick of a step's FLOP/s: an n-square matmul (fp32 unless dtype) in this thread count, best of
+    reps, in FLOP/s."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
     return 2 * n ** 3 / timed(lambda: a @ a, device, reps=reps)["ms_min"] * 1e3
 
 
@@ -247,12 +248,14 @@ MAP_CURVE = dict(curve_steps=2441 + 488, points=17, segments=18)  # scaling.py's
 
 def bench_seed(device, quick, sc):
     """One seed of the map, a `delta` curve of scaling.py (settings sc, its ScalingConfig; counts MAP_CURVE),
-    from its parts: a training step (forward, backward, AdamW) eager, as the curves run it, and compiled
-    (torch.compile: the same maths), in turn over a short curve of SEED_STEPS steps from one initialisation
-    on the same batches (their losses compared); one scored point (train.py's evaluation batches, the copy
+    from its parts: a training step (forward, backward, AdamW) eager, as the curves run it, compiled
+    (torch.compile: the same maths) and under bf16 autocast (the matmuls in bf16, the recurrent state in
+    float32), in turn over a short curve of SEED_STEPS steps from one initialisation on the same batches
+    (their losses compared with eager's); one scored point (train.py's evaluation batches, the copy
     windows, the whole validation split: scaling.score_point's work). A curve: steps x step + points x
     point; compiled, plus a first call per segment (the bound of compiling afresh at each); at_peak: the
-    step's FLOPs at the fp32 matmul peak measured here, the floor of any fp32 step. --quick: tiny, eager.
+    step's FLOPs at the fp32 matmul peak measured here, the floor of any fp32 step; bf16's fraction is of
+    the bf16 matmul peak measured beside it (a CPU without native bf16 emulates it). --quick: tiny, eager.
     CPU only: the map's curves run on one CPU thread each (results/map/PLAN.md)."""
     if device.type != "cpu":
         return dict(skipped="the map's curves run on a CPU")
@@ -263,16 +266,17 @@ def bench_seed(device, quick, sc):
     data, val = (corpus.load_split(sc.data, split, tokenizer=sc.tokenizer)[:4 * T if quick else None]
                  for split in ("train", "val"))
     runs = {}
-    for way in ("eager",) if quick else ("eager", "compiled"):
+    for way in ("eager",) if quick else ("eager", "compiled", "bf16"):
         torch.manual_seed(sc.seed)  # the same initialisation each way
         model = spen.SPEN(spen.SPENConfig(**shape, **arch, vocab_size=256, dropout=0.0))
         opt = torch.optim.AdamW(model.parameters(), lr=sc.lr)
-        runs[way] = dict(model=model, s=[], losses=[], fn=torch.compile(model) if way == "compiled" else model, opt=opt)
-    for i in range(n):  # in turn, step by step: a load that comes and goes slows both alike
+        runs[way] = dict(model=model, s=[], losses=[], fn=torch.compile(model) if way == "compiled" else model, opt=opt,
+                         autocast=torch.autocast("cpu", dtype=torch.bfloat16) if way == "bf16" else None)
+    for i in range(n):  # in turn, step by step: a load that comes and goes slows every way alike
         x, y = batches.get_batch(data, B, T, step=i, seed=sc.seed)
         for r in runs.values():
             t0 = time.perf_counter()
-            r["losses"].append(train_step(r["fn"], x, r["opt"], targets=y).item())
+            r["losses"].append(train_step(r["fn"], x, r["opt"], r["autocast"], targets=y).item())
             r["s"].append(time.perf_counter() - t0)
     model, windows = runs["eager"]["model"].eval(), repeats.hit_windows(val, sc.hit_seqs, T)
     parts = dict(evaluation=lambda: [model(*batches.get_batch(val, B, T, step=i, seed=1)) for i in range(sc.eval_iters)],
@@ -282,21 +286,24 @@ def bench_seed(device, quick, sc):
     with torch.no_grad():
         point = {k: timed(fn, device, reps=1, warmup=0)["ms_min"] / 1e3 for k, fn in parts.items()}
     peak = matmul_peak(device, 1024, reps=3 if quick else 10)
+    peaks = dict(bf16=matmul_peak(device, 1024, reps=10, dtype=torch.bfloat16)) if not quick else {}
     flops = model.flops_per_token(T) * B * T  # a training step's (forward and backward)
     out = dict(model="delta", width=shape["n_embd"], n_layer=shape["n_layer"], B=B, T=T, threads=torch.get_num_threads(),
-               **MAP_CURVE, point_s=point, short_curve_steps=n, flops_per_step=flops, matmul_fp32_flops=peak)
+               **MAP_CURVE, point_s=point, short_curve_steps=n, flops_per_step=flops, matmul_fp32_flops=peak,
+               **({"matmul_bf16_flops": peaks["bf16"]} if peaks else {}))
     steps = dict(at_peak=flops / peak, **{way: statistics.median(r["s"][n // 4:]) for way, r in runs.items()})
     for way, step_s in steps.items():  # the median step past the first calls; at_peak: every step at the peak
         curve = MAP_CURVE["curve_steps"] * step_s + MAP_CURVE["points"] * sum(point.values())
-        out[way] = dict(step_s=step_s, fraction_of_peak=flops / step_s / peak, curve_s=curve,
+        out[way] = dict(step_s=step_s, fraction_of_peak=flops / step_s / peaks.get(way, peak), curve_s=curve,
                         scoring_share=1 - MAP_CURVE["curve_steps"] * step_s / curve)
         if way in runs:
             out[way].update(first_call_s=runs[way]["s"][0], losses=runs[way]["losses"])
+    for way in ("compiled", "bf16") if not quick else ():  # each against eager, as the curves run
+        out[way].update(speedup=out["eager"]["step_s"] / out[way]["step_s"],
+                        max_loss_diff=max(abs(a - b) for a, b in zip(runs["eager"]["losses"], runs[way]["losses"])))
     if not quick:
-        out["compiled"].update(speedup=out["eager"]["step_s"] / out["compiled"]["step_s"],
-                               curve_s_compiling_each_segment=out["compiled"]["curve_s"]
-                               + MAP_CURVE["segments"] * runs["compiled"]["s"][0],
-                               max_loss_diff=max(abs(a - b) for a, b in zip(*(r["losses"] for r in runs.values()))))
+        out["compiled"]["curve_s_compiling_each_segment"] = (out["compiled"]["curve_s"]
+                                                             + MAP_CURVE["segments"] * runs["compiled"]["s"][0])
     return out
 
 
@@ -434,15 +441,18 @@ def print_seed(base):
           f"{r['threads']} thread(s)): {r['curve_steps']:,} steps, {r['points']} scored points of "
           + " + ".join(f"{k} {v:.1f}" for k, v in r["point_s"].items()) + " s")
     print(f" a step {r['flops_per_step'] / 1e9:.1f} GFLOP; the fp32 matmul peak here {r['matmul_fp32_flops'] / 1e9:.1f} GFLOP/s")
-    for way in ("at_peak", "eager", "compiled"):
+    if "matmul_bf16_flops" in r:
+        print(f" the bf16 matmul peak here {r['matmul_bf16_flops'] / 1e9:.1f} GFLOP/s (bf16's fraction is of it)")
+    for way in ("at_peak", "eager", "compiled", "bf16"):
         if way in r:
             w = r[way]
             print(f" {way:9s} step {w['step_s'] * 1e3:7.1f} ms ({w['fraction_of_peak']:4.0%} of the peak), a curve "
                   f"{w['curve_s'] / 60:5.1f} min, scoring {w['scoring_share']:.0%} of it"
                   + (f", first call {w['first_call_s']:.1f} s" if "first_call_s" in w else "")
-                  + (f"; {w['speedup']:.2f}x eager's step, losses within {w['max_loss_diff']:.1e} over "
-                     f"{r['short_curve_steps']} steps, {w['curve_s_compiling_each_segment'] / 60:.1f} min compiling "
-                     f"at each of {r['segments']} segments" if way == "compiled" else ""))
+                  + (f"; {w['speedup']:.2f}x eager's step, losses within {w['max_loss_diff']:.1e} of eager's over "
+                     f"{r['short_curve_steps']} steps" if "speedup" in w else "")
+                  + (f", {w['curve_s_compiling_each_segment'] / 60:.1f} min compiling at each of {r['segments']} "
+                     f"segments" if way == "compiled" else ""))
 
 
 def print_tables(res):
