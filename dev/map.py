@@ -5,8 +5,7 @@ Two campaigns of seeded curves (each (arm, seed) one scaling.py curve in a folde
 <model>_s<seed> or <model>_lr<lr>_s<seed>, written by `python -m dev.seeds`), each read on its own:
 - **map**: results/map/seeds (an Intel Xeon); each model against GPT, each ingredient against its base.
 - **screen**: results/map/screen, results/map/PLAN.md's screening: its families (PLANNED), its stage 2
-  and the confirmation its rule picks. The screening goes on per CPU (PLAN.md): another CPU's curves are a
-  folder of their own, read with --seeds (results/map/screen_f26: AMD EPYC family 26).
+  and the confirmation its rule picks; on another CPU, its curves' own folder (--seeds; PLAN.md).
 An arm is a model at a learning rate (`delta`, or `delta@0.004` at another rate than RATE). Every
 point is scored on the whole validation split, read at the constant-lr trunk's last point (10M
 bytes) and at its cooldown branch's end. Per arm and CPU (two CPUs are never pooled, nor tested
@@ -26,7 +25,6 @@ Run (from the repository root)
     python -m dev.map --out_dir results/map                          # refresh the committed map
     python -m dev.map --campaign screen --out_dir results/map/screen # the screening of PLAN.md
     python -m dev.map --campaign screen --seeds results/map/screen_f26 --out_dir results/map/screen_f26
-                                                                     # its curves on another CPU
 The curves: `python -m dev.seeds --out_dir results/map/seeds`; the earlier ones
 `python scaling.py --models NAME --widths 128 --out_dir results/map/NAME`.
 """
@@ -45,7 +43,7 @@ cli.exit_on_ctrl_c(__name__, "dev.map")
 
 from dev import map_stats, seeds
 from plumbing import checkpoint, tables
-from plumbing.records import LOSS, MAYBE_LOSS, NULL, NUMBER, Each, Opt, Range
+from plumbing.records import LOSS, MAYBE_LOSS, NULL, NUMBER, Each, Opt, Range, read_json
 
 REFERENCE = "results/scaling/scaling.json"
 SEEDS = "results/map/seeds"
@@ -86,14 +84,7 @@ WINDOWS = {"n": [int], "loss": [NUMBER], "copy_n": [int], "copy_loss": [NUMBER],
 def load(path, curve=EARLIER, settings=dict):
     """The scaling.json at path -> (settings, {curve key: curve}); one line if it is not one (its
     settings and curves not of these shapes: a loss is a finite number >= 0)."""
-    try:
-        with open(path) as f:
-            res = json.load(f)
-    except (OSError, ValueError) as e:
-        raise cli.UserError(f"{path} is not a scaling.py record ({type(e).__name__}); rerun its scaling.py") from None
-    wrong = tables.shape_error(res, {"settings": settings, "curves": Each(curve)}, path)
-    if wrong:
-        raise cli.UserError(f"{path} is not a scaling.py record ({wrong}); rerun its scaling.py")
+    res = read_json(path, {"settings": settings, "curves": Each(curve)}, "rerun its scaling.py", "a scaling.py record")
     return res["settings"], res["curves"]
 
 
@@ -220,9 +211,8 @@ def planned(campaign, models):
     PLANNED."""
     if campaign == "screen":
         return PLANNED
-    n = {}  # arm -> its most seeds on one CPU
-    for v in models.values():
-        n[v["arm"]] = max(n.get(v["arm"], 0), v["n"])
+    arms = dict.fromkeys(v["arm"] for v in models.values())
+    n = {a: max(v["n"] for v in models.values() if v["arm"] == a) for a in arms}  # arm -> its most seeds on one CPU
     pairs = [("against GPT", a, "gpt") for a in n if a != "gpt"] + [(w, a, b) for a, b, w in BASES]
     return {"map": [(w, a, b, k) for w, a, b in pairs for k in METRICS if min(n.get(a, 0), n.get(b, 0)) >= MIN_SEEDS]}
 
@@ -290,16 +280,8 @@ def noise(seeds, settings, read_split=None):
         paths = [os.path.join(r["folder"], "windows.json") for r in rs]
         if len(rs) < 2 or not all(map(os.path.exists, paths)):
             continue
-        windows = []
-        for path, r in zip(paths, rs):
-            try:
-                with open(path) as f:
-                    w = json.load(f)
-            except (OSError, ValueError) as e:
-                raise cli.UserError(f"{path} is not a windows.json ({type(e).__name__}); rerun its scaling.py") from None
-            wrong = tables.shape_error(w, {r["key"]: {"cooldown": WINDOWS}}, path)
-            cli.require(not wrong, "{}: a damaged record; rerun its scaling.py", wrong)
-            windows.append(w[r["key"]]["cooldown"])
+        windows = [read_json(path, {r["key"]: {"cooldown": WINDOWS}}, "rerun its scaling.py", "a windows.json")
+                   [r["key"]]["cooldown"] for path, r in zip(paths, rs)]
         if docs is None:
             split = (read_split or corpus.load_split)(settings["data"], "val", tokenizer=settings["tokenizer"])
             docs = map_stats.documents(split, corpus.separator(settings["tokenizer"]), settings["block_size"])
@@ -380,8 +362,7 @@ def seed_lines(res):
     if res["noise"]:
         lines += [f"**Seeds or documents?** The standard error of each mean (cooldown point) by a bootstrap "
                   f"({map_stats.BOOTSTRAP} resamples) of the seeds only, of the validation documents only (each "
-                  "window given to "
-                  "the document holding its first target; one resample for every seed), and of both; the seeds' "
+                  "window given to the document holding its first target; one resample for every seed), and of both; the seeds' "
                   "share: var_seeds / (var_seeds + var_documents):", ""]
         lines += tables.md_table(["arm", "metric", "seeds", "documents", "SE: seeds", "SE: documents", "SE: both",
                                   "seeds' share"],
@@ -414,7 +395,7 @@ def seed_lines(res):
                   "excludes 0; their arms get seeds 3 and 4: " + (", ".join(
                       f"{s['what']} (`{s['a']}` − `{s['b']}`, [{s['ci99'][0]:+.3f}, {s['ci99'][1]:+.3f}])"
                       for s in ext) or "none") + f" (of {len(res['stage2'])} read at 3 vs 3)" + (
-                      f": `python -m dev.seeds --out_dir results/map/screen --plan \"{plan}\"`." if plan else ".")]
+                      f": `python -m dev.seeds --out_dir {folder} --plan \"{plan}\"`." if plan else ".")]
         if not res["confirmation"]:
             lines += ["", f"**The confirmation** (PLAN.md's pick): not yet: GPT and a bounded arm need {MIN_SEEDS} seeds each."]
         for c in res["confirmation"]:
@@ -501,8 +482,7 @@ def plot(res, rows, path):
 
 
 def analyse(root=".", campaign="map", read_split=None, folder=None):
-    """Everything map.json holds: the earlier rows (the map only), the seeds (under folder, by default the
-    campaign's), their statistics and tests."""
+    """Everything map.json holds: the earlier rows (the map only), the seeds (under folder, else the campaign's)."""
     folder = folder or CAMPAIGNS[campaign]
     rows, settings = collect(root) if campaign == "map" else ([], load(os.path.join(root, REFERENCE))[0])
     seeds, unfinished = collect_seeds(root, settings, folder)
@@ -524,8 +504,7 @@ def analyse(root=".", campaign="map", read_split=None, folder=None):
 def main(out_dir=None, campaign="map", seeds=None):
     out_dir = out_dir or os.path.join("out", "map" if campaign == "map" else f"map_{campaign}")
     checkpoint.check_out_dir(out_dir)
-    cli.require(seeds is None or os.path.isdir(seeds), "--seeds {} is not a folder; name the folder of a campaign's "
-                "seed folders (dev.seeds' --out_dir)", seeds)
+    cli.require(seeds is None or os.path.isdir(seeds), "--seeds {} is not a folder: name a dev.seeds --out_dir", seeds)
     res, settings = analyse(campaign=campaign, folder=seeds)
     res = dict(command=f"python -m dev.map{'' if campaign == 'map' else ' --campaign ' + campaign}"
                        f"{'' if seeds is None else ' --seeds ' + seeds} --out_dir {out_dir}", **res)
