@@ -276,14 +276,18 @@ def test_another_cpus_screen_is_read_from_its_own_folder(tmp_path, monkeypatch):
     map's seeds, said in map.json and map.md with the command that read them; the screen's own folder is not
     read; a --seeds that is not a folder is one line."""
     root = repo(tmp_path, {"gpt": [0.80, 0.82, 0.81]}, folder=M.CAMPAIGNS["screen"], machine=AMD)
-    for seed, loss in enumerate([0.70, 0.72]):
-        write_seed(root, "gpt", seed, loss, folder="results/map/screen_f26", machine=AMD.replace("25", "26"))
+    other = {"gpt": [0.70, 0.72], "gated_delta": [0.90, 0.91, 0.905], "gated_delta_ret": [0.70, 0.71, 0.705]}
+    for arm, losses in other.items():
+        for seed, loss in enumerate(losses):
+            write_seed(root, arm, seed, loss, folder="results/map/screen_f26", machine=AMD.replace("25", "26"))
     monkeypatch.chdir(root)
     M.main(str(tmp_path / "out"), "screen", seeds="results/map/screen_f26")
     res = json.loads((tmp_path / "out" / "map.json").read_text())
     assert res["folder"] == "results/map/screen_f26" and res["models"]["gpt"]["n"] == 2
     assert res["command"] == f"python -m dev.map --campaign screen --seeds results/map/screen_f26 --out_dir {tmp_path / 'out'}"
-    assert "from the records under results/map/screen_f26" in (tmp_path / "out" / "map.md").read_text()
+    md = (tmp_path / "out" / "map.md").read_text()  # stage 2's seeds go to the folder read, H1 its comparison
+    assert "from the records under results/map/screen_f26" in md
+    assert '--out_dir results/map/screen_f26 --plan "gated_delta_ret:3-4,gated_delta:3-4"' in md
     with pytest.raises(cli.ConfigError, match="--seeds nowhere is not a folder"):
         M.main(str(tmp_path / "out"), "screen", seeds="nowhere")
 
