@@ -362,8 +362,8 @@ def seed_lines(res):
     if res["noise"]:
         lines += [f"**Seeds or documents?** The standard error of each mean (cooldown point) by a bootstrap "
                   f"({map_stats.BOOTSTRAP} resamples) of the seeds only, of the validation documents only (each "
-                  "window given to the document holding its first target; one resample for every seed), and of both; the seeds' "
-                  "share: var_seeds / (var_seeds + var_documents):", ""]
+                  "window given to the document holding its first target; one resample for every seed), and of both; "
+                  "the seeds' share: var_seeds / (var_seeds + var_documents):", ""]
         lines += tables.md_table(["arm", "metric", "seeds", "documents", "SE: seeds", "SE: documents", "SE: both",
                                   "seeds' share"],
                                  [[f"`{m}`", METRICS[k], b["n_seeds"], b["n_documents"], f"{b['se']['seeds']:.4f}",
